@@ -1,0 +1,388 @@
+//! A cache: the shared (cross-thread) half of one object size — its segments, its slabs and
+//! the lists that sort them. Thread caches take slots from it in batches ([`CacheCore::refill`])
+//! and give them back in batches ([`CacheCore::flush`]); everything here runs under the cache's
+//! spin lock, off the fast path.
+//!
+//! Slab lists, by [`SlabState`]:
+//! - partial: slots both handed out and available; refills take from its head first.
+//! - empty: nothing handed out, pages resident; a reserve of at most `reserve_slabs` so that a
+//!   program oscillating around a slab boundary does not madvise on every turn.
+//! - released: nothing handed out, pages returned to the OS (MADV_DONTNEED); reused before
+//!   fresh slabs, and reading zero when touched again.
+//! - full slabs and fresh (never used) slabs are on no list.
+
+use core::ptr;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::lock::SpinLock;
+use crate::segment::{is_segment, segment_of, FreeObj, Segment, SlabDesc, SlabState};
+use crate::slab::SlabLayout;
+use crate::sys;
+
+/// Bytes of empty slabs a cache keeps resident before releasing more to the OS.
+const RESERVE_BYTES: usize = 128 * 1024;
+
+struct Lists {
+    partial: *mut SlabDesc,
+    empty: *mut SlabDesc,
+    empty_count: usize,
+    released: *mut SlabDesc,
+    /// The newest segment; the only one that may still have fresh slabs.
+    segments: *mut Segment,
+}
+
+// SAFETY: the raw pointers name slab descriptors and segments that live for the whole process;
+// Lists is only reached through the cache's lock.
+unsafe impl Send for Lists {}
+
+/// Counters readable without the lock (written under it), for `stats()`.
+#[derive(Default)]
+pub struct CacheCounters {
+    /// Slots handed out to thread caches or to the program.
+    pub used: AtomicUsize,
+    /// Slabs with at least one slot handed out.
+    pub active_slabs: AtomicUsize,
+    /// Slabs in the empty reserve.
+    pub empty_slabs: AtomicUsize,
+    /// Slabs released to the OS.
+    pub released_slabs: AtomicUsize,
+    /// Segments mapped.
+    pub segments: AtomicUsize,
+}
+
+/// The shared part of one cache.
+pub struct CacheCore {
+    pub layout: SlabLayout,
+    /// Whether slots carry owner metadata (the kmalloc-cg-N twin of a size class).
+    pub accounted: bool,
+    /// Size class index, or `u32::MAX` for a dedicated cache.
+    pub class: u32,
+    lists: SpinLock<Lists>,
+    pub counters: CacheCounters,
+}
+
+/// Objects moved by one refill: a chain linked through the first word.
+pub struct Chain {
+    pub head: *mut FreeObj,
+    pub count: usize,
+}
+
+impl CacheCore {
+    pub const fn new(layout: SlabLayout, class: u32, accounted: bool) -> CacheCore {
+        CacheCore {
+            layout,
+            accounted,
+            class,
+            lists: SpinLock::new(Lists {
+                partial: ptr::null_mut(),
+                empty: ptr::null_mut(),
+                empty_count: 0,
+                released: ptr::null_mut(),
+                segments: ptr::null_mut(),
+            }),
+            counters: CacheCounters {
+                used: AtomicUsize::new(0),
+                active_slabs: AtomicUsize::new(0),
+                empty_slabs: AtomicUsize::new(0),
+                released_slabs: AtomicUsize::new(0),
+                segments: AtomicUsize::new(0),
+            },
+        }
+    }
+
+    fn reserve_slabs(&self) -> usize {
+        (RESERVE_BYTES >> self.layout.slab_shift).max(1)
+    }
+
+    /// Takes up to `want` (>= 1) slots. Returns fewer only when the OS refuses memory; an empty
+    /// chain means out of memory.
+    pub fn refill(&self, want: usize) -> Chain {
+        let mut chain = Chain {
+            head: ptr::null_mut(),
+            count: 0,
+        };
+        let mut l = self.lists.lock();
+        let objects = self.layout.objects as u32;
+        let stride = self.layout.stride;
+        while chain.count < want {
+            let d = if !l.partial.is_null() {
+                l.partial
+            } else {
+                match self.new_slab(&mut l) {
+                    Some(d) => d,
+                    None => break,
+                }
+            };
+            // SAFETY: d is a descriptor of a live segment of this cache, reached under the lock.
+            unsafe {
+                let (_, _, start) = Segment::of_desc(d);
+                while chain.count < want && (*d).used < objects {
+                    let obj = if !(*d).free.is_null() {
+                        let o = (*d).free;
+                        (*d).free = (*o).next;
+                        o
+                    } else {
+                        debug_assert!((*d).carved < objects);
+                        let o = start.add((*d).carved as usize * stride) as *mut FreeObj;
+                        (*d).carved += 1;
+                        o
+                    };
+                    (*obj).next = chain.head;
+                    chain.head = obj;
+                    chain.count += 1;
+                    (*d).used += 1;
+                }
+                if (*d).used == objects {
+                    list_remove(&mut l.partial, d);
+                    (*d).state = SlabState::Full;
+                }
+            }
+        }
+        drop(l);
+        self.add_used(chain.count as isize);
+        chain
+    }
+
+    /// Puts a slab with available slots at the head of the partial list, or returns None when
+    /// no memory can be had.
+    fn new_slab(&self, l: &mut Lists) -> Option<*mut SlabDesc> {
+        // SAFETY: every descriptor reached here belongs to a live segment of this cache and
+        // is only touched under the lock we hold (l borrows the guard).
+        unsafe {
+            let d = if !l.empty.is_null() {
+                let d = l.empty;
+                list_remove(&mut l.empty, d);
+                l.empty_count -= 1;
+                self.counters.empty_slabs.store(l.empty_count, Ordering::Relaxed);
+                d
+            } else if !l.released.is_null() {
+                let d = l.released;
+                list_remove(&mut l.released, d);
+                dec(&self.counters.released_slabs);
+                d
+            } else {
+                let mut seg = l.segments;
+                if seg.is_null() || (*seg).fresh == (*seg).nslabs {
+                    seg = Segment::create(self, self.layout);
+                    if seg.is_null() {
+                        return None;
+                    }
+                    (*seg).next = l.segments;
+                    l.segments = seg;
+                    inc(&self.counters.segments);
+                }
+                let k = (*seg).fresh;
+                (*seg).fresh += 1;
+                Segment::desc(seg, k)
+            };
+            (*d).free = ptr::null_mut();
+            (*d).used = 0;
+            (*d).carved = 0;
+            (*d).state = SlabState::Partial;
+            list_push(&mut l.partial, d);
+            inc(&self.counters.active_slabs);
+            Some(d)
+        }
+    }
+
+    /// Gives back `count` slots linked from `head`. Detects and reports (fatally) pointers that
+    /// are not slots of this cache and slots of slabs with nothing handed out (double frees).
+    ///
+    /// # Safety
+    /// The chain must be well formed: `count` slots linked through their first word.
+    pub unsafe fn flush(&self, head: *mut FreeObj, count: usize) {
+        let mut to_release: *mut SlabDesc = ptr::null_mut();
+        let mut l = self.lists.lock();
+        let reserve = self.reserve_slabs();
+        let mut obj = head;
+        let mut n = 0;
+        while n < count && !obj.is_null() {
+            // SAFETY: obj is a slot from the chain (caller's contract); its link is read before
+            // the slot is pushed onto its slab's free list, which overwrites it.
+            unsafe {
+                let next = (*obj).next;
+                let d = self.desc_of_checked(obj as *mut u8);
+                (*obj).next = (*d).free;
+                (*d).free = obj;
+                if (*d).state == SlabState::Full {
+                    (*d).state = SlabState::Partial;
+                    list_push(&mut l.partial, d);
+                }
+                (*d).used -= 1;
+                if (*d).used == 0 {
+                    list_remove(&mut l.partial, d);
+                    dec(&self.counters.active_slabs);
+                    if l.empty_count < reserve {
+                        (*d).state = SlabState::Empty;
+                        list_push(&mut l.empty, d);
+                        l.empty_count += 1;
+                        self.counters.empty_slabs.store(l.empty_count, Ordering::Relaxed);
+                    } else {
+                        // On no list while its pages are released below, without the lock.
+                        (*d).state = SlabState::Released;
+                        (*d).next = to_release;
+                        to_release = d;
+                    }
+                }
+                obj = next;
+            }
+            n += 1;
+        }
+        drop(l);
+        self.add_used(-(n as isize));
+        if n != count {
+            sys::fatal("corrupted free chain (count mismatch)");
+        }
+        // SAFETY: the slabs on to_release have nothing handed out and are on no list.
+        unsafe { self.release_slabs(to_release) };
+    }
+
+    /// madvises the slabs linked through `next` (without the lock: the syscall can be slow),
+    /// then files them on the released list.
+    ///
+    /// # Safety
+    /// Every slab on the chain must have nothing handed out and be on no list.
+    unsafe fn release_slabs(&self, chain: *mut SlabDesc) {
+        let mut d = chain;
+        while !d.is_null() {
+            // SAFETY: each d is a live descriptor owned by this call (on no list).
+            unsafe {
+                let (_, _, start) = Segment::of_desc(d);
+                sys::release(start, self.layout.slab_bytes());
+                d = (*d).next;
+            }
+        }
+        let mut l = self.lists.lock();
+        let mut d = chain;
+        while !d.is_null() {
+            // SAFETY: as above; `next` is read before list_push overwrites it.
+            unsafe {
+                let next = (*d).next;
+                list_push(&mut l.released, d);
+                inc(&self.counters.released_slabs);
+                d = next;
+            }
+        }
+    }
+
+    fn add_used(&self, delta: isize) {
+        if delta > 0 {
+            self.counters.used.fetch_add(delta as usize, Ordering::Relaxed);
+        } else if delta < 0 {
+            self.counters.used.fetch_sub((-delta) as usize, Ordering::Relaxed);
+        }
+    }
+
+    /// The descriptor of the slab holding slot `p`, after checking that `p` is the start of a
+    /// slot of this cache; aborts with a message otherwise.
+    ///
+    /// # Safety
+    /// Only reads segment headers, which stay mapped for the life of the process.
+    unsafe fn desc_of_checked(&self, p: *mut u8) -> *mut SlabDesc {
+        if !is_segment(p) {
+            sys::fatal("free of a pointer that slabcg did not allocate");
+        }
+        let seg = segment_of(p);
+        // SAFETY: is_segment says seg is a live segment header.
+        unsafe {
+            if !ptr::eq((*seg).cache, self) {
+                sys::fatal("free with a layout that does not match the allocation's size class");
+            }
+            let off = p as usize - seg as usize;
+            if off < (*seg).slabs_offset {
+                sys::fatal("free of a pointer into a segment header");
+            }
+            let off = off - (*seg).slabs_offset;
+            let k = off >> self.layout.slab_shift;
+            let within = off & (self.layout.slab_bytes() - 1);
+            let idx = self.layout.slot_index(within);
+            if k >= (*seg).fresh || idx * self.layout.stride != within || idx >= self.layout.objects {
+                sys::fatal("free of a pointer that is not the start of a live slot");
+            }
+            let d = Segment::desc(seg, k);
+            if (*d).used == 0 || idx >= (*d).carved as usize {
+                sys::fatal("double free (slot's slab has nothing allocated)");
+            }
+            d
+        }
+    }
+
+    /// Releases every slab of the empty reserve to the OS.
+    pub fn trim(&self) {
+        let mut l = self.lists.lock();
+        let mut chain: *mut SlabDesc = ptr::null_mut();
+        while !l.empty.is_null() {
+            let d = l.empty;
+            // SAFETY: d is on the empty list, under the lock.
+            unsafe {
+                list_remove(&mut l.empty, d);
+                (*d).state = SlabState::Released;
+                (*d).next = chain;
+            }
+            chain = d;
+        }
+        l.empty_count = 0;
+        self.counters.empty_slabs.store(0, Ordering::Relaxed);
+        drop(l);
+        // SAFETY: the slabs on chain have nothing handed out and are on no list.
+        unsafe { self.release_slabs(chain) };
+    }
+
+    /// Takes the lock and keeps it (fork prepare).
+    pub fn lock_for_fork(&self) {
+        self.lists.lock_raw();
+    }
+
+    /// Releases the lock taken by [`lock_for_fork`](Self::lock_for_fork).
+    ///
+    /// # Safety
+    /// Only after `lock_for_fork` in the same thread (or in the fork child).
+    pub unsafe fn unlock_after_fork(&self) {
+        // SAFETY: forwarded contract.
+        unsafe { self.lists.unlock_raw() }
+    }
+}
+
+fn inc(c: &AtomicUsize) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+fn dec(c: &AtomicUsize) {
+    c.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Pushes `d` at the head of a doubly linked list.
+///
+/// # Safety
+/// `d` must be on no list; the list must be well formed.
+unsafe fn list_push(head: &mut *mut SlabDesc, d: *mut SlabDesc) {
+    // SAFETY: d and *head are live descriptors (caller's contract).
+    unsafe {
+        (*d).prev = ptr::null_mut();
+        (*d).next = *head;
+        if !head.is_null() {
+            (**head).prev = d;
+        }
+    }
+    *head = d;
+}
+
+/// Unlinks `d` from the list whose head is `head`.
+///
+/// # Safety
+/// `d` must be on that list.
+unsafe fn list_remove(head: &mut *mut SlabDesc, d: *mut SlabDesc) {
+    // SAFETY: d and its neighbours are live descriptors on this list.
+    unsafe {
+        if (*d).prev.is_null() {
+            *head = (*d).next;
+        } else {
+            (*(*d).prev).next = (*d).next;
+        }
+        if !(*d).next.is_null() {
+            (*(*d).next).prev = (*d).prev;
+        }
+        (*d).next = ptr::null_mut();
+        (*d).prev = ptr::null_mut();
+    }
+}

@@ -1,0 +1,238 @@
+//! `SlabAlloc`: the `GlobalAlloc` front end.
+//!
+//! Fast paths (always inlined into the caller):
+//! ```text
+//! alloc(layout)   size <= 128 KiB && align <= 16 → class (table or lzcnt) → thread bin pop
+//!                 → miss: thread_cache::alloc_slow (refill)      other layouts: alloc_other
+//! dealloc(p, l)   same class computation → thread bin push
+//!                 → full: thread_cache::free_slow (flush half)   other layouts: dealloc_other
+//! ```
+//! Rust hands `dealloc` the layout, so a free finds its class without touching the object's
+//! slab. A request's category (size class or large) is a pure function of its layout, so
+//! `dealloc` with the allocation's layout always finds the allocation; `realloc` keeps that
+//! true by moving a block whose new layout changes category.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr;
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use crate::size_class::{class_for, class_of_small, LUT_MAX, MAX_SMALL};
+use crate::{classes, large, segment, sys, thread_cache};
+
+/// The slabcg global allocator. Install with
+/// `#[global_allocator] static GLOBAL: SlabAlloc = SlabAlloc::new();`
+pub struct SlabAlloc {
+    _private: (),
+}
+
+impl SlabAlloc {
+    pub const fn new() -> SlabAlloc {
+        SlabAlloc { _private: () }
+    }
+
+    /// Bytes usable at `ptr`, which is at least the size it was allocated with (like
+    /// `malloc_usable_size`).
+    ///
+    /// # Safety
+    /// `ptr` must be a live allocation made by `SlabAlloc`.
+    pub unsafe fn usable_size(ptr: *const u8) -> usize {
+        let p = ptr as *mut u8;
+        if segment::is_segment(p) {
+            // SAFETY: p lies in a live segment; its header is readable.
+            unsafe { (*segment::segment_of(p)).layout.object_size }
+        } else {
+            // SAFETY: caller's contract: a live allocation outside segments is large.
+            unsafe { large::usable_size(p) }
+        }
+    }
+}
+
+impl Default for SlabAlloc {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The class of a small request with alignment <= 16, or None for everything else.
+#[inline(always)]
+fn fast_class(size: usize, align: usize) -> Option<usize> {
+    if align <= 16 && size <= MAX_SMALL {
+        let s = (size + align - 1) & !(align - 1);
+        if s <= LUT_MAX {
+            Some(class_of_small(s))
+        } else {
+            Some(crate::size_class::class_of(s))
+        }
+    } else {
+        None
+    }
+}
+
+#[inline(always)]
+unsafe fn alloc_impl(size: usize, align: usize) -> *mut u8 {
+    if let Some(c) = fast_class(size, align) {
+        let p = thread_cache::with(|tc| tc.bin(c, false).pop());
+        if !p.is_null() {
+            return p;
+        }
+        return thread_cache::alloc_slow(c, false);
+    }
+    alloc_other(size, align)
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_other(size: usize, align: usize) -> *mut u8 {
+    if !align.is_power_of_two() {
+        return ptr::null_mut();
+    }
+    match class_for(size, align) {
+        Some(c) => {
+            let p = thread_cache::with(|tc| tc.bin(c, false).pop());
+            if !p.is_null() {
+                p
+            } else {
+                thread_cache::alloc_slow(c, false)
+            }
+        }
+        None => large::alloc(size, align),
+    }
+}
+
+#[inline(always)]
+unsafe fn dealloc_impl(p: *mut u8, size: usize, align: usize) {
+    if let Some(c) = fast_class(size, align) {
+        // SAFETY: p is a live slot of class c (GlobalAlloc contract: same layout).
+        if unsafe { thread_cache::with(|tc| tc.bin(c, false).push(p)) } {
+            return;
+        }
+        // SAFETY: as above.
+        return unsafe { thread_cache::free_slow(p, c, false) };
+    }
+    // SAFETY: as above.
+    unsafe { dealloc_other(p, size, align) }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn dealloc_other(p: *mut u8, size: usize, align: usize) {
+    match class_for(size, align) {
+        Some(c) => {
+            // SAFETY: p is a live slot of class c (same layout as its allocation).
+            unsafe {
+                if !thread_cache::with(|tc| tc.bin(c, false).push(p)) {
+                    thread_cache::free_slow(p, c, false);
+                }
+            }
+        }
+        // SAFETY: a layout without a class was allocated by large::alloc.
+        None => unsafe { large::free(p) },
+    }
+}
+
+unsafe impl GlobalAlloc for SlabAlloc {
+    #[inline(always)]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded GlobalAlloc contract.
+        unsafe { alloc_impl(layout.size(), layout.align()) }
+    }
+
+    #[inline(always)]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded GlobalAlloc contract.
+        unsafe { dealloc_impl(ptr, layout.size(), layout.align()) }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let (size, align) = (layout.size(), layout.align());
+        if class_for(size, align).is_none() {
+            // A fresh mapping is already zero.
+            return large::alloc(size, align);
+        }
+        // SAFETY: forwarded GlobalAlloc contract.
+        let p = unsafe { alloc_impl(size, align) };
+        if !p.is_null() {
+            // SAFETY: p has at least size writable bytes.
+            unsafe { ptr::write_bytes(p, 0, size) };
+        }
+        p
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let align = layout.align();
+        let old = class_for(layout.size(), align);
+        let new = class_for(new_size, align);
+        match (old, new) {
+            (Some(a), Some(b)) if a == b => return p,
+            (None, None) if align <= sys::PAGE => {
+                // SAFETY: p is a live large allocation aligned to <= PAGE.
+                let q = unsafe { large::realloc(p, new_size) };
+                if !q.is_null() {
+                    return q;
+                }
+            }
+            _ => {}
+        }
+        // SAFETY: forwarded GlobalAlloc contract: new_size with align is a valid layout.
+        let q = unsafe { alloc_impl(new_size, align) };
+        if !q.is_null() {
+            // SAFETY: both blocks are live and distinct, and each holds at least the bytes
+            // copied; the old block is freed with the layout it was allocated with.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, layout.size().min(new_size));
+                dealloc_impl(p, layout.size(), align);
+            }
+        }
+        q
+    }
+}
+
+static INIT: AtomicU8 = AtomicU8::new(0);
+
+/// Process-wide setup, run by the first thread that takes a slow path: fork handlers.
+pub fn init_once() {
+    if INIT.load(Ordering::Acquire) == 2 {
+        return;
+    }
+    if INIT
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        if !sys::check_page_size() {
+            sys::fatal("the OS page size is larger than the 4 KiB slabcg was built for");
+        }
+        sys::thread::register_fork_handlers(fork_prepare, fork_parent, fork_child);
+        INIT.store(2, Ordering::Release);
+    } else {
+        while INIT.load(Ordering::Acquire) != 2 {
+            sys::yield_now();
+        }
+    }
+}
+
+unsafe extern "C" fn fork_prepare() {
+    thread_cache::fork_prepare();
+    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
+        c.lock_for_fork();
+    }
+}
+
+unsafe extern "C" fn fork_parent() {
+    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
+        // SAFETY: locked by fork_prepare in this thread.
+        unsafe { c.unlock_after_fork() };
+    }
+    // SAFETY: locked by fork_prepare in this thread.
+    unsafe { thread_cache::fork_parent() };
+}
+
+unsafe extern "C" fn fork_child() {
+    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
+        // SAFETY: locked by fork_prepare in the thread that forked, which is this one.
+        unsafe { c.unlock_after_fork() };
+    }
+    // SAFETY: as above.
+    unsafe { thread_cache::fork_child() };
+}

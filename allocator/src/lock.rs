@@ -1,0 +1,110 @@
+//! A small test-and-test-and-set spin lock for the allocator's shared structures.
+//!
+//! Critical sections under it are short (moving a batch of slots between a thread cache and
+//! slabs), so spinning beats sleeping; after a few hundred spins the waiter yields so a
+//! preempted holder can finish. It never allocates, which a `std::sync::Mutex` does not
+//! promise on every platform.
+
+use core::cell::UnsafeCell;
+use core::hint::spin_loop;
+use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicBool, Ordering};
+
+/// A value guarded by a spin lock.
+pub struct SpinLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: access to `value` is serialised by `locked` (acquire on lock, release on unlock).
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+// SAFETY: moving the lock moves the value; T: Send suffices.
+unsafe impl<T: Send> Send for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    pub const fn new(value: T) -> Self {
+        SpinLock {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    #[inline]
+    pub fn lock(&self) -> SpinGuard<'_, T> {
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+        SpinGuard { lock: self }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let mut spins = 0u32;
+        loop {
+            while self.locked.load(Ordering::Relaxed) {
+                if spins < 200 {
+                    spin_loop();
+                    spins += 1;
+                } else {
+                    crate::sys::yield_now();
+                }
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Takes the lock and leaks the guard; used by the fork handlers, which lock everything
+    /// before `fork` and release it in both processes afterwards.
+    pub fn lock_raw(&self) {
+        core::mem::forget(self.lock());
+    }
+
+    /// Releases a lock taken with [`lock_raw`](Self::lock_raw).
+    ///
+    /// # Safety
+    /// The lock must be held by a leaked guard of this thread (or, in a fork child, of the
+    /// thread that forked).
+    pub unsafe fn unlock_raw(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+}
+
+/// Proof that the lock is held; releases it on drop.
+pub struct SpinGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+}
+
+impl<T> Deref for SpinGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists only while the lock is held, so access is exclusive.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> DerefMut for SpinGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in deref; &mut self makes this the only borrow through the guard.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}

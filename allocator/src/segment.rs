@@ -1,0 +1,180 @@
+//! Segments: the 4 MiB, 4 MiB-aligned mappings that slabs are cut from.
+//!
+//! Every segment belongs to one cache, so every slab in it has the same layout. A pointer
+//! finds its segment by masking (`ptr & !(SEGMENT - 1)`) and its slab by a shift:
+//!
+//! ```text
+//!   segment: [ header: Segment + SlabDesc[nslabs] | slab 0 | slab 1 | ... | slab nslabs-1 | tail ]
+//!   slab k starts at  segment + slabs_offset + (k << slab_shift)
+//! ```
+//!
+//! Segments are never unmapped (their slabs are released to the OS with madvise instead), so
+//! a header stays readable for the life of the process; a global bitmap records which 4 MiB
+//! address ranges are segments, so a pointer we did not hand out is recognised as such.
+
+use core::ptr;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::cache::CacheCore;
+use crate::slab::SlabLayout;
+use crate::sys::{self, PAGE};
+
+pub const SEGMENT_SHIFT: u32 = 22;
+pub const SEGMENT: usize = 1 << SEGMENT_SHIFT;
+
+/// A free slot: the link of a free list lives in the slot's first word.
+#[repr(C)]
+pub struct FreeObj {
+    pub next: *mut FreeObj,
+}
+
+/// Which list a slab is on (see [`crate::cache`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum SlabState {
+    /// Never used since the segment was mapped (or released and not yet reused): not on a list.
+    Fresh = 0,
+    /// Some slots handed out, some available: on the cache's partial list.
+    Partial = 1,
+    /// Every slot handed out: on no list.
+    Full = 2,
+    /// No slot handed out, pages still resident: on the cache's empty list (the reserve).
+    Empty = 3,
+    /// No slot handed out, pages given back to the OS: on the cache's released list.
+    Released = 4,
+}
+
+/// Per-slab bookkeeping, kept in the segment header (not in the slab) so that slots start at
+/// the slab's first byte. Mutated only under the owning cache's lock.
+///
+/// Invariant: `used + |free| + (objects - carved) == objects`, i.e. `|free| == carved - used`.
+#[repr(C)]
+pub struct SlabDesc {
+    /// Slots given back, linked through their first word.
+    pub free: *mut FreeObj,
+    /// Slots handed out (to thread caches or directly to the program).
+    pub used: u32,
+    /// Slots `[carved, objects)` were never handed out since the slab was (re)started.
+    pub carved: u32,
+    pub next: *mut SlabDesc,
+    pub prev: *mut SlabDesc,
+    pub state: SlabState,
+}
+
+/// The segment header. Written once at creation except `fresh` and `next`, which are
+/// mutated under the owning cache's lock.
+#[repr(C)]
+pub struct Segment {
+    /// The cache every slab in this segment belongs to.
+    pub cache: *const CacheCore,
+    /// Copy of the cache's layout, so the free path reads one header.
+    pub layout: SlabLayout,
+    /// Offset of slab 0 from the segment start.
+    pub slabs_offset: usize,
+    /// Slabs in this segment.
+    pub nslabs: usize,
+    /// Slabs `[fresh, nslabs)` have never been used.
+    pub fresh: usize,
+    /// Next segment of the same cache.
+    pub next: *mut Segment,
+}
+
+impl Segment {
+    /// Maps and initialises a segment for `cache`. Null when the OS refuses.
+    pub fn create(cache: &CacheCore, layout: SlabLayout) -> *mut Segment {
+        let (slabs_offset, nslabs) = geometry(layout.slab_shift);
+        let seg = sys::map_aligned(SEGMENT, SEGMENT) as *mut Segment;
+        if seg.is_null() {
+            return seg;
+        }
+        // SAFETY: seg is a fresh, zeroed, writable mapping of SEGMENT bytes, large enough for
+        // the header (geometry() sized slabs_offset to hold it); the descriptors are valid when
+        // zeroed (null lists, state Fresh).
+        unsafe {
+            ptr::write(
+                seg,
+                Segment {
+                    cache,
+                    layout,
+                    slabs_offset,
+                    nslabs,
+                    fresh: 0,
+                    next: ptr::null_mut(),
+                },
+            );
+        }
+        segmap_insert(seg as usize);
+        seg
+    }
+
+    /// The descriptor of slab `k`.
+    ///
+    /// # Safety
+    /// `seg` must be a live segment and `k < nslabs`.
+    #[inline(always)]
+    pub unsafe fn desc(seg: *mut Segment, k: usize) -> *mut SlabDesc {
+        // SAFETY: the descriptor array follows the header inside slabs_offset bytes.
+        unsafe { (seg.add(1) as *mut SlabDesc).add(k) }
+    }
+
+    /// Start of slab `k`.
+    ///
+    /// # Safety
+    /// As [`desc`](Self::desc).
+    #[inline(always)]
+    pub unsafe fn slab_start(seg: *mut Segment, k: usize) -> *mut u8 {
+        // SAFETY: the caller guarantees seg is live; the slab lies inside the segment.
+        unsafe { (seg as *mut u8).add((*seg).slabs_offset + (k << (*seg).layout.slab_shift)) }
+    }
+
+    /// Segment, slab index and slab start of a descriptor.
+    ///
+    /// # Safety
+    /// `d` must be a descriptor inside a live segment header.
+    #[inline]
+    pub unsafe fn of_desc(d: *mut SlabDesc) -> (*mut Segment, usize, *mut u8) {
+        let seg = (d as usize & !(SEGMENT - 1)) as *mut Segment;
+        // SAFETY: d lies in seg's descriptor array.
+        unsafe {
+            let k = d.offset_from(Segment::desc(seg, 0)) as usize;
+            (seg, k, Segment::slab_start(seg, k))
+        }
+    }
+}
+
+/// The segment containing `p` (which may not be a segment at all: check [`is_segment`]).
+#[inline(always)]
+pub fn segment_of(p: *const u8) -> *mut Segment {
+    (p as usize & !(SEGMENT - 1)) as *mut Segment
+}
+
+/// Header size (page rounded) and slab count for slabs of `2^slab_shift` bytes.
+pub const fn geometry(slab_shift: u32) -> (usize, usize) {
+    let slab = 1usize << slab_shift;
+    let max_slabs = SEGMENT / slab;
+    let header = core::mem::size_of::<Segment>() + max_slabs * core::mem::size_of::<SlabDesc>();
+    let header = (header + PAGE - 1) & !(PAGE - 1);
+    (header, (SEGMENT - header) / slab)
+}
+
+// One bit per 4 MiB of a 47-bit address space: 2^25 bits in 2^19 words (4 MiB of zero-filled
+// .bss that costs nothing until touched).
+const SEGMAP_WORDS: usize = 1 << (47 - SEGMENT_SHIFT - 6);
+static SEGMAP: [AtomicU64; SEGMAP_WORDS] = [const { AtomicU64::new(0) }; SEGMAP_WORDS];
+
+fn segmap_insert(seg: usize) {
+    let i = seg >> SEGMENT_SHIFT;
+    if let Some(w) = SEGMAP.get(i >> 6) {
+        w.fetch_or(1 << (i & 63), Ordering::Release);
+    }
+}
+
+/// True when `p` lies in a segment this allocator mapped.
+#[inline]
+pub fn is_segment(p: *const u8) -> bool {
+    let i = p as usize >> SEGMENT_SHIFT;
+    match SEGMAP.get(i >> 6) {
+        Some(w) => w.load(Ordering::Acquire) & (1 << (i & 63)) != 0,
+        None => false,
+    }
+}

@@ -1,0 +1,135 @@
+//! `stats()` and `trim()`.
+//!
+//! Statistics are gathered on read from counters the slow paths keep anyway: slots a cache
+//! handed out minus slots sitting in thread bins (each thread's bin counts, read racily but
+//! never torn) is what the program holds. The fast paths touch nothing extra.
+
+use core::fmt;
+use core::sync::atomic::Ordering;
+
+use crate::segment::{geometry, SEGMENT};
+use crate::size_class::{class_size, NUM_CLASSES};
+use crate::{classes, large, sys, thread_cache};
+
+/// Counts for one size class (plain and accounted caches together).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// The class's object size.
+    pub size: usize,
+    /// Objects the program holds.
+    pub objects: usize,
+    /// Objects cached in thread bins.
+    pub cached: usize,
+    /// Slabs with at least one object handed out.
+    pub active_slabs: usize,
+    /// Empty slabs kept resident as a reserve.
+    pub empty_slabs: usize,
+    /// Bytes per slab.
+    pub slab_bytes: usize,
+}
+
+/// A snapshot of the allocator's memory. Exact when no other thread allocates meanwhile.
+#[derive(Clone, Copy, Debug)]
+pub struct AllocStats {
+    /// Bytes the program holds (usable sizes of live allocations).
+    pub allocated: usize,
+    /// Bytes of slabs holding at least one object, plus large mappings.
+    pub active: usize,
+    /// Bytes this allocator keeps resident: active slabs, the empty reserve, segment headers'
+    /// used part and large mappings.
+    pub resident: usize,
+    /// Bytes of address space mapped.
+    pub mapped: usize,
+    /// Bytes of allocator metadata: segment headers and owner metadata arrays paid for.
+    pub metadata: usize,
+    /// Live large allocations.
+    pub large_count: usize,
+    /// Resident set size of the whole process as the OS reports it (0 where unknown).
+    pub process_rss: usize,
+    /// Per size class.
+    pub classes: [ClassStats; NUM_CLASSES],
+}
+
+/// Gathers allocator statistics. Allocation-free.
+pub fn stats() -> AllocStats {
+    let mut classes_out = [ClassStats::default(); NUM_CLASSES];
+    let mut cached = [0usize; NUM_CLASSES];
+    thread_cache::for_each_bin_count(|c, _, n| cached[c] += n as usize);
+    let mut s = AllocStats {
+        allocated: 0,
+        active: 0,
+        resident: 0,
+        mapped: 0,
+        metadata: 0,
+        large_count: large::COUNT.load(Ordering::Relaxed),
+        process_rss: sys::resident_bytes(),
+        classes: classes_out,
+    };
+    for (c, out) in classes_out.iter_mut().enumerate() {
+        out.size = class_size(c);
+        out.cached = cached[c];
+        let mut used = 0usize;
+        for cache in [&classes::PLAIN[c], &classes::ACCOUNTED[c]] {
+            let k = &cache.counters;
+            let slab = cache.layout.slab_bytes();
+            out.slab_bytes = classes::PLAIN[c].layout.slab_bytes();
+            used += k.used.load(Ordering::Relaxed);
+            let active = k.active_slabs.load(Ordering::Relaxed);
+            let empty = k.empty_slabs.load(Ordering::Relaxed);
+            let segs = k.segments.load(Ordering::Relaxed);
+            out.active_slabs += active;
+            out.empty_slabs += empty;
+            let header = geometry(cache.layout.slab_shift).0;
+            s.active += active * slab;
+            s.resident += (active + empty) * slab + segs * header;
+            s.mapped += segs * SEGMENT;
+            s.metadata += segs * header + active * cache.layout.meta_bytes_paid();
+        }
+        out.objects = used.saturating_sub(out.cached);
+        s.allocated += out.objects * out.size;
+    }
+    let large_bytes = large::MAPPED.load(Ordering::Relaxed);
+    s.allocated += large_bytes.saturating_sub(s.large_count * sys::PAGE);
+    s.active += large_bytes;
+    s.resident += large_bytes;
+    s.mapped += large_bytes;
+    s.classes = classes_out;
+    s
+}
+
+/// Gives free memory back to the OS now: this thread's cached slots go back to their slabs,
+/// and every empty slab of every cache is released. Other threads' bins (bounded to 128 KiB
+/// per class each) are left alone.
+pub fn trim() {
+    thread_cache::flush_current();
+    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
+        c.trim();
+    }
+}
+
+impl fmt::Display for AllocStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "allocated {}", self.allocated)?;
+        writeln!(f, "active {}", self.active)?;
+        writeln!(f, "resident {}", self.resident)?;
+        writeln!(f, "mapped {}", self.mapped)?;
+        writeln!(f, "metadata {}", self.metadata)?;
+        writeln!(f, "large_count {}", self.large_count)?;
+        writeln!(f, "process_rss {}", self.process_rss)?;
+        writeln!(f, "class size objects cached active_slabs empty_slabs slab_bytes")?;
+        for c in self.classes.iter().filter(|c| c.objects + c.cached + c.active_slabs > 0) {
+            writeln!(
+                f,
+                "{:>5} {:>6} {:>8} {:>6} {:>12} {:>11} {:>10}",
+                "",
+                c.size,
+                c.objects,
+                c.cached,
+                c.active_slabs,
+                c.empty_slabs,
+                c.slab_bytes
+            )?;
+        }
+        Ok(())
+    }
+}

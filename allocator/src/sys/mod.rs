@@ -1,0 +1,170 @@
+//! The only place in the allocator that talks to the operating system.
+//!
+//! Contract for the rest of the crate: every function here is async-signal-unsafe but
+//! allocation-free (nothing here calls the Rust global allocator), never panics, and reports
+//! failure by a null pointer or `false` instead of unwinding. Linux (and other Unix systems with
+//! `mmap`) only.
+
+use core::ptr;
+
+/// The OS page size every layout computation assumes. Checked against `sysconf` at startup
+/// (see [`check_page_size`]); a kernel with bigger pages still works because every mapping we
+/// make is a multiple of this and `mmap` rounds up.
+pub const PAGE: usize = 4096;
+
+/// Maps `len` bytes of fresh, zeroed, read-write anonymous memory. Null on failure.
+pub fn map(len: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping with no fixed address cannot alias existing memory.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// Maps `len` bytes whose start is a multiple of `align` (a power of two >= PAGE), by mapping
+/// `len + align` and unmapping the unaligned head and the tail. Null on failure.
+pub fn map_aligned(len: usize, align: usize) -> *mut u8 {
+    let Some(total) = len.checked_add(align) else {
+        return ptr::null_mut();
+    };
+    let raw = map(total);
+    if raw.is_null() {
+        return raw;
+    }
+    let start = (raw as usize + align - 1) & !(align - 1);
+    let head = start - raw as usize;
+    let tail = total - head - len;
+    // SAFETY: both ranges lie inside the mapping just made and are page multiples, since raw,
+    // start and len are page aligned.
+    unsafe {
+        if head != 0 {
+            unmap(raw, head);
+        }
+        if tail != 0 {
+            unmap((start + len) as *mut u8, tail);
+        }
+    }
+    start as *mut u8
+}
+
+/// Unmaps a range.
+///
+/// # Safety
+/// `p..p+len` must be a page-aligned range this crate mapped and no longer uses.
+pub unsafe fn unmap(p: *mut u8, len: usize) {
+    // SAFETY: the caller guarantees the range is ours and dead.
+    unsafe {
+        libc::munmap(p.cast(), len);
+    }
+}
+
+/// Tells the kernel the range's contents are no longer needed: the pages stop counting as
+/// resident and read back as zero when touched again.
+///
+/// # Safety
+/// `p..p+len` must be a page-aligned range this crate mapped whose contents nobody needs.
+pub unsafe fn release(p: *mut u8, len: usize) {
+    // SAFETY: the caller guarantees the range is ours and its contents are dead; MADV_DONTNEED
+    // on a private anonymous mapping only drops the pages.
+    unsafe {
+        libc::madvise(p.cast(), len, libc::MADV_DONTNEED);
+    }
+}
+
+/// Grows or shrinks a mapping, moving it if needed. Null on failure (the old mapping is then
+/// unchanged).
+///
+/// # Safety
+/// `p..p+old_len` must be a whole mapping this crate made.
+#[cfg(target_os = "linux")]
+pub unsafe fn remap(p: *mut u8, old_len: usize, new_len: usize) -> *mut u8 {
+    // SAFETY: the caller guarantees the mapping is ours; MREMAP_MAYMOVE keeps the contents.
+    let q = unsafe { libc::mremap(p.cast(), old_len, new_len, libc::MREMAP_MAYMOVE) };
+    if q == libc::MAP_FAILED {
+        ptr::null_mut()
+    } else {
+        q.cast()
+    }
+}
+
+/// Without `mremap`, the caller falls back to allocate-copy-free.
+///
+/// # Safety
+/// As the Linux version.
+#[cfg(not(target_os = "linux"))]
+pub unsafe fn remap(_p: *mut u8, _old_len: usize, _new_len: usize) -> *mut u8 {
+    ptr::null_mut()
+}
+
+/// Gives the CPU away while spinning on a lock another thread holds.
+pub fn yield_now() {
+    // SAFETY: sched_yield has no preconditions.
+    unsafe {
+        libc::sched_yield();
+    }
+}
+
+/// Returns true when the kernel's page size is the one the layouts were computed for.
+pub fn check_page_size() -> bool {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    p > 0 && p as usize <= PAGE
+}
+
+/// Writes a message to standard error and aborts the process. Used for detected heap
+/// corruption (an invalid or double free), where continuing would corrupt memory silently.
+pub fn fatal(msg: &str) -> ! {
+    const PREFIX: &[u8] = b"slabcg: fatal: ";
+    // SAFETY: write(2) on fd 2 with valid buffers; abort has no preconditions.
+    unsafe {
+        libc::write(2, PREFIX.as_ptr().cast(), PREFIX.len());
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::write(2, b"\n".as_ptr().cast(), 1);
+        libc::abort();
+    }
+}
+
+/// Resident set size of this process in bytes, from /proc/self/statm (0 when unavailable).
+/// Allocation-free: reads into a stack buffer.
+pub fn resident_bytes() -> usize {
+    let path = b"/proc/self/statm\0";
+    let mut buf = [0u8; 128];
+    // SAFETY: path is NUL-terminated; buf is a valid writable buffer of its length.
+    let n = unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 0;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    if n <= 0 {
+        return 0;
+    }
+    // statm: size resident shared ... (in pages); take the second field.
+    let mut fields = buf[..n as usize].split(|&b| b == b' ');
+    fields.next();
+    let mut pages = 0usize;
+    for &b in fields.next().unwrap_or(&[]) {
+        if b.is_ascii_digit() {
+            pages = pages * 10 + (b - b'0') as usize;
+        }
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    pages * page
+}
+
+pub mod thread;

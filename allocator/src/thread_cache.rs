@@ -1,0 +1,377 @@
+//! Per-thread caches of free slots, one bin per size class (plain and accounted).
+//!
+//! The same-thread fast paths are a pop from and a push onto a singly linked bin: no lock, no
+//! atomic read-modify-write. A bin that runs dry is refilled with half its capacity from the
+//! class's [`CacheCore`]; a bin that overflows gives half back. A free on another thread
+//! simply lands in that thread's bin (Rust's `dealloc` names the layout, so the class is known
+//! without a lookup): the memory is reused by the freeing thread at once, and returns to its
+//! slab through the shared cache when that bin overflows or the thread exits — so memory freed
+//! by other threads is reused whether or not the allocating thread is still alive.
+//!
+//! Invariant per bin: `count == |list from head|` and `count <= max`.
+//! Fields touched by other threads: only `count` (read by `stats()`, hence an atomic with
+//! plain loads and stores) and the registry links (under the registry lock).
+//!
+//! Lifecycle (`state`): UNINIT (all `max == 0`, so the first alloc or free takes the slow path
+//! and initialises) → LIVE → DEAD at thread exit (bins flushed, `max == 0` again; later
+//! allocations of this thread, e.g. from other pthread key destructors, go straight to the
+//! shared caches).
+
+use core::cell::Cell;
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use crate::cache::CacheCore;
+use crate::classes;
+use crate::lock::SpinLock;
+use crate::segment::FreeObj;
+use crate::size_class::{class_size, NUM_CLASSES};
+use crate::sys;
+
+const UNINIT: u8 = 0;
+const LIVE: u8 = 1;
+const DEAD: u8 = 2;
+
+/// Bytes a bin may hold before it gives half back.
+const BIN_BYTES: usize = 128 * 1024;
+
+/// Capacity of the bin of class `c`.
+pub fn bin_max(c: usize) -> u32 {
+    (BIN_BYTES / class_size(c)).clamp(2, 256) as u32
+}
+
+pub struct Bin {
+    head: Cell<*mut FreeObj>,
+    count: AtomicU32,
+    max: Cell<u32>,
+}
+
+impl Bin {
+    const fn new() -> Bin {
+        Bin {
+            head: Cell::new(ptr::null_mut()),
+            count: AtomicU32::new(0),
+            max: Cell::new(0),
+        }
+    }
+
+    /// Pops a slot, or returns null when the bin is empty.
+    #[inline(always)]
+    pub fn pop(&self) -> *mut u8 {
+        let p = self.head.get();
+        if p.is_null() {
+            return ptr::null_mut();
+        }
+        // SAFETY: p heads this bin's list, so it is a free slot whose first word is the link
+        // (invariant: count == |list|).
+        self.head.set(unsafe { (*p).next });
+        self.count
+            .store(self.count.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+        p.cast()
+    }
+
+    /// Pushes a slot, or returns false when the bin is full (or not initialised).
+    ///
+    /// # Safety
+    /// `p` must be a slot of this bin's class that nobody uses any more.
+    #[inline(always)]
+    pub unsafe fn push(&self, p: *mut u8) -> bool {
+        let n = self.count.load(Ordering::Relaxed);
+        if n >= self.max.get() {
+            return false;
+        }
+        let o = p as *mut FreeObj;
+        // SAFETY: the caller hands us the slot; its first word becomes the link.
+        unsafe { (*o).next = self.head.get() };
+        self.head.set(o);
+        self.count.store(n + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Detaches the first `k` slots (k <= count) as a chain.
+    fn take(&self, k: u32) -> *mut FreeObj {
+        let head = self.head.get();
+        let mut last = head;
+        let mut i = 1;
+        while i < k {
+            // SAFETY: the list holds count >= k slots, each linking to the next.
+            last = unsafe { (*last).next };
+            i += 1;
+        }
+        // SAFETY: last is the k-th slot (k >= 1).
+        unsafe {
+            self.head.set((*last).next);
+            (*last).next = ptr::null_mut();
+        }
+        self.count
+            .store(self.count.load(Ordering::Relaxed) - k, Ordering::Relaxed);
+        head
+    }
+
+    /// Number of slots held (may be read by any thread; racy but never torn).
+    pub fn count(&self) -> u32 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+pub struct ThreadCache {
+    pub plain: [Bin; NUM_CLASSES],
+    pub accounted: [Bin; NUM_CLASSES],
+    state: Cell<u8>,
+    next: AtomicPtr<ThreadCache>,
+    prev: AtomicPtr<ThreadCache>,
+}
+
+impl ThreadCache {
+    const fn new() -> ThreadCache {
+        ThreadCache {
+            plain: [const { Bin::new() }; NUM_CLASSES],
+            accounted: [const { Bin::new() }; NUM_CLASSES],
+            state: Cell::new(UNINIT),
+            next: AtomicPtr::new(ptr::null_mut()),
+            prev: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// The bin of class `c`.
+    #[inline(always)]
+    pub fn bin(&self, c: usize, accounted: bool) -> &Bin {
+        debug_assert!(c < NUM_CLASSES);
+        let bins = if accounted {
+            &self.accounted
+        } else {
+            &self.plain
+        };
+        // SAFETY: every class index comes from size_class, which only yields c < NUM_CLASSES.
+        unsafe { bins.get_unchecked(c) }
+    }
+}
+
+// A const initialiser and no Drop: access compiles to a plain TLS offset with no lazy-init or
+// destructor-state check. Thread exit is hooked through a pthread key instead (see sys).
+thread_local! {
+    static TC: ThreadCache = const { ThreadCache::new() };
+}
+
+/// Runs `f` on this thread's cache.
+#[inline(always)]
+pub fn with<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
+    TC.with(f)
+}
+
+/// Slow path of an allocation from class `c`: initialise the thread, or refill the bin.
+#[cold]
+#[inline(never)]
+pub fn alloc_slow(c: usize, accounted: bool) -> *mut u8 {
+    with(|tc| {
+        if tc.state.get() == UNINIT {
+            init(tc);
+        }
+        let cache = classes::cache(c, accounted);
+        if tc.state.get() != LIVE {
+            return refill_one(cache);
+        }
+        let bin = tc.bin(c, accounted);
+        let p = bin.pop();
+        if !p.is_null() {
+            return p;
+        }
+        let want = (bin.max.get() / 2).max(1) as usize;
+        let chain = cache.refill(want);
+        if chain.count == 0 {
+            return ptr::null_mut();
+        }
+        debug_assert_eq!(bin.count(), 0);
+        bin.head.set(chain.head);
+        bin.count.store(chain.count as u32, Ordering::Relaxed);
+        bin.pop()
+    })
+}
+
+fn refill_one(cache: &CacheCore) -> *mut u8 {
+    cache.refill(1).head.cast()
+}
+
+/// Slow path of a free to class `c`: initialise the thread, or give half the bin back.
+///
+/// # Safety
+/// `p` must be a live slot of class `c` (plain or accounted as named) that the caller gives up.
+#[cold]
+#[inline(never)]
+pub unsafe fn free_slow(p: *mut u8, c: usize, accounted: bool) {
+    with(|tc| {
+        if tc.state.get() == UNINIT {
+            init(tc);
+        }
+        let cache = classes::cache(c, accounted);
+        let o = p as *mut FreeObj;
+        if tc.state.get() != LIVE {
+            // SAFETY: a one-slot chain of the caller's slot.
+            unsafe {
+                (*o).next = ptr::null_mut();
+                cache.flush(o, 1);
+            }
+            return;
+        }
+        let bin = tc.bin(c, accounted);
+        let k = bin.count().div_ceil(2);
+        if k > 0 {
+            let chain = bin.take(k);
+            // SAFETY: the chain holds k slots of this class taken from the bin.
+            unsafe { cache.flush(chain, k as usize) };
+        }
+        // SAFETY: the bin now has room; the caller gives up p.
+        let pushed = unsafe { bin.push(p) };
+        debug_assert!(pushed);
+    })
+}
+
+/// Gives every slot of this thread's bins back to the shared caches (used by `trim`).
+pub fn flush_current() {
+    with(|tc| {
+        if tc.state.get() == LIVE {
+            flush_all(tc);
+        }
+    })
+}
+
+fn flush_all(tc: &ThreadCache) {
+    for c in 0..NUM_CLASSES {
+        for accounted in [false, true] {
+            let bin = tc.bin(c, accounted);
+            let k = bin.count();
+            if k > 0 {
+                let chain = bin.take(k);
+                // SAFETY: the chain holds the bin's k slots of class c.
+                unsafe { classes::cache(c, accounted).flush(chain, k as usize) };
+            }
+        }
+    }
+}
+
+fn init(tc: &ThreadCache) {
+    crate::global::init_once();
+    for c in 0..NUM_CLASSES {
+        tc.plain[c].max.set(bin_max(c));
+        tc.accounted[c].max.set(bin_max(c));
+    }
+    registry_insert(tc);
+    tc.state.set(LIVE);
+    let me = tc as *const ThreadCache as *mut u8;
+    if !sys::thread::on_thread_exit(thread_exit, me) {
+        // Without an exit hook the bins would leak with the thread: run uncached instead.
+        teardown(tc);
+    }
+}
+
+unsafe extern "C" fn thread_exit(arg: *mut libc::c_void) {
+    // SAFETY: arg is this exiting thread's own ThreadCache, registered in init(); its TLS block
+    // stays valid while pthread key destructors run.
+    let tc = unsafe { &*(arg as *const ThreadCache) };
+    teardown(tc);
+}
+
+fn teardown(tc: &ThreadCache) {
+    if tc.state.get() != LIVE {
+        return;
+    }
+    // First stop caching, so that anything the flush below (or a later destructor) allocates
+    // goes straight to the shared caches.
+    tc.state.set(DEAD);
+    for c in 0..NUM_CLASSES {
+        tc.plain[c].max.set(0);
+        tc.accounted[c].max.set(0);
+    }
+    flush_all(tc);
+    registry_remove(tc);
+}
+
+// The registry of live thread caches: read by stats() for bin counts, reset in a fork child.
+struct Registry {
+    head: *mut ThreadCache,
+}
+// SAFETY: the pointers name live threads' caches, only followed under the registry lock.
+unsafe impl Send for Registry {}
+
+static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
+    head: ptr::null_mut(),
+});
+
+fn registry_insert(tc: &ThreadCache) {
+    let me = tc as *const ThreadCache as *mut ThreadCache;
+    let mut r = REGISTRY.lock();
+    tc.prev.store(ptr::null_mut(), Ordering::Relaxed);
+    tc.next.store(r.head, Ordering::Relaxed);
+    if !r.head.is_null() {
+        // SAFETY: the head is a live registered cache (under the lock).
+        unsafe { (*r.head).prev.store(me, Ordering::Relaxed) };
+    }
+    r.head = me;
+}
+
+fn registry_remove(tc: &ThreadCache) {
+    let mut r = REGISTRY.lock();
+    let next = tc.next.load(Ordering::Relaxed);
+    let prev = tc.prev.load(Ordering::Relaxed);
+    // SAFETY: neighbours are live registered caches (under the lock).
+    unsafe {
+        if prev.is_null() {
+            r.head = next;
+        } else {
+            (*prev).next.store(next, Ordering::Relaxed);
+        }
+        if !next.is_null() {
+            (*next).prev.store(prev, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Calls `f` with the slot counts of every live thread's bins, class by class.
+pub fn for_each_bin_count(mut f: impl FnMut(usize, bool, u32)) {
+    let r = REGISTRY.lock();
+    let mut tc = r.head;
+    while !tc.is_null() {
+        // SAFETY: registered caches stay valid until they remove themselves, which needs the
+        // lock we hold.
+        unsafe {
+            for c in 0..NUM_CLASSES {
+                f(c, false, (*tc).plain[c].count());
+                f(c, true, (*tc).accounted[c].count());
+            }
+            tc = (*tc).next.load(Ordering::Relaxed);
+        }
+    }
+}
+
+/// Fork support: hold the registry lock across `fork`.
+pub fn fork_prepare() {
+    REGISTRY.lock_raw();
+}
+
+/// Fork support, parent side.
+///
+/// # Safety
+/// After [`fork_prepare`] in this thread.
+pub unsafe fn fork_parent() {
+    // SAFETY: forwarded contract.
+    unsafe { REGISTRY.unlock_raw() };
+}
+
+/// Fork support, child side: only the forking thread survives, so the registry is reduced to
+/// its cache. The other threads' cached slots are lost to the child (a bounded leak, as with
+/// every allocator).
+///
+/// # Safety
+/// After [`fork_prepare`], in the child.
+pub unsafe fn fork_child() {
+    // SAFETY: the lock is held by fork_prepare of this (the only) thread.
+    unsafe { REGISTRY.unlock_raw() };
+    let mut r = REGISTRY.lock();
+    r.head = ptr::null_mut();
+    drop(r);
+    with(|tc| {
+        if tc.state.get() == LIVE {
+            registry_insert(tc);
+        }
+    });
+}
