@@ -47,7 +47,9 @@ pub static CLASS_SIZES: [u32; NUM_CLASSES] = build_sizes();
 const fn class_of_slow(size: usize) -> usize {
     if size <= 64 {
         if size == 0 {
-            0
+            // A zero-size request gets 16 bytes, so that it is aligned for every alignment
+            // the table path serves (<= 16) without an extra instruction.
+            1
         } else {
             (size + 7) / 8 - 1
         }
@@ -143,7 +145,8 @@ mod tests {
 
     #[test]
     fn class_of_is_smallest_fit() {
-        for size in 0..=MAX_SMALL {
+        assert_eq!(class_size(class_of(0)), 16);
+        for size in 1..=MAX_SMALL {
             let c = class_of(size);
             assert!(class_size(c) >= size, "size {size}");
             if c > 0 {

@@ -1,0 +1,128 @@
+//! Memory goes back to the OS, and fork leaves a usable child. These tests run in a child
+//! process each, so other tests' allocations do not disturb the RSS figures.
+
+use std::process::Command;
+
+use slabcg_allocator::SlabAlloc;
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+fn run_child(test: &str) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("SLABCG_CHILD", test)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{test} failed:\n{text}");
+    assert!(text.contains("CHILD-OK"), "{test} did not run:\n{text}");
+}
+
+fn is_child(test: &str) -> bool {
+    std::env::var("SLABCG_CHILD").as_deref() == Ok(test)
+}
+
+#[test]
+fn trim_returns_a_gigabyte_burst() {
+    if !is_child("trim_returns_a_gigabyte_burst") {
+        return run_child("trim_returns_a_gigabyte_burst");
+    }
+    let start = slabcg_allocator::stats().process_rss;
+    // 1 GiB of small objects of mixed classes, then free them all.
+    let mut v: Vec<Box<[u8]>> = Vec::with_capacity(5_000_000);
+    let mut total = 0usize;
+    let mut i = 0usize;
+    while total < 1 << 30 {
+        let size = [48usize, 200, 256, 700, 1000][i % 5];
+        v.push(vec![i as u8; size].into_boxed_slice());
+        total += size;
+        i += 1;
+    }
+    let peak = slabcg_allocator::stats().process_rss;
+    assert!(peak > start + (900 << 20), "burst not resident? {start} -> {peak}");
+    drop(v);
+    slabcg_allocator::trim();
+    let end = slabcg_allocator::stats().process_rss;
+    println!("rss start {start} peak {peak} after trim {end}");
+    assert!(end < start + (64 << 20), "rss start {start} peak {peak} after trim {end}");
+    println!("CHILD-OK");
+}
+
+#[test]
+fn fork_from_multithreaded_program() {
+    if !is_child("fork_from_multithreaded_program") {
+        return run_child("fork_from_multithreaded_program");
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Threads hammer the shared caches so that fork is likely to land while a lock is held.
+    let workers: Vec<_> = (0..3)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut keep: Vec<Vec<u8>> = Vec::new();
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    keep.push(vec![t as u8; 16 + i % 3000]);
+                    if keep.len() > 5000 {
+                        keep.clear();
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    for round in 0..20 {
+        // SAFETY: the child only allocates, frees and exits with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let mut v: Vec<Vec<u8>> = Vec::new();
+            for i in 0..20_000 {
+                v.push(vec![round as u8; 8 + i % 5000]);
+            }
+            let ok = v.iter().enumerate().all(|(i, x)| x.len() == 8 + i % 5000);
+            drop(v);
+            let t = std::thread::spawn(|| vec![1u8; 100_000].len()).join().unwrap();
+            // SAFETY: _exit is always safe to call.
+            unsafe { libc::_exit(if ok && t == 100_000 { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {round} status {status}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    println!("CHILD-OK");
+}
+
+#[test]
+fn invalid_free_is_reported() {
+    if !is_child("invalid_free_is_reported") {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "invalid_free_is_reported", "--nocapture"])
+            .env("SLABCG_CHILD", "invalid_free_is_reported")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains("slabcg: fatal:"), "stderr: {err}");
+        return;
+    }
+    use std::alloc::{GlobalAlloc, Layout};
+    let l = Layout::from_size_align(64, 8).unwrap();
+    let mut local = [0u8; 64];
+    // SAFETY: deliberately invalid: freeing stack memory must be detected, not corrupt the heap.
+    // Enough frees to overflow the thread bin, whose flush validates every slot.
+    unsafe {
+        for _ in 0..10_000 {
+            GLOBAL.dealloc(local.as_mut_ptr(), l);
+        }
+    }
+    println!("not detected");
+}
