@@ -4,4 +4,15 @@
 //! This crate re-exports the allocator (`slabcg-allocator`) and the accounting
 //! (`slabcg-accounting`); see their crate docs for the design.
 
-pub use slabcg_allocator::*;
+pub use slabcg_accounting::{
+    current_tenant, drain_all_stocks, ChargeError, Events, ScopeGuard, StatItem, Tenant, TenantStat,
+};
+pub use slabcg_allocator::{
+    stats, trim, AllocStats, Cache, CacheBuilder, CacheError, CacheInfo, ClassStats, MetaPlacement,
+    SlabAlloc,
+};
+
+/// The accounting crate, for its lower-level parts (`hooks`).
+pub use slabcg_accounting as accounting;
+/// The allocator crate, for its lower-level parts (layouts, size classes).
+pub use slabcg_allocator as allocator;

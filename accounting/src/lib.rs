@@ -1,1 +1,55 @@
-//! placeholder
+//! slabcg-accounting: hierarchical, memcg-style memory accounting with per-thread stocks.
+//!
+//! ## Vocabulary (see DESIGN.md)
+//! **tenant**: a node of the accounting tree; the **root** is never limited. **objcg**: what
+//! a charged allocation points to (a `u32` id); it points to its tenant and is re-pointed
+//! to the parent when the tenant dies (reparenting). **charge/uncharge**: add/remove bytes to
+//! a tenant and all its ancestors (the root included). **counter**: the shared hierarchical
+//! value. **stock**: a thread's private reserve of bytes already charged to the counter.
+//! **drain**: give a stock back. **current, peak, max, high, events**: as in cgroup v2.
+//!
+//! ## Call tree of the fast path
+//! ```text
+//! hooks::charge(id, n, idx)                      #[inline(always)]
+//!   stock::consume: STOCK (TLS, const, no Drop)
+//!     in_cs = 1; compiler_fence; if steal -> miss
+//!     find slot with ids[i] == id (7 compares)
+//!     bytes[i] >= n && stat delta stays small -> bytes[i] -= n; stats[i][idx] += n
+//!     in_cs = 0
+//!   miss -> charge::charge_slow                  #[cold] #[inline(never)]
+//!     refill a batch from counter::try_charge (CAS walk up the ancestors), evict LRU slot,
+//!     failure ladder: exact n -> drain::drain_all -> retry -> reclaim callback -> retry
+//! hooks::uncharge(id, n, idx): the mirror image (stock::refill / charge::uncharge_slow).
+//! ```
+//!
+//! ## Who touches what
+//! - `Stock` (stock.rs): its owner thread, plus a drainer holding the registry lock after a
+//!   membarrier handshake (drain.rs). Owner never uses atomic RMW on it.
+//! - `Counter` (counter.rs) and `Stats` (stat.rs) of a node: any thread, atomics, slow
+//!   paths only (batch refills, trims, flushes, drains).
+//! - `ObjCg` (objcg.rs): refs by any slow path; `tenant` written only in user context under
+//!   the tree lock (reparenting), read lock-free by slow paths that hold a ref.
+//! - Tree structure, names, objcg lists, reclaim callbacks (tenant.rs): user context only.
+//!
+//! Runtime paths (everything the hooks reach) never allocate through the global allocator,
+//! never panic, never unwind, and take only the registry spin lock, whose holders do
+//! bounded work. User-facing APIs may allocate.
+
+mod charge;
+mod counter;
+mod drain;
+pub mod hooks;
+mod objcg;
+mod scope;
+mod stat;
+mod stock;
+mod sys;
+mod tenant;
+
+pub use drain::drain_all_stocks;
+pub use scope::{current_tenant, ScopeGuard};
+pub use stat::{StatItem, TenantStat};
+pub use tenant::{ChargeError, Events, Tenant};
+
+#[cfg(test)]
+mod tests;

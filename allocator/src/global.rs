@@ -17,7 +17,10 @@ use core::ptr;
 use core::sync::atomic::{AtomicU8, Ordering};
 
 use crate::size_class::{class_for, class_of_small, LUT_MAX, MAX_SMALL};
-use crate::{classes, large, segment, sys, thread_cache};
+use slabcg_accounting::hooks;
+
+use crate::size_class::CLASS_SIZES;
+use crate::{charge, classes, large, segment, sys, thread_cache};
 
 /// The slabcg global allocator. Install with
 /// `#[global_allocator] static GLOBAL: SlabAlloc = SlabAlloc::new();`
@@ -68,14 +71,44 @@ fn fast_class(size: usize, align: usize) -> Option<usize> {
     }
 }
 
+/// Allocates a slot of class `c`, charged to the current tenant when there is one.
+#[inline(always)]
+fn alloc_class(c: usize) -> *mut u8 {
+    let cg = hooks::current_objcg();
+    if cg != 0 {
+        return charge::alloc_small(c, cg);
+    }
+    let p = thread_cache::with(|tc| tc.bin(c, false).pop());
+    if !p.is_null() {
+        return p;
+    }
+    thread_cache::alloc_slow(c, false)
+}
+
+/// Frees slot `p` of class `c`.
+///
+/// # Safety
+/// `p` must be a live slot of class `c` (plain or accounted).
+#[inline(always)]
+unsafe fn free_class(p: *mut u8, c: usize) {
+    // Until some thread has entered a tenant scope no object can be accounted, so the free
+    // path does not even look at the segment header.
+    if hooks::accounting_active() && charge::is_accounted(p) {
+        // SAFETY: caller's contract; the segment says the slot is accounted.
+        return unsafe { charge::free_small(p, c) };
+    }
+    // SAFETY: caller's contract.
+    if unsafe { thread_cache::with(|tc| tc.bin(c, false).push(p)) } {
+        return;
+    }
+    // SAFETY: caller's contract.
+    unsafe { thread_cache::free_slow(p, c, false) }
+}
+
 #[inline(always)]
 unsafe fn alloc_impl(size: usize, align: usize) -> *mut u8 {
     if let Some(c) = fast_class(size, align) {
-        let p = thread_cache::with(|tc| tc.bin(c, false).pop());
-        if !p.is_null() {
-            return p;
-        }
-        return thread_cache::alloc_slow(c, false);
+        return alloc_class(c);
     }
     alloc_other(size, align)
 }
@@ -87,15 +120,8 @@ fn alloc_other(size: usize, align: usize) -> *mut u8 {
         return ptr::null_mut();
     }
     match class_for(size, align) {
-        Some(c) => {
-            let p = thread_cache::with(|tc| tc.bin(c, false).pop());
-            if !p.is_null() {
-                p
-            } else {
-                thread_cache::alloc_slow(c, false)
-            }
-        }
-        None => large::alloc(size, align),
+        Some(c) => alloc_class(c),
+        None => charge::alloc_large(size, align),
     }
 }
 
@@ -103,11 +129,7 @@ fn alloc_other(size: usize, align: usize) -> *mut u8 {
 unsafe fn dealloc_impl(p: *mut u8, size: usize, align: usize) {
     if let Some(c) = fast_class(size, align) {
         // SAFETY: p is a live slot of class c (GlobalAlloc contract: same layout).
-        if unsafe { thread_cache::with(|tc| tc.bin(c, false).push(p)) } {
-            return;
-        }
-        // SAFETY: as above.
-        return unsafe { thread_cache::free_slow(p, c, false) };
+        return unsafe { free_class(p, c) };
     }
     // SAFETY: as above.
     unsafe { dealloc_other(p, size, align) }
@@ -117,16 +139,10 @@ unsafe fn dealloc_impl(p: *mut u8, size: usize, align: usize) {
 #[inline(never)]
 unsafe fn dealloc_other(p: *mut u8, size: usize, align: usize) {
     match class_for(size, align) {
-        Some(c) => {
-            // SAFETY: p is a live slot of class c (same layout as its allocation).
-            unsafe {
-                if !thread_cache::with(|tc| tc.bin(c, false).push(p)) {
-                    thread_cache::free_slow(p, c, false);
-                }
-            }
-        }
+        // SAFETY: p is a live slot of class c (same layout as its allocation).
+        Some(c) => unsafe { free_class(p, c) },
         // SAFETY: a layout without a class was allocated by large::alloc.
-        None => unsafe { large::free(p) },
+        None => unsafe { charge::free_large(p) },
     }
 }
 
@@ -148,7 +164,7 @@ unsafe impl GlobalAlloc for SlabAlloc {
         let (size, align) = (layout.size(), layout.align());
         if class_for(size, align).is_none() {
             // A fresh mapping is already zero.
-            return large::alloc(size, align);
+            return charge::alloc_large(size, align);
         }
         // SAFETY: forwarded GlobalAlloc contract.
         let p = unsafe { alloc_impl(size, align) };
@@ -168,7 +184,7 @@ unsafe impl GlobalAlloc for SlabAlloc {
             (Some(a), Some(b)) if a == b => return p,
             (None, None) if align <= sys::PAGE => {
                 // SAFETY: p is a live large allocation aligned to <= PAGE.
-                let q = unsafe { large::realloc(p, new_size) };
+                let q = unsafe { charge::realloc_large(p, new_size) };
                 if !q.is_null() {
                     return q;
                 }
@@ -204,12 +220,21 @@ pub fn init_once() {
             sys::fatal("the OS page size is larger than the 4 KiB slabcg was built for");
         }
         sys::thread::register_fork_handlers(fork_prepare, fork_parent, fork_child);
+        hooks::set_slab_class_sizes(&CLASS_SIZES);
+        hooks::set_root_usage_source(root_usage);
         INIT.store(2, Ordering::Release);
     } else {
         while INIT.load(Ordering::Acquire) != 2 {
             sys::yield_now();
         }
     }
+}
+
+/// Bytes allocated outside every tenant scope: what the root tenant holds beyond its
+/// children's charges.
+fn root_usage() -> u64 {
+    let s = crate::stats::stats();
+    s.allocated.saturating_sub(s.allocated_charged) as u64
 }
 
 unsafe extern "C" fn fork_prepare() {

@@ -35,7 +35,7 @@ fn header(p: *mut u8) -> *mut LargeHeader {
     p.wrapping_sub(PAGE) as *mut LargeHeader
 }
 
-fn usable_for(size: usize) -> Option<usize> {
+pub fn usable_for(size: usize) -> Option<usize> {
     let s = size.max(1).checked_add(PAGE - 1)? & !(PAGE - 1);
     if s > isize::MAX as usize / 2 {
         return None;

@@ -19,8 +19,11 @@
 //! - segment headers: written once at creation, read by any thread;
 //! - large headers: the owner of the allocation.
 
+pub mod bulk;
 pub mod cache;
+pub mod charge;
 pub mod classes;
+pub mod dedicated;
 pub mod global;
 pub mod large;
 pub mod lock;
@@ -31,6 +34,7 @@ pub mod stats;
 pub mod sys;
 pub mod thread_cache;
 
+pub use dedicated::{Cache, CacheBuilder, CacheError, CacheInfo};
 pub use global::SlabAlloc;
 pub use slab::{MetaPlacement, SlabLayout};
 pub use stats::{stats, trim, AllocStats, ClassStats};

@@ -67,6 +67,9 @@ pub struct SlabDesc {
 pub struct Segment {
     /// The cache every slab in this segment belongs to.
     pub cache: *const CacheCore,
+    /// Whether slots carry owner metadata (a copy of the cache's flag, read by every free
+    /// once accounting is in use).
+    pub accounted: bool,
     /// Copy of the cache's layout, so the free path reads one header.
     pub layout: SlabLayout,
     /// Offset of slab 0 from the segment start.
@@ -95,6 +98,7 @@ impl Segment {
                 seg,
                 Segment {
                     cache,
+                    accounted: cache.accounted,
                     layout,
                     slabs_offset,
                     nslabs,

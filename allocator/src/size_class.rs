@@ -8,10 +8,10 @@
 //!   | 1280 ... 2048 | ... | 81920 98304 114688 131072
 //! ```
 //!
-//! 52 classes. Internal waste (`class - request) / class` is below 20% for every request
-//! above 64 bytes (the worst case is one byte above a class boundary: 1.25x → 1.5x is
-//! `1 - (1.25x+1)/1.5x` ≈ 16.7%, and `2x+1` → `2.5x` is 20%), and below 12.5% on average over
-//! all request sizes 65..=128 KiB; the test `waste_bounds` computes both. Requests above
+//! 52 classes. Internal waste `(class - request) / class` is below 20% for every request
+//! above 64 bytes (the worst case is one byte above a power of two: `2^k + 1` rounds up to
+//! `1.25 * 2^k`, wasting just under 20%), and 7.9% on average over all request sizes 65..=128 KiB; the test
+//! `waste_bounds` computes both. Requests above
 //! `MAX_SMALL`, or aligned above a page, are large allocations with their own mapping.
 
 /// Number of size classes.
@@ -186,6 +186,7 @@ mod tests {
         }
         assert!(worst <= 0.25, "worst waste {worst}");
         assert!(worst < 0.2 + 1e-9, "worst waste {worst}");
-        assert!(sum / n < 0.125, "average waste {}", sum / n);
+        // 7.9% today.
+        assert!(sum / n < 0.085, "average waste {}", sum / n);
     }
 }

@@ -42,6 +42,9 @@ pub struct AllocStats {
     pub mapped: usize,
     /// Bytes of allocator metadata: segment headers and owner metadata arrays paid for.
     pub metadata: usize,
+    /// Bytes of `allocated` charged to tenants (objects in accounted slabs, charged large
+    /// allocations).
+    pub allocated_charged: usize,
     /// Live large allocations.
     pub large_count: usize,
     /// Resident set size of the whole process as the OS reports it (0 where unknown).
@@ -53,27 +56,31 @@ pub struct AllocStats {
 /// Gathers allocator statistics. Allocation-free.
 pub fn stats() -> AllocStats {
     let mut classes_out = [ClassStats::default(); NUM_CLASSES];
-    let mut cached = [0usize; NUM_CLASSES];
-    thread_cache::for_each_bin_count(|c, _, n| cached[c] += n as usize);
+    let mut cached = [[0usize; 2]; NUM_CLASSES];
+    thread_cache::for_each_bin_count(|c, acc, n| cached[c][acc as usize] += n as usize);
     let mut s = AllocStats {
         allocated: 0,
         active: 0,
         resident: 0,
         mapped: 0,
         metadata: 0,
+        allocated_charged: crate::charge::CHARGED_LARGE.load(Ordering::Relaxed),
         large_count: large::COUNT.load(Ordering::Relaxed),
         process_rss: sys::resident_bytes(),
         classes: classes_out,
     };
     for (c, out) in classes_out.iter_mut().enumerate() {
         out.size = class_size(c);
-        out.cached = cached[c];
-        let mut used = 0usize;
-        for cache in [&classes::PLAIN[c], &classes::ACCOUNTED[c]] {
+        out.cached = cached[c][0] + cached[c][1];
+        out.slab_bytes = classes::PLAIN[c].layout.slab_bytes();
+        for (acc, cache) in [&classes::PLAIN[c], &classes::ACCOUNTED[c]].into_iter().enumerate() {
             let k = &cache.counters;
             let slab = cache.layout.slab_bytes();
-            out.slab_bytes = classes::PLAIN[c].layout.slab_bytes();
-            used += k.used.load(Ordering::Relaxed);
+            let held = k.used.load(Ordering::Relaxed).saturating_sub(cached[c][acc]);
+            out.objects += held;
+            if acc == 1 {
+                s.allocated_charged += held * out.size;
+            }
             let active = k.active_slabs.load(Ordering::Relaxed);
             let empty = k.empty_slabs.load(Ordering::Relaxed);
             let segs = k.segments.load(Ordering::Relaxed);
@@ -85,7 +92,6 @@ pub fn stats() -> AllocStats {
             s.mapped += segs * SEGMENT;
             s.metadata += segs * header + active * cache.layout.meta_bytes_paid();
         }
-        out.objects = used.saturating_sub(out.cached);
         s.allocated += out.objects * out.size;
     }
     let large_bytes = large::MAPPED.load(Ordering::Relaxed);
@@ -114,14 +120,14 @@ impl fmt::Display for AllocStats {
         writeln!(f, "resident {}", self.resident)?;
         writeln!(f, "mapped {}", self.mapped)?;
         writeln!(f, "metadata {}", self.metadata)?;
+        writeln!(f, "allocated_charged {}", self.allocated_charged)?;
         writeln!(f, "large_count {}", self.large_count)?;
         writeln!(f, "process_rss {}", self.process_rss)?;
         writeln!(f, "class size objects cached active_slabs empty_slabs slab_bytes")?;
         for c in self.classes.iter().filter(|c| c.objects + c.cached + c.active_slabs > 0) {
             writeln!(
                 f,
-                "{:>5} {:>6} {:>8} {:>6} {:>12} {:>11} {:>10}",
-                "",
+                "{:>5} {:>7} {:>6} {:>12} {:>11} {:>10}",
                 c.size,
                 c.objects,
                 c.cached,

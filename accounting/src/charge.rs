@@ -1,0 +1,243 @@
+//! The slow paths of charge and uncharge: refilling and trimming stock slots, charging the
+//! counters directly (no stock, or a stock being stolen), and the failure ladder.
+//!
+//! A charge fails only after: the slot refill fails (a batch, then exactly `n`) -> every
+//! thread's stock is drained -> retry -> the refusing ancestor's reclaim callback runs
+//! (outside every CS, at most once per thread at a time) -> retry -> fail, counting
+//! `events.max` and `events.oom` on the refusing ancestor.
+//!
+//! Order rule: a thread touches `objcg.tenant` (and the node it points to) only while it
+//! holds a ref on the objcg (see `objcg.rs`), so every `put` comes after the last use.
+
+use crate::counter;
+use crate::drain;
+use crate::hooks::StatIdx;
+use crate::objcg::{self, ObjCg, ObjCgId};
+use crate::stat;
+use crate::stock::{
+    Contents, Stock, CHARGE_BATCH, EXITED, IN_RECLAIM, REGISTERED, STOCK, STOCK_HIGH, STOCK_LOW,
+};
+use crate::tenant::{self, Node};
+use core::sync::atomic::Ordering::Relaxed;
+
+/// A refused charge: the node whose `max` refused. Valid while the charging tenant is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Refused(pub(crate) *const Node);
+
+/// Whether this thread's stock can be used, registering it on first use.
+fn usable(s: &Stock) -> bool {
+    let f = s.flags();
+    if f & EXITED != 0 {
+        return false;
+    }
+    f & REGISTERED != 0 || drain::register(s)
+}
+
+/// Slow path of `hooks::charge`.
+#[cold]
+#[inline(never)]
+pub(crate) fn charge_slow(id: ObjCgId, n: u64, idx: StatIdx) -> Result<(), Refused> {
+    // An unknown or freed id has no tenant: it is uncharged, like id 0.
+    let Some(oc) = objcg::lookup(id) else {
+        return Ok(());
+    };
+    STOCK.with(|s| {
+        if !usable(s) {
+            return charge_direct(s, oc, n, idx);
+        }
+        // 1. The slot may hold the bytes and only its stat delta need a flush.
+        let mut flush = None;
+        if s.enter() {
+            if let Some(i) = s.find(id) {
+                let b = s.bytes[i].load(Relaxed);
+                if b >= n {
+                    s.bytes[i].store(b - n, Relaxed);
+                    flush = Some(s.add_stat(i, idx, n as i64));
+                    s.touch(i);
+                }
+            }
+        }
+        s.leave();
+        if let Some(d) = flush {
+            flush_stat(oc, idx, d);
+            return Ok(());
+        }
+        // 2. Refill: charge a batch (or exactly n near the limit) to the counter.
+        let batch = n
+            .div_ceil(CHARGE_BATCH)
+            .saturating_mul(CHARGE_BATCH)
+            .max(CHARGE_BATCH);
+        let got = charge_counter(s, oc, n, batch)?;
+        oc.get(got + 1); // the bytes, and a slot ref in case we fill a new slot
+        let left = got - n;
+        let mut spare_ref = 1;
+        let mut direct = 0;
+        let d;
+        let mut victim = Contents::EMPTY;
+        if s.enter() {
+            if let Some(i) = s.find(id) {
+                // Normally b < n here (step 1 failed), so b + left < got and no trim is due.
+                // A reclaim callback run by the ladder may have refilled it by freeing, so
+                // trim like an uncharge would.
+                let mut b = s.bytes[i].load(Relaxed) + left;
+                if b > STOCK_HIGH {
+                    direct = b - STOCK_LOW;
+                    b = STOCK_LOW;
+                }
+                s.bytes[i].store(b, Relaxed);
+                d = s.add_stat(i, idx, n as i64);
+                s.touch(i);
+            } else {
+                let i = s.victim();
+                victim = s.take(i);
+                s.fill(i, id, left);
+                d = s.add_stat(i, idx, n as i64);
+                spare_ref = 0;
+            }
+        } else {
+            direct = left;
+            d = n as i64;
+        }
+        s.leave();
+        if direct != 0 {
+            // SAFETY: we hold `got` bytes of refs.
+            if let Some(t) = unsafe { oc.tenant() } {
+                counter::uncharge(t, direct);
+            }
+        }
+        flush_stat(oc, idx, d);
+        oc.put(spare_ref + direct);
+        release(&victim);
+        Ok(())
+    })
+}
+
+/// Charges `n` to the counters without a stock (exited thread, stolen stock).
+fn charge_direct(s: &Stock, oc: &ObjCg, n: u64, idx: StatIdx) -> Result<(), Refused> {
+    let got = charge_counter(s, oc, n, n)?;
+    oc.get(got);
+    flush_stat(oc, idx, n as i64);
+    Ok(())
+}
+
+/// Charges `batch` (if more than `n` and it fits) or exactly `n` to the objcg's tenant,
+/// running the failure ladder for `n`. Returns the bytes charged.
+fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refused> {
+    // SAFETY (every `oc.tenant()` here): the caller holds bytes of refs on `oc` (the object
+    // being charged belongs to a live scope or a live object of the caller).
+    let Some(t) = (unsafe { oc.tenant() }) else {
+        return Ok(n);
+    };
+    if batch > n && counter::try_charge(t, batch).is_ok() {
+        return Ok(batch);
+    }
+    let try_n = || match unsafe { oc.tenant() } {
+        Some(t) => counter::try_charge(t, n)
+            .map(|()| n)
+            .map_err(|r| Refused(r)),
+        None => Ok(n),
+    };
+    if let Ok(got) = try_n() {
+        return Ok(got);
+    }
+    drain::drain_all();
+    let refused = match try_n() {
+        Ok(got) => return Ok(got),
+        Err(r) => r,
+    };
+    let refused = if s.flags() & IN_RECLAIM == 0 {
+        s.set_flags(IN_RECLAIM, 0);
+        // SAFETY: the refusing node is `t` or an ancestor of it, alive while we hold refs.
+        tenant::run_reclaim(unsafe { &*refused.0 }, n);
+        s.set_flags(0, IN_RECLAIM);
+        match try_n() {
+            Ok(got) => return Ok(got),
+            Err(r) => r,
+        }
+    } else {
+        refused
+    };
+    // SAFETY: as above.
+    let c = &unsafe { &*refused.0 }.counter;
+    c.ev_max.fetch_add(1, Relaxed);
+    c.ev_oom.fetch_add(1, Relaxed);
+    Err(refused)
+}
+
+/// Slow path of `hooks::uncharge`.
+#[cold]
+#[inline(never)]
+pub(crate) fn uncharge_slow(id: ObjCgId, n: u64, idx: StatIdx) {
+    let Some(oc) = objcg::lookup(id) else { return };
+    STOCK.with(|s| {
+        let usable = usable(s);
+        if usable {
+            oc.get(1); // a slot ref in case we fill a new slot
+        }
+        let mut spare_ref = u64::from(usable);
+        let mut excess = n;
+        let mut d = -(n as i64);
+        if usable && s.enter() {
+            let slot = match s.find(id) {
+                Some(i) => Some(i),
+                // Take an empty slot, but never evict on an uncharge: frees of many remote
+                // tenants would otherwise drain and refill the hot slots in a loop.
+                None => s.empty_slot().inspect(|&i| {
+                    s.fill(i, id, 0);
+                    spare_ref = 0;
+                }),
+            };
+            if let Some(i) = slot {
+                let mut b = s.bytes[i].load(Relaxed).saturating_add(n);
+                excess = 0;
+                if b > STOCK_HIGH {
+                    excess = b - STOCK_LOW;
+                    b = STOCK_LOW;
+                }
+                s.bytes[i].store(b, Relaxed);
+                d = s.add_stat(i, idx, -(n as i64));
+                s.touch(i);
+            }
+        }
+        s.leave();
+        if excess != 0 {
+            // SAFETY: we still hold the `excess` bytes of refs that we put below.
+            if let Some(t) = unsafe { oc.tenant() } {
+                counter::uncharge(t, excess);
+            }
+        }
+        flush_stat(oc, idx, d);
+        oc.put(spare_ref + excess);
+    })
+}
+
+/// Adds a stat delta to the objcg's tenant and its ancestors.
+fn flush_stat(oc: &ObjCg, idx: StatIdx, d: i64) {
+    if d == 0 {
+        return;
+    }
+    // SAFETY: every caller flushes before dropping its refs.
+    if let Some(t) = unsafe { oc.tenant() } {
+        stat::flush(t, idx.0 as usize, d);
+    }
+}
+
+/// Gives one slot's contents back: bytes to the counter, deltas to the shared stats, then
+/// drops the slot's refs (`bytes + 1`).
+pub(crate) fn release(c: &Contents) {
+    let Some(oc) = objcg::lookup(c.id) else {
+        return;
+    };
+    // SAFETY: the slot ref we drop last keeps the objcg and its nodes alive.
+    if let Some(t) = unsafe { oc.tenant() } {
+        if c.bytes != 0 {
+            counter::uncharge(t, c.bytes);
+        }
+        for (k, &d) in c.stats.iter().enumerate() {
+            if d != 0 {
+                stat::flush(t, k, d as i64);
+            }
+        }
+    }
+    oc.put(c.bytes + 1);
+}

@@ -1,0 +1,221 @@
+//! The hierarchical lock-free counter (the kernel's `page_counter`): mechanism only, no
+//! policy. A charge of `n` adds `n` to a node and every ancestor *including the root*; the
+//! root is never limited, so its step is a plain `fetch_add` (the root line is contended only
+//! by stock refills, i.e. once per `CHARGE_BATCH` bytes per thread).
+//!
+//! Invariant per node, at every observation: `usage <= max` (for limited nodes). It holds
+//! because a limited node only ever grows through a CAS that checks the bound. Races that
+//! are tolerated, as in `page_counter.c`:
+//! - `set_max` below the current usage does not evict; it only makes later charges fail.
+//!   A charge racing with `set_max` from unlimited to limited may land on the old bound.
+//! - `peak` is raised during the walk, so a charge that is later rolled back (an ancestor
+//!   refused) may leave `peak` up to `n` higher than any settled usage, never above `max`.
+//! - `pressure` is set by chargers and cleared by unchargers without a lock; a flag flip
+//!   that loses a race is corrected by the next charge or uncharge of that node.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// A node that has a counter and (except the root) a parent.
+pub(crate) trait Hierarchy {
+    fn counter(&self) -> &Counter;
+    fn parent(&self) -> Option<&Self>;
+}
+
+/// One node's share of the hierarchical counter.
+pub(crate) struct Counter {
+    usage: AtomicU64,
+    max: AtomicU64,
+    high: AtomicU64,
+    peak: AtomicU64,
+    pub(crate) ev_high: AtomicU64,
+    pub(crate) ev_max: AtomicU64,
+    pub(crate) ev_oom: AtomicU64,
+    pressure: AtomicBool,
+}
+
+impl Counter {
+    pub(crate) const fn new() -> Counter {
+        Counter {
+            usage: AtomicU64::new(0),
+            max: AtomicU64::new(u64::MAX),
+            high: AtomicU64::new(u64::MAX),
+            peak: AtomicU64::new(0),
+            ev_high: AtomicU64::new(0),
+            ev_max: AtomicU64::new(0),
+            ev_oom: AtomicU64::new(0),
+            pressure: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn usage(&self) -> u64 {
+        self.usage.load(Relaxed)
+    }
+    pub(crate) fn max(&self) -> u64 {
+        self.max.load(Relaxed)
+    }
+    pub(crate) fn set_max(&self, v: u64) {
+        self.max.store(v, Relaxed)
+    }
+    pub(crate) fn high(&self) -> u64 {
+        self.high.load(Relaxed)
+    }
+    pub(crate) fn set_high(&self, v: u64) {
+        self.high.store(v, Relaxed);
+        let above = self.usage() > v;
+        if self.pressure.load(Relaxed) != above {
+            self.pressure.store(above, Relaxed);
+        }
+    }
+    pub(crate) fn peak(&self) -> u64 {
+        self.peak.load(Relaxed)
+    }
+    pub(crate) fn under_pressure(&self) -> bool {
+        self.pressure.load(Relaxed)
+    }
+
+    /// Adds `n` to this node only, unless that would pass `max`.
+    fn try_add(&self, n: u64) -> bool {
+        let max = self.max.load(Relaxed);
+        let new = if max == u64::MAX {
+            // Unlimited (always the root): no bound to check, so no CAS loop.
+            self.usage.fetch_add(n, Relaxed).wrapping_add(n)
+        } else {
+            let mut cur = self.usage.load(Relaxed);
+            loop {
+                let Some(new) = cur.checked_add(n) else {
+                    return false;
+                };
+                if new > max {
+                    return false;
+                }
+                match self.usage.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
+                    Ok(_) => break new,
+                    Err(seen) => cur = seen,
+                }
+            }
+        };
+        // Plain load first: peak is rarely raised, and fetch_max would dirty the line.
+        if new > self.peak.load(Relaxed) {
+            self.peak.fetch_max(new, Relaxed);
+        }
+        true
+    }
+
+    /// Removes `n` from this node only; clears `pressure` once usage is back to `high`.
+    fn sub(&self, n: u64) {
+        let old = self.usage.fetch_sub(n, Relaxed);
+        debug_assert!(old >= n, "counter underflow: {old} - {n}");
+        let new = old.wrapping_sub(n);
+        if self.pressure.load(Relaxed) && new <= self.high.load(Relaxed) {
+            self.pressure.store(false, Relaxed);
+        }
+    }
+
+    /// After a successful charge: count a high event and raise pressure if above `high`.
+    fn note_high(&self) {
+        if self.usage.load(Relaxed) > self.high.load(Relaxed) {
+            self.ev_high.fetch_add(1, Relaxed);
+            if !self.pressure.load(Relaxed) {
+                self.pressure.store(true, Relaxed);
+            }
+        }
+    }
+}
+
+/// Charges `n` to `node` and all its ancestors. On failure nothing stays charged and the
+/// error is the ancestor whose `max` refused.
+pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
+    let mut cur = Some(node);
+    while let Some(c) = cur {
+        if !c.counter().try_add(n) {
+            // Roll back what we added below the refusing node.
+            let mut r = node;
+            while !core::ptr::eq(r, c) {
+                r.counter().sub(n);
+                match r.parent() {
+                    Some(p) => r = p,
+                    None => break,
+                }
+            }
+            return Err(c);
+        }
+        cur = c.parent();
+    }
+    let mut cur = Some(node);
+    while let Some(c) = cur {
+        c.counter().note_high();
+        cur = c.parent();
+    }
+    Ok(())
+}
+
+/// Removes `n` from `node` and all its ancestors.
+pub(crate) fn uncharge<N: Hierarchy>(node: &N, n: u64) {
+    let mut cur = Some(node);
+    while let Some(c) = cur {
+        c.counter().sub(n);
+        cur = c.parent();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct N {
+        c: Counter,
+        p: Option<Box<N>>,
+    }
+    impl Hierarchy for N {
+        fn counter(&self) -> &Counter {
+            &self.c
+        }
+        fn parent(&self) -> Option<&N> {
+            self.p.as_deref()
+        }
+    }
+
+    #[test]
+    fn refuses_and_rolls_back() {
+        let root = N {
+            c: Counter::new(),
+            p: None,
+        };
+        let mid = N {
+            c: Counter::new(),
+            p: Some(Box::new(root)),
+        };
+        mid.c.set_max(100);
+        let leaf = N {
+            c: Counter::new(),
+            p: Some(Box::new(mid)),
+        };
+        assert!(try_charge(&leaf, 60).is_ok());
+        let err = try_charge(&leaf, 50).unwrap_err();
+        assert!(core::ptr::eq(err, leaf.p.as_deref().unwrap()));
+        assert_eq!(leaf.c.usage(), 60);
+        let mid = leaf.p.as_deref().unwrap();
+        assert_eq!(mid.c.usage(), 60);
+        assert_eq!(mid.p.as_deref().unwrap().c.usage(), 60);
+        uncharge(&leaf, 60);
+        assert_eq!(mid.p.as_deref().unwrap().c.usage(), 0);
+        // Documented: the rolled-back attempt raised the leaf's peak.
+        assert_eq!(leaf.c.peak(), 110);
+    }
+
+    #[test]
+    fn high_sets_and_clears_pressure() {
+        let n = N {
+            c: Counter::new(),
+            p: None,
+        };
+        n.c.set_high(10);
+        assert!(try_charge(&n, 5).is_ok());
+        assert!(!n.c.under_pressure());
+        assert!(try_charge(&n, 10).is_ok());
+        assert!(n.c.under_pressure());
+        assert_eq!(n.c.ev_high.load(Relaxed), 1);
+        uncharge(&n, 5);
+        assert!(!n.c.under_pressure());
+    }
+}

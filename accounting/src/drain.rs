@@ -1,0 +1,191 @@
+//! Draining stocks: the registry of every thread's stock, `drain_all` (idle threads
+//! included), and giving a thread's stock back when it exits.
+//!
+//! ## Why a stock owner needs no fence (asymmetric Dekker)
+//!
+//! Owner (fast path, `Stock::enter/leave`):   `in_cs = 1` (Relaxed); compiler fence;
+//! `r = steal` (Acquire); if `r` back out; ...slots...; `in_cs = 0` (Release).
+//!
+//! Drainer (here, under the registry lock):   `steal = 1` (SeqCst); `membarrier()`;
+//! wait for `in_cs == 0` (Acquire); take the slots; `steal = 0` (Release).
+//!
+//! `membarrier` makes every running thread of the process execute a full barrier at some
+//! point B inside the call (a thread not running passes one when it is scheduled again).
+//! Take the owner's store `in_cs = 1`. If it comes before B, the barrier makes it visible to
+//! the drainer once `membarrier` returns, so the drainer waits for the matching `in_cs = 0`,
+//! whose Release publishes the owner's slot writes. If it comes after B, the owner's load of
+//! `steal` is also after B, and B orders the drainer's earlier `steal = 1` before it, so the
+//! owner sees `steal` and backs out without touching the slots. Either way the two never
+//! work on the slots at once. The compiler fence only stops the compiler from hoisting the
+//! `steal` load above the `in_cs` store; the CPU reordering is what membarrier covers.
+//! Without a usable membarrier (see `sys.rs`) a drainer drains only its own thread's stock.
+//!
+//! ## The registry
+//!
+//! An intrusive singly-linked list of `Stock`s (which live in thread-local storage) behind a
+//! spin lock. Held by `register` (O(1)), thread exit (unlink, O(threads)) and `drain_all`
+//! (one membarrier plus O(threads x slots) atomic work, no allocation, no callbacks). A
+//! stock's TLS memory outlives its unlinking: it is unlinked from a thread-local destructor,
+//! and the no-`Drop` stock is freed only with the thread's TLS block after all of them.
+
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+use crate::charge::release;
+use crate::stock::{Stock, EXITED, NR_SLOTS, REGISTERED, STOCK};
+use crate::sys;
+
+static HEAD: AtomicPtr<Stock> = AtomicPtr::new(null_mut());
+static LOCK: AtomicBool = AtomicBool::new(false);
+
+struct RegistryGuard;
+
+fn lock() -> RegistryGuard {
+    let mut spins = 0u32;
+    while LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            // sched_yield: no allocation; the holder does bounded work.
+            std::thread::yield_now();
+        }
+    }
+    RegistryGuard
+}
+
+impl Drop for RegistryGuard {
+    fn drop(&mut self) {
+        LOCK.store(false, Ordering::Release);
+    }
+}
+
+/// Gives this thread's stock back when the thread exits; touched only on the slow path.
+struct ExitGuard;
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        STOCK.with(exit);
+    }
+}
+
+thread_local! {
+    static EXIT: ExitGuard = const { ExitGuard };
+}
+
+/// Links this thread's stock into the registry and arms the exit guard. Returns false (and
+/// marks the stock exited) when the thread is already past its exit guard, e.g. when called
+/// from a later thread-local destructor: the caller then uses the counters directly.
+#[cold]
+pub(crate) fn register(s: &Stock) -> bool {
+    // Registering a `Drop` thread-local goes through the C runtime's
+    // `__cxa_thread_atexit_impl`, which uses libc's malloc, not the global allocator.
+    if EXIT.try_with(|_| ()).is_err() {
+        s.set_flags(EXITED, 0);
+        return false;
+    }
+    let _g = lock();
+    s.next
+        .store(HEAD.load(Ordering::Relaxed), Ordering::Relaxed);
+    HEAD.store(s as *const Stock as *mut Stock, Ordering::Relaxed);
+    s.set_flags(REGISTERED, 0);
+    true
+}
+
+/// Thread exit: from now on this thread charges the counters directly; give back what the
+/// stock holds and unlink it.
+fn exit(s: &Stock) {
+    s.set_flags(EXITED, 0);
+    if s.flags() & REGISTERED == 0 {
+        return;
+    }
+    let mut taken = None;
+    if s.enter() {
+        taken = Some(s.take_all());
+    }
+    s.leave();
+    // If a drainer was stealing, it takes the slots; it holds the lock we take below.
+    if let Some(t) = taken {
+        t.iter().for_each(release);
+    }
+    let _g = lock();
+    let me = s as *const Stock as *mut Stock;
+    let mut link = &HEAD;
+    loop {
+        let cur = link.load(Ordering::Relaxed);
+        if cur.is_null() {
+            debug_assert!(false, "exiting stock not in registry");
+            break;
+        }
+        if cur == me {
+            link.store(s.next.load(Ordering::Relaxed), Ordering::Relaxed);
+            break;
+        }
+        // SAFETY: `cur` is a registered stock; stocks are unlinked only under the lock we
+        // hold, before their TLS memory goes away.
+        link = unsafe { &(*cur).next };
+    }
+    s.set_flags(0, REGISTERED);
+}
+
+/// Drains every registered stock (idle threads included) back to the counters and the
+/// shared stats. Runtime-safe: no allocation, no callbacks, no panics.
+pub(crate) fn drain_all() {
+    let own = STOCK.with(|s| s as *const Stock);
+    let _g = lock();
+    let mut p = HEAD.load(Ordering::Relaxed);
+    while !p.is_null() {
+        // SAFETY (here and below): registered stocks stay valid while we hold the lock.
+        let s = unsafe { &*p };
+        s.steal.store(true, Ordering::SeqCst);
+        p = s.next.load(Ordering::Relaxed);
+    }
+    let remote = sys::remote_barrier();
+    let mut p = HEAD.load(Ordering::Relaxed);
+    while !p.is_null() {
+        // SAFETY: as above.
+        let s = unsafe { &*p };
+        if remote || core::ptr::eq(p, own) {
+            let mut spins = 0u32;
+            // The owner's CS is a handful of instructions; it only lasts if it is preempted.
+            while s.in_cs.load(Ordering::Acquire) {
+                spins += 1;
+                if spins < 64 {
+                    core::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            let taken: [_; NR_SLOTS] = s.take_all();
+            s.steal.store(false, Ordering::Release);
+            taken.iter().for_each(release);
+        } else {
+            s.steal.store(false, Ordering::Release);
+        }
+        p = s.next.load(Ordering::Relaxed);
+    }
+}
+
+/// Drains every thread's stock (idle threads included) and frees dead objcgs. After it
+/// returns, `current()` of every tenant equals its live charges exactly (until the next
+/// charge refills a stock).
+pub fn drain_all_stocks() {
+    drain_all();
+    crate::tenant::free_zombies();
+}
+
+#[cfg(test)]
+pub(crate) fn registered_count() -> usize {
+    let _g = lock();
+    let mut n = 0;
+    let mut p = HEAD.load(Ordering::Relaxed);
+    while !p.is_null() {
+        n += 1;
+        // SAFETY: as in drain_all.
+        p = unsafe { (*p).next.load(Ordering::Relaxed) };
+    }
+    n
+}

@@ -1,0 +1,104 @@
+//! What the allocator calls. `charge`/`uncharge` are the fast paths: one TLS stock, a
+//! handful of plain loads and stores, no atomic read-modify-write, no shared cache line;
+//! everything else is behind a `#[cold] #[inline(never)]` call.
+//!
+//! They may be called from inside the global allocator, before `main`, from thread-local
+//! destructors and after this thread's stock was given back at exit (then the counters are
+//! used directly). They never allocate, panic or unwind, except through a tenant's reclaim
+//! callback, which runs outside every stock critical section and never nests on a thread.
+
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::charge;
+use crate::scope;
+use crate::stock;
+
+/// An objcg id as stored in owner metadata. 0 = root / uncharged, never a real objcg.
+pub type ObjCgId = u32;
+
+/// Number of slab size classes the stats can tell apart.
+pub const MAX_SLAB_CLASSES: usize = 64;
+
+/// Stat index: `0..MAX_SLAB_CLASSES` = slab class i, then `LARGE`, `SOCK`, `SLAB_OTHER`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct StatIdx(pub u8);
+
+impl StatIdx {
+    pub const LARGE: StatIdx = StatIdx(MAX_SLAB_CLASSES as u8);
+    pub const SOCK: StatIdx = StatIdx(MAX_SLAB_CLASSES as u8 + 1);
+    /// Slab bytes not tied to one size class (`StatItem::Slab` through `Tenant::charge`).
+    pub const SLAB_OTHER: StatIdx = StatIdx(MAX_SLAB_CLASSES as u8 + 2);
+
+    /// Slab size class `class`; out-of-range classes map to `SLAB_OTHER`.
+    pub const fn slab(class: usize) -> StatIdx {
+        if class < MAX_SLAB_CLASSES {
+            StatIdx(class as u8)
+        } else {
+            StatIdx::SLAB_OTHER
+        }
+    }
+}
+
+/// The objcg id of this thread's current scope, 0 when none. A single TLS load.
+#[inline(always)]
+pub fn current_objcg() -> ObjCgId {
+    scope::current_objcg()
+}
+
+/// True once any tenant scope was ever entered, so the allocator's free path can skip
+/// owner lookups until accounting is in use.
+#[inline(always)]
+pub fn accounting_active() -> bool {
+    scope::ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Charges `n` bytes to objcg `id` (!= 0). `false` = refused after draining every stock and
+/// running the refusing tenant's reclaim callback (`events.max`/`events.oom` counted).
+#[inline(always)]
+pub fn charge(id: ObjCgId, n: usize, idx: StatIdx) -> bool {
+    debug_assert!(id != 0, "charge of objcg 0");
+    stock::consume(id, n as u64, idx) || charge_cold(id, n as u64, idx)
+}
+
+#[cold]
+#[inline(never)]
+fn charge_cold(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
+    charge::charge_slow(id, n, idx).is_ok()
+}
+
+/// Uncharges `n` bytes previously charged to `id` (!= 0), on any thread.
+#[inline(always)]
+pub fn uncharge(id: ObjCgId, n: usize, idx: StatIdx) {
+    debug_assert!(id != 0, "uncharge of objcg 0");
+    if !stock::refill(id, n as u64, idx) {
+        charge::uncharge_slow(id, n as u64, idx);
+    }
+}
+
+/// Registers the byte sizes of the allocator's size classes (for `slab_<size>` lines).
+pub fn set_slab_class_sizes(sizes: &'static [u32]) {
+    crate::stat::set_class_sizes(sizes);
+}
+
+static ROOT_SOURCE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Registers the allocator's count of unscoped bytes, added to `Tenant::root().current()`.
+pub fn set_root_usage_source(f: fn() -> u64) {
+    ROOT_SOURCE.store(f as *mut (), Ordering::Release);
+}
+
+pub(crate) fn root_usage() -> u64 {
+    let p = ROOT_SOURCE.load(Ordering::Acquire);
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: the only non-null value ever stored is a `fn() -> u64` cast to a pointer.
+    let f: fn() -> u64 = unsafe { core::mem::transmute::<*mut (), fn() -> u64>(p) };
+    f()
+}
+
+/// Whether `id` is currently an allocated objcg (false once it died and was freed). For
+/// tests and debugging; not a fast path.
+pub fn objcg_live(id: ObjCgId) -> bool {
+    crate::objcg::is_live(id)
+}

@@ -1,0 +1,63 @@
+//! The current tenant of a thread: a const-initialised `Cell<u32>` thread-local holding the
+//! objcg id of the innermost entered scope (0 = root / unscoped), and the `enter()` guard.
+
+use core::cell::Cell;
+use core::marker::PhantomData;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use crate::objcg::{self, ObjCgId};
+use crate::tenant::{self, Tenant};
+
+thread_local! {
+    static CURRENT: Cell<ObjCgId> = const { Cell::new(0) };
+}
+
+/// Set once any non-root scope was entered; never cleared.
+pub(crate) static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// While alive, this thread's allocations are charged to the entered tenant. Dropping it
+/// restores the previous scope; guards must be dropped in reverse order of creation (they
+/// are `!Send`, so they cannot leave the thread).
+#[must_use = "the scope ends when the guard is dropped"]
+pub struct ScopeGuard {
+    prev: ObjCgId,
+    /// Keeps the tenant (and so its objcg) alive while allocations carry its id.
+    _tenant: Tenant,
+    _not_send: PhantomData<*const ()>,
+}
+
+pub(crate) fn enter(tenant: Tenant, id: ObjCgId) -> ScopeGuard {
+    if id != 0 && !ACTIVE.load(Ordering::Relaxed) {
+        ACTIVE.store(true, Ordering::Relaxed);
+    }
+    let prev = CURRENT.with(|c| c.replace(id));
+    ScopeGuard {
+        prev,
+        _tenant: tenant,
+        _not_send: PhantomData,
+    }
+}
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.prev));
+    }
+}
+
+/// The objcg id of this thread's current scope. A single TLS load.
+#[inline(always)]
+pub(crate) fn current_objcg() -> ObjCgId {
+    CURRENT.with(Cell::get)
+}
+
+/// The tenant this thread's allocations are charged to now (the root outside any scope).
+pub fn current_tenant() -> Tenant {
+    let id = current_objcg();
+    if let Some(oc) = objcg::lookup(id) {
+        // SAFETY: the live ScopeGuard that set `id` holds a handle, hence the alive ref.
+        if let Some(t) = unsafe { oc.tenant() }.and_then(tenant::upgrade) {
+            return t;
+        }
+    }
+    Tenant::root()
+}

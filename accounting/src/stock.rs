@@ -1,0 +1,271 @@
+//! Per-thread stocks (the kernel's `memcg_stock_pcp` + `obj_stock_pcp`, per thread instead
+//! of per CPU): each of `NR_SLOTS` slots caches one objcg id, bytes pre-charged to that
+//! objcg's tenant counter but not yet given to any object, and per-stat-index deltas not yet
+//! flushed to the tenant's shared stats.
+//!
+//! Invariants, per slot `i` of a stock, whenever `in_cs == 0`:
+//! - `ids[i] == 0  =>  bytes[i] == 0 && stats[i] == [0; NR_STAT]` (an empty slot holds nothing);
+//! - `ids[i] != 0  =>` the slot holds exactly one slot ref on objcg `ids[i]`, and `bytes[i]`
+//!   of that objcg's refs; `bytes[i] <= STOCK_HIGH`; `|stats[i][k]| <= STAT_FLUSH`.
+//!
+//! Who touches what:
+//! - the owner thread: everything, but `ids`, `bytes` and `stats` only between `enter()`
+//!   and `leave()` (the critical section, CS) and only when `enter()` saw no `steal`;
+//!   `flags`, `clock`, `stamps` are owner-only.
+//! - a drainer (`drain.rs`, holding the registry lock): `steal`, reads `in_cs`, and takes
+//!   `ids`/`bytes`/`stats` once it saw `in_cs == 0` after setting `steal` and running a
+//!   remote barrier; `next` (the registry link).
+//!
+//! All shared fields are atomics used with `Relaxed` loads/stores, which compile to plain
+//! moves: the fast path has no read-modify-write and touches only this thread's lines.
+//! The ordering argument for `in_cs`/`steal` is in `drain.rs`.
+//!
+//! Reentrancy: nothing inside a CS calls out (no allocation, no callback), so the stock is
+//! never mutated re-entrantly; a signal handler that allocates is outside the contract.
+
+use core::sync::atomic::{
+    compiler_fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
+};
+
+use crate::hooks::StatIdx;
+use crate::objcg::ObjCgId;
+use crate::stat::NR_STAT;
+
+/// Slots per stock (the kernel's `NR_MEMCG_STOCK`).
+pub(crate) const NR_SLOTS: usize = 7;
+/// Bytes a refill charges to the counter at once (unless near the limit).
+pub(crate) const CHARGE_BATCH: u64 = 64 << 10;
+/// A slot holding more than this after an uncharge gives back everything above `STOCK_LOW`.
+pub(crate) const STOCK_HIGH: u64 = 2 * CHARGE_BATCH;
+pub(crate) const STOCK_LOW: u64 = CHARGE_BATCH;
+/// A cached stat delta is flushed to the shared stats once its magnitude passes this.
+pub(crate) const STAT_FLUSH: i64 = 64 << 10;
+
+/// `flags` bits (owner only).
+pub(crate) const REGISTERED: u8 = 1;
+pub(crate) const EXITED: u8 = 2;
+pub(crate) const IN_RECLAIM: u8 = 4;
+
+#[repr(C, align(64))]
+pub(crate) struct Stock {
+    pub(crate) in_cs: AtomicBool,
+    pub(crate) steal: AtomicBool,
+    pub(crate) flags: AtomicU8,
+    pub(crate) ids: [AtomicU32; NR_SLOTS],
+    pub(crate) bytes: [AtomicU64; NR_SLOTS],
+    clock: AtomicU64,
+    stamps: [AtomicU64; NR_SLOTS],
+    /// Registry link; read and written only under the registry lock.
+    pub(crate) next: AtomicPtr<Stock>,
+    stats: [[AtomicI32; NR_STAT]; NR_SLOTS],
+}
+
+thread_local! {
+    /// Const-initialised and without `Drop`: access is a plain TLS offset, no lazy-init
+    /// check. Thread exit is handled by a second, `Drop`-carrying thread-local that is
+    /// touched only on the slow path (`drain.rs`).
+    pub(crate) static STOCK: Stock = const { Stock::new() };
+}
+
+/// What one slot held, taken out so it can be given back outside the CS.
+pub(crate) struct Contents {
+    pub(crate) id: ObjCgId,
+    pub(crate) bytes: u64,
+    pub(crate) stats: [i32; NR_STAT],
+}
+
+impl Contents {
+    pub(crate) const EMPTY: Contents = Contents {
+        id: 0,
+        bytes: 0,
+        stats: [0; NR_STAT],
+    };
+}
+
+impl Stock {
+    const fn new() -> Stock {
+        Stock {
+            in_cs: AtomicBool::new(false),
+            steal: AtomicBool::new(false),
+            flags: AtomicU8::new(0),
+            ids: [const { AtomicU32::new(0) }; NR_SLOTS],
+            bytes: [const { AtomicU64::new(0) }; NR_SLOTS],
+            clock: AtomicU64::new(0),
+            stamps: [const { AtomicU64::new(0) }; NR_SLOTS],
+            next: AtomicPtr::new(core::ptr::null_mut()),
+            stats: [const { [const { AtomicI32::new(0) }; NR_STAT] }; NR_SLOTS],
+        }
+    }
+
+    /// Opens the CS. Returns false if a drainer is stealing: the caller must then not touch
+    /// the slots (but must still call `leave`). See `drain.rs` for why a compiler fence is
+    /// enough on this side.
+    #[inline(always)]
+    pub(crate) fn enter(&self) -> bool {
+        self.in_cs.store(true, Relaxed);
+        compiler_fence(SeqCst);
+        // Acquire: pairs with the drainer's Release clear of `steal`, so we see its writes
+        // to the slots.
+        !self.steal.load(Acquire)
+    }
+
+    /// Closes the CS. Release: a drainer that reads `in_cs == 0` sees our slot writes.
+    #[inline(always)]
+    pub(crate) fn leave(&self) {
+        self.in_cs.store(false, Release);
+    }
+
+    #[inline(always)]
+    pub(crate) fn find(&self, id: ObjCgId) -> Option<usize> {
+        (0..NR_SLOTS).find(|&i| self.ids[i].load(Relaxed) == id)
+    }
+
+    /// Fast-path take of `n` bytes and `+n` on the stat delta. False (nothing changed) if
+    /// the slot lacks bytes or the delta would need a flush.
+    #[inline(always)]
+    fn try_take(&self, i: usize, n: u64, idx: StatIdx) -> bool {
+        let b = self.bytes[i].load(Relaxed);
+        let Some(st) = self.stats[i].get(idx.0 as usize) else {
+            return false;
+        };
+        if b < n {
+            return false;
+        }
+        // n <= b <= STOCK_HIGH, so no overflow in i64.
+        let d = st.load(Relaxed) as i64 + n as i64;
+        if d > STAT_FLUSH {
+            return false;
+        }
+        self.bytes[i].store(b - n, Relaxed);
+        st.store(d as i32, Relaxed);
+        true
+    }
+
+    /// Fast-path give-back of `n` bytes and `-n` on the stat delta. False (nothing changed)
+    /// if the slot would pass `STOCK_HIGH` or the delta would need a flush.
+    #[inline(always)]
+    fn try_give(&self, i: usize, n: u64, idx: StatIdx) -> bool {
+        let b = self.bytes[i].load(Relaxed).wrapping_add(n);
+        let Some(st) = self.stats[i].get(idx.0 as usize) else {
+            return false;
+        };
+        // `b > STOCK_HIGH` also rejects any n > STOCK_HIGH (bytes ever uncharged are < 2^63).
+        if b > STOCK_HIGH {
+            return false;
+        }
+        let d = st.load(Relaxed) as i64 - n as i64;
+        if d < -STAT_FLUSH {
+            return false;
+        }
+        self.bytes[i].store(b, Relaxed);
+        st.store(d as i32, Relaxed);
+        true
+    }
+
+    /// Adds `d` to slot `i`'s delta at `idx`; returns what must be flushed to the shared
+    /// stats instead (0 if it stayed cached). In CS.
+    pub(crate) fn add_stat(&self, i: usize, idx: StatIdx, d: i64) -> i64 {
+        let Some(st) = self.stats[i].get(idx.0 as usize) else {
+            return d;
+        };
+        let v = (st.load(Relaxed) as i64).saturating_add(d);
+        if v.unsigned_abs() > STAT_FLUSH as u64 {
+            st.store(0, Relaxed);
+            v
+        } else {
+            st.store(v as i32, Relaxed);
+            0
+        }
+    }
+
+    /// Marks slot `i` as used now (approximate LRU: stamped on every slow-path visit, and a
+    /// busy slot sees one at least every `CHARGE_BATCH` bytes). In CS.
+    pub(crate) fn touch(&self, i: usize) {
+        let c = self.clock.load(Relaxed) + 1;
+        self.clock.store(c, Relaxed);
+        self.stamps[i].store(c, Relaxed);
+    }
+
+    /// An empty slot, if any. In CS.
+    pub(crate) fn empty_slot(&self) -> Option<usize> {
+        self.find(0)
+    }
+
+    /// An empty slot, else the least recently stamped one. In CS.
+    pub(crate) fn victim(&self) -> usize {
+        self.empty_slot().unwrap_or_else(|| {
+            (0..NR_SLOTS)
+                .min_by_key(|&i| self.stamps[i].load(Relaxed))
+                .unwrap_or(0)
+        })
+    }
+
+    /// Moves slot `i`'s contents out, leaving it empty. Only in the owner's CS, or by a
+    /// drainer after it saw `in_cs == 0` with `steal` set.
+    pub(crate) fn take(&self, i: usize) -> Contents {
+        let mut c = Contents::EMPTY;
+        c.id = self.ids[i].swap(0, Relaxed);
+        c.bytes = self.bytes[i].swap(0, Relaxed);
+        for (d, s) in c.stats.iter_mut().zip(self.stats[i].iter()) {
+            *d = s.swap(0, Relaxed);
+        }
+        c
+    }
+
+    /// Takes every slot. Same rules as `take`.
+    pub(crate) fn take_all(&self) -> [Contents; NR_SLOTS] {
+        core::array::from_fn(|i| self.take(i))
+    }
+
+    /// Puts a fresh slot for `id`. In CS, on a slot just emptied by `take`.
+    pub(crate) fn fill(&self, i: usize, id: ObjCgId, bytes: u64) {
+        debug_assert!(self.ids[i].load(Relaxed) == 0 && self.bytes[i].load(Relaxed) == 0);
+        self.ids[i].store(id, Relaxed);
+        self.bytes[i].store(bytes, Relaxed);
+        self.touch(i);
+    }
+
+    pub(crate) fn flags(&self) -> u8 {
+        self.flags.load(Relaxed)
+    }
+    pub(crate) fn set_flags(&self, set: u8, clear: u8) {
+        let f = self.flags.load(Relaxed);
+        self.flags.store((f | set) & !clear, Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.bytes.iter().map(|b| b.load(Relaxed)).sum()
+    }
+}
+
+/// Fast path of a charge: take `n` bytes from this thread's slot for `id`.
+#[inline(always)]
+pub(crate) fn consume(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
+    STOCK.with(|s| {
+        let mut ok = false;
+        if s.enter() {
+            if let Some(i) = s.find(id) {
+                ok = s.try_take(i, n, idx);
+            }
+        }
+        s.leave();
+        ok
+    })
+}
+
+/// Fast path of an uncharge: give `n` bytes back to this thread's slot for `id`.
+#[inline(always)]
+pub(crate) fn refill(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
+    STOCK.with(|s| {
+        let mut ok = false;
+        if s.enter() {
+            if let Some(i) = s.find(id) {
+                ok = s.try_give(i, n, idx);
+            }
+        }
+        s.leave();
+        ok
+    })
+}

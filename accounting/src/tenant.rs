@@ -1,0 +1,422 @@
+//! Tenants: the tree, handles, limits, events, lifecycle and reparenting.
+//!
+//! A [`Tenant`] is a handle on a `Node`. Liveness of a tenant is `handles > 0`, where
+//! `handles = live Tenant handles + live children` (a live child keeps its parent alive).
+//! When `handles` drops to 0 the tenant dies (`kill`): every objcg pointing at it (its own
+//! and those inherited from dead children) is re-pointed to the parent, and its own objcg
+//! loses its alive ref. The `Node` memory itself lives on while anything may read it: it is
+//! owned by `Arc`s held by its objcg (`origin`) and by its children (`parent`), and freed
+//! when the last of those goes (zombie objcgs are freed in user context, `free_zombies`).
+//!
+//! Lifecycle work (create, kill, free zombies) is user context and serialised by `TREE`;
+//! the hooks never take it.
+
+use core::fmt;
+use core::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crate::charge::{self, Refused};
+use crate::counter::{self, Counter, Hierarchy};
+use crate::drain;
+use crate::hooks;
+use crate::objcg::{self, ObjCgId};
+use crate::scope::{self, ScopeGuard};
+use crate::stat::{self, StatItem, Stats, TenantStat};
+use crate::stock;
+
+type Reclaim = Arc<dyn Fn(&Tenant, u64) + Send + Sync>;
+
+/// One node of the accounting tree (memcg).
+pub(crate) struct Node {
+    pub(crate) counter: Counter,
+    pub(crate) stats: Stats,
+    parent: Option<Arc<Node>>,
+    name: Box<str>,
+    /// This tenant's objcg (0 for the root, which is never charged through an objcg).
+    objcg: AtomicU32,
+    handles: AtomicUsize,
+    /// Objcgs whose `tenant` points here. Under `TREE`.
+    objcgs: Mutex<Vec<ObjCgId>>,
+    reclaim: Mutex<Option<Reclaim>>,
+}
+
+impl Hierarchy for Node {
+    fn counter(&self) -> &Counter {
+        &self.counter
+    }
+    fn parent(&self) -> Option<&Node> {
+        self.parent.as_deref()
+    }
+}
+
+impl Node {
+    pub(crate) fn parent_node(&self) -> Option<&Node> {
+        self.parent.as_deref()
+    }
+    pub(crate) fn objcg(&self) -> ObjCgId {
+        self.objcg.load(Ordering::Relaxed)
+    }
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+static TREE: Mutex<()> = Mutex::new(());
+static ROOT: OnceLock<Arc<Node>> = OnceLock::new();
+
+fn root_node() -> &'static Arc<Node> {
+    ROOT.get_or_init(|| {
+        Arc::new(Node {
+            counter: Counter::new(),
+            stats: Stats::new(),
+            parent: None,
+            name: "root".into(),
+            objcg: AtomicU32::new(0),
+            // The static's own handle: the root never dies.
+            handles: AtomicUsize::new(1),
+            objcgs: Mutex::new(Vec::new()),
+            reclaim: Mutex::new(None),
+        })
+    })
+}
+
+/// A cheap, cloneable handle on a tenant. The tenant lives while any handle or any live
+/// child does.
+pub struct Tenant {
+    node: Arc<Node>,
+}
+
+/// Event counts, as in cgroup v2 `memory.events`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Events {
+    /// Charges that left usage above `high`.
+    pub high: u64,
+    /// Charges refused by `max` (after draining and reclaim).
+    pub max: u64,
+    /// Allocations that failed because of it.
+    pub oom: u64,
+}
+
+/// A charge refused by a tenant's `max`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChargeError {
+    /// Name of the ancestor (or the tenant itself) whose limit refused.
+    pub tenant: String,
+    /// Bytes asked for.
+    pub bytes: u64,
+    /// The refusing tenant's `max` at the time.
+    pub max: u64,
+}
+
+impl fmt::Display for ChargeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "charge of {} bytes refused by tenant '{}' (max {})",
+            self.bytes, self.tenant, self.max
+        )
+    }
+}
+
+impl std::error::Error for ChargeError {}
+
+impl Tenant {
+    /// The root tenant: never limited; owns every unscoped allocation.
+    pub fn root() -> Tenant {
+        let node = root_node();
+        node.handles.fetch_add(1, Ordering::Relaxed);
+        Tenant { node: node.clone() }
+    }
+
+    /// A new child of the root.
+    pub fn new(name: &str) -> Tenant {
+        Tenant::root().child(name)
+    }
+
+    /// A new child of this tenant.
+    pub fn child(&self, name: &str) -> Tenant {
+        free_zombies();
+        let _g = locked(&TREE);
+        // The child keeps its parent alive.
+        self.node.handles.fetch_add(1, Ordering::Relaxed);
+        let node = Arc::new(Node {
+            counter: Counter::new(),
+            stats: Stats::new(),
+            parent: Some(self.node.clone()),
+            name: name.into(),
+            objcg: AtomicU32::new(0),
+            handles: AtomicUsize::new(1),
+            objcgs: Mutex::new(Vec::new()),
+            reclaim: Mutex::new(None),
+        });
+        let id = objcg::alloc(Arc::into_raw(node.clone()));
+        node.objcg.store(id, Ordering::Relaxed);
+        locked(&node.objcgs).push(id);
+        Tenant { node }
+    }
+
+    pub fn name(&self) -> &str {
+        self.node.name()
+    }
+
+    pub fn parent(&self) -> Option<Tenant> {
+        let p = self.node.parent.as_ref()?;
+        // Alive: this live tenant holds a count on it.
+        p.handles.fetch_add(1, Ordering::Relaxed);
+        Some(Tenant { node: p.clone() })
+    }
+
+    fn is_root(&self) -> bool {
+        self.node.parent.is_none()
+    }
+
+    /// Sets the hard limit (`u64::MAX` = unlimited). Ignored on the root. Lowering it below
+    /// the current usage evicts nothing; later charges fail until usage drops.
+    pub fn set_max(&self, bytes: u64) {
+        if !self.is_root() {
+            self.node.counter.set_max(bytes);
+        }
+    }
+    pub fn max(&self) -> u64 {
+        self.node.counter.max()
+    }
+    /// Sets the soft limit: going above it never fails, it counts `events.high` and raises
+    /// [`under_pressure`](Self::under_pressure). Ignored on the root.
+    pub fn set_high(&self, bytes: u64) {
+        if !self.is_root() {
+            self.node.counter.set_high(bytes);
+        }
+    }
+    pub fn high(&self) -> u64 {
+        self.node.counter.high()
+    }
+    /// True while usage is above `high` (cleared when an uncharge brings it back).
+    pub fn under_pressure(&self) -> bool {
+        self.node.counter.under_pressure()
+    }
+
+    /// Charges this thread's allocations to this tenant until the guard drops. Nests.
+    pub fn enter(&self) -> ScopeGuard {
+        scope::enter(self.clone(), self.node.objcg())
+    }
+
+    /// Bytes charged, including bytes pre-charged into stocks. For the root: the sum of all
+    /// tenants plus the allocator's unscoped usage (`hooks::set_root_usage_source`).
+    pub fn current(&self) -> u64 {
+        let c = self.node.counter.usage();
+        if self.is_root() {
+            c.saturating_add(hooks::root_usage())
+        } else {
+            c
+        }
+    }
+
+    /// Drains every thread's stock, then reads `current`.
+    pub fn current_exact(&self) -> u64 {
+        drain::drain_all();
+        self.current()
+    }
+
+    pub fn peak(&self) -> u64 {
+        self.node.counter.peak()
+    }
+
+    pub fn events(&self) -> Events {
+        let c = &self.node.counter;
+        Events {
+            high: c.ev_high.load(Ordering::Relaxed),
+            max: c.ev_max.load(Ordering::Relaxed),
+            oom: c.ev_oom.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A snapshot of this tenant's numbers (stats may lag by the stock drift bound, see
+    /// `stat.rs`; call `drain_all_stocks` first for exact figures).
+    pub fn stat(&self) -> TenantStat {
+        free_zombies();
+        TenantStat::read(self.name(), &self.node, self.current())
+    }
+
+    /// Charges a non-heap resource (e.g. socket buffers) through this thread's stock.
+    pub fn charge(&self, bytes: u64, item: StatItem) -> Result<(), ChargeError> {
+        let idx = item.idx();
+        if self.is_root() {
+            // The root is never limited.
+            let _ = counter::try_charge(&*self.node, bytes);
+            stat::flush(&self.node, idx.0 as usize, bytes as i64);
+            return Ok(());
+        }
+        if bytes > i64::MAX as u64 {
+            return Err(self.error(&self.node, bytes));
+        }
+        let id = self.node.objcg();
+        if stock::consume(id, bytes, idx) {
+            return Ok(());
+        }
+        charge::charge_slow(id, bytes, idx).map_err(|Refused(r)| {
+            // SAFETY: the refusing node is this tenant or an ancestor, alive while we are.
+            self.error(unsafe { &*r }, bytes)
+        })
+    }
+
+    fn error(&self, node: &Node, bytes: u64) -> ChargeError {
+        ChargeError {
+            tenant: node.name().to_owned(),
+            bytes,
+            max: node.counter.max(),
+        }
+    }
+
+    /// Gives back bytes charged with [`charge`](Self::charge).
+    pub fn uncharge(&self, bytes: u64, item: StatItem) {
+        let idx = item.idx();
+        if self.is_root() {
+            counter::uncharge(&*self.node, bytes);
+            stat::flush(&self.node, idx.0 as usize, -(bytes as i64));
+            return;
+        }
+        hooks::uncharge(self.node.objcg(), bytes as usize, idx);
+    }
+
+    /// Sets the callback run before a charge refused by this tenant's `max` fails: it gets
+    /// this tenant and the bytes asked, and may free memory. It runs outside every stock
+    /// critical section and is never re-entered on the same thread (a charge failing inside
+    /// it just fails). A panic in it is caught and ignored.
+    pub fn set_reclaim(&self, callback: impl Fn(&Tenant, u64) + Send + Sync + 'static) {
+        let old = locked(&self.node.reclaim).replace(Arc::new(callback));
+        drop(old);
+    }
+}
+
+/// Runs `node`'s reclaim callback, if any and if the tenant is still alive. Called by the
+/// charge ladder, outside every CS, with `IN_RECLAIM` set.
+pub(crate) fn run_reclaim(node: &Node, bytes: u64) {
+    let cb = locked(&node.reclaim).clone();
+    let Some(cb) = cb else { return };
+    let Some(t) = upgrade(node) else { return };
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&t, bytes)));
+}
+
+/// A new handle on `node` if it is still alive.
+pub(crate) fn upgrade(node: &Node) -> Option<Tenant> {
+    let mut h = node.handles.load(Ordering::Relaxed);
+    loop {
+        if h == 0 {
+            return None;
+        }
+        match node
+            .handles
+            .compare_exchange_weak(h, h + 1, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => break,
+            Err(seen) => h = seen,
+        }
+    }
+    let p = node as *const Node;
+    // SAFETY: every Node is allocated by `Arc::new` (root_node, child) and `node` is alive
+    // (the caller holds a reference into it), so its strong count is >= 1.
+    let node = unsafe {
+        Arc::increment_strong_count(p);
+        Arc::from_raw(p)
+    };
+    Some(Tenant { node })
+}
+
+impl Clone for Tenant {
+    fn clone(&self) -> Tenant {
+        self.node.handles.fetch_add(1, Ordering::Relaxed);
+        Tenant {
+            node: self.node.clone(),
+        }
+    }
+}
+
+impl Drop for Tenant {
+    fn drop(&mut self) {
+        if self.node.handles.fetch_sub(1, Ordering::Release) == 1 {
+            fence(Ordering::Acquire);
+            kill(&self.node);
+            free_zombies();
+        }
+    }
+}
+
+/// The tenant behind `node` died: reparent its objcgs, drop its objcg's alive ref, and
+/// release its count on the parent (which may die in turn).
+fn kill(node: &Node) {
+    let mut callbacks = Vec::new();
+    let g = locked(&TREE);
+    let mut cur = node;
+    while let Some(parent) = cur.parent.as_deref() {
+        let moved = core::mem::take(&mut *locked(&cur.objcgs));
+        for &id in &moved {
+            if let Some(oc) = objcg::lookup(id) {
+                oc.set_tenant(parent);
+            }
+        }
+        locked(&parent.objcgs).extend(moved);
+        callbacks.extend(locked(&cur.reclaim).take());
+        if let Some(oc) = objcg::lookup(cur.objcg()) {
+            oc.put(1);
+        }
+        if parent.handles.fetch_sub(1, Ordering::Release) != 1 {
+            break;
+        }
+        fence(Ordering::Acquire);
+        cur = parent;
+    }
+    drop(g);
+    // Callbacks may own handles whose drop re-enters `kill`: drop them unlocked.
+    drop(callbacks);
+}
+
+/// Frees dead objcgs: unlists them, recycles their ids and releases their origin nodes.
+/// User context only (allocates, locks).
+pub(crate) fn free_zombies() {
+    let mut origins = Vec::new();
+    let g = locked(&TREE);
+    objcg::take_zombies(|id, tenant, origin| {
+        // SAFETY: `origin` is still owned (released below) and keeps `tenant` alive.
+        if let Some(t) = unsafe { tenant.as_ref() } {
+            locked(&t.objcgs).retain(|&x| x != id);
+        }
+        objcg::recycle(id);
+        origins.push(origin);
+    });
+    drop(g);
+    for o in origins {
+        if !o.is_null() {
+            // SAFETY: `origin` came from `Arc::into_raw` in `child`, and the objcg that owned
+            // it was just cleared, so this is the only release.
+            drop(unsafe { Arc::from_raw(o) });
+        }
+    }
+}
+
+impl PartialEq for Tenant {
+    fn eq(&self, other: &Tenant) -> bool {
+        Arc::ptr_eq(&self.node, &other.node)
+    }
+}
+impl Eq for Tenant {}
+
+impl fmt::Debug for Tenant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tenant")
+            .field("name", &self.name())
+            .field("current", &self.node.counter.usage())
+            .field("max", &self.max())
+            .finish()
+    }
+}
+
+impl Tenant {
+    /// The objcg id allocations in this tenant's scope carry (0 for the root).
+    pub fn objcg_id(&self) -> hooks::ObjCgId {
+        self.node.objcg()
+    }
+}

@@ -1,0 +1,85 @@
+//! Unit tests that look at internals (refs, the registry, slot counts).
+
+use crate::drain::{drain_all, registered_count};
+use crate::hooks::{self, StatIdx};
+use crate::objcg;
+use crate::stock::{NR_SLOTS, STOCK, STOCK_HIGH};
+use crate::{StatItem, Tenant};
+
+/// `refs == alive + slots + bytes` (objcg.rs), checked at quiescence after a drain.
+#[test]
+fn objcg_refs_equation() {
+    let t = Tenant::new("refs");
+    let id = t.objcg_id();
+    let oc = objcg::lookup(id).unwrap();
+    assert!(hooks::charge(id, 1000, StatIdx::slab(0)));
+    assert!(hooks::charge(id, 24, StatIdx::slab(0)));
+    // One slot on this thread: alive + slot + batch bytes.
+    assert_eq!(oc.refs(), 1 + 1 + t.current());
+    drain_all();
+    assert_eq!(oc.refs(), 1 + 1024);
+    hooks::uncharge(id, 1024, StatIdx::slab(0));
+    drain_all();
+    assert_eq!(oc.refs(), 1);
+    assert_eq!(t.current(), 0);
+}
+
+/// More tenants than slots on one thread: LRU eviction keeps everything exact, and an
+/// uncharge miss with every slot taken goes straight to the counter.
+#[test]
+fn eviction_and_uncharge_miss() {
+    let ts: Vec<Tenant> = (0..NR_SLOTS + 3)
+        .map(|i| Tenant::new(&format!("evict{i}")))
+        .collect();
+    for round in 0..3u64 {
+        for t in &ts {
+            assert!(hooks::charge(
+                t.objcg_id(),
+                100 + round as usize,
+                StatIdx::slab(1)
+            ));
+        }
+    }
+    STOCK.with(|s| assert!(s.held_bytes() <= NR_SLOTS as u64 * STOCK_HIGH));
+    for t in &ts {
+        for round in 0..3u64 {
+            hooks::uncharge(t.objcg_id(), 100 + round as usize, StatIdx::slab(1));
+        }
+    }
+    for t in &ts {
+        assert_eq!(t.current_exact(), 0, "{}", t.name());
+        assert_eq!(t.stat().slab, 0);
+    }
+}
+
+/// A thread's stock is registered on first slow path and unlinked at exit.
+#[test]
+fn registry_follows_thread_lifetime() {
+    let t = Tenant::new("registry");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx2, rx2) = std::sync::mpsc::channel::<()>();
+    let t2 = t.clone();
+    let h = std::thread::spawn(move || {
+        t2.charge(10, StatItem::Slab).unwrap();
+        tx.send(registered_count()).unwrap();
+        rx2.recv().unwrap();
+        t2.uncharge(10, StatItem::Slab);
+    });
+    let during = rx.recv().unwrap();
+    assert!(during >= 1);
+    tx2.send(()).unwrap();
+    h.join().unwrap();
+    assert_eq!(t.current(), 0);
+}
+
+/// Large charges bigger than a batch go through and leave at most a batch in the stock.
+#[test]
+fn large_charge_rounds_batch() {
+    let t = Tenant::new("large");
+    let n = 10 * STOCK_HIGH as usize + 3;
+    assert!(hooks::charge(t.objcg_id(), n, StatIdx::LARGE));
+    assert!(t.current() >= n as u64 && t.current() < n as u64 + STOCK_HIGH);
+    hooks::uncharge(t.objcg_id(), n, StatIdx::LARGE);
+    assert!(t.current() <= STOCK_HIGH);
+    assert_eq!(t.current_exact(), 0);
+}

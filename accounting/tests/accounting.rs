@@ -1,0 +1,350 @@
+//! Behaviour tests of slabcg-accounting through its public API and hooks.
+
+mod common;
+
+use common::Rng;
+use slabcg_accounting::hooks::{self, StatIdx};
+use slabcg_accounting::{current_tenant, drain_all_stocks, StatItem, Tenant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+
+const KIB: u64 = 1024;
+
+/// Several threads charge random amounts via the hooks inside nested scopes, and free each
+/// other's objects; at quiescence current_exact() equals the ledger, then 0.
+#[test]
+fn exact_with_threads_and_remote_frees() {
+    let parent = Tenant::new("exact-parent");
+    let child = parent.child("exact-child");
+    let threads = 4;
+    // Objects in flight: (objcg id, bytes, stat idx), freed by whichever thread pops them.
+    let pool: Arc<Mutex<Vec<(u32, usize, StatIdx)>>> = Arc::new(Mutex::new(Vec::new()));
+    let barrier = Arc::new(Barrier::new(threads));
+    let mut hs = Vec::new();
+    for t in 0..threads {
+        let (parent, child, pool, barrier) =
+            (parent.clone(), child.clone(), pool.clone(), barrier.clone());
+        hs.push(thread::spawn(move || {
+            let mut rng = Rng::new(t as u64 + 1);
+            barrier.wait();
+            let _p = parent.enter();
+            for i in 0..20_000 {
+                let nested = (i / 100) % 2 == 1;
+                let _c = nested.then(|| child.enter());
+                let id = hooks::current_objcg();
+                assert_eq!(
+                    id,
+                    if nested {
+                        child.objcg_id()
+                    } else {
+                        parent.objcg_id()
+                    }
+                );
+                let n = [8, 64, 512, 4096, 70_000][rng.below(5) as usize] as usize;
+                let idx = if n > 4096 {
+                    StatIdx::LARGE
+                } else {
+                    StatIdx::slab(rng.below(4) as usize)
+                };
+                assert!(hooks::charge(id, n, idx));
+                let mut p = pool.lock().unwrap();
+                p.push((id, n, idx));
+                if rng.below(100) < 48 && !p.is_empty() {
+                    let k = rng.below(p.len() as u64) as usize;
+                    let (id, n, idx) = p.swap_remove(k);
+                    drop(p);
+                    hooks::uncharge(id, n, idx);
+                }
+            }
+        }));
+    }
+    for h in hs {
+        h.join().unwrap();
+    }
+    let live = pool.lock().unwrap().clone();
+    let sum = |id: Option<u32>| -> u64 {
+        live.iter()
+            .filter(|o| id.is_none_or(|x| o.0 == x))
+            .map(|o| o.1 as u64)
+            .sum()
+    };
+    assert_eq!(parent.current_exact(), sum(None));
+    assert_eq!(child.current_exact(), sum(Some(child.objcg_id())));
+    let st = parent.stat();
+    let large: u64 = live
+        .iter()
+        .filter(|o| o.2 == StatIdx::LARGE)
+        .map(|o| o.1 as u64)
+        .sum();
+    assert_eq!(st.large, large);
+    assert_eq!(st.slab, sum(None) - large);
+    // Free everything on other threads.
+    let chunks: Vec<Vec<_>> = live
+        .chunks(live.len() / 3 + 1)
+        .map(|c| c.to_vec())
+        .collect();
+    let hs: Vec<_> = chunks
+        .into_iter()
+        .map(|c| {
+            thread::spawn(move || {
+                c.into_iter()
+                    .for_each(|(id, n, idx)| hooks::uncharge(id, n, idx))
+            })
+        })
+        .collect();
+    hs.into_iter().for_each(|h| h.join().unwrap());
+    assert_eq!(parent.current_exact(), 0);
+    assert_eq!(child.current_exact(), 0);
+    let st = parent.stat();
+    assert_eq!((st.slab, st.large), (0, 0));
+    assert!(parent.peak() >= sum(None));
+}
+
+/// current <= max at every observation while threads race at the limit.
+#[test]
+fn current_never_exceeds_max() {
+    let t = Tenant::new("race");
+    let max = 512 * KIB;
+    t.set_max(max);
+    let stop = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let (t, stop) = (t.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut seen = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let c = t.current();
+                assert!(c <= max, "current {c} > max {max}");
+                seen = seen.max(c);
+            }
+            seen
+        })
+    };
+    let fails = Arc::new(AtomicU64::new(0));
+    let hs: Vec<_> = (0..3)
+        .map(|k| {
+            let (t, fails) = (t.clone(), fails.clone());
+            thread::spawn(move || {
+                let _g = t.enter();
+                let id = hooks::current_objcg();
+                let mut rng = Rng::new(100 + k);
+                let mut held = Vec::new();
+                for _ in 0..20_000 {
+                    let n = (rng.below(8192) + 1) as usize;
+                    if hooks::charge(id, n, StatIdx::slab(1)) {
+                        held.push(n);
+                    } else {
+                        fails.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if held.len() > 40 || rng.below(3) == 0 {
+                        if let Some(n) = held.pop() {
+                            hooks::uncharge(id, n, StatIdx::slab(1));
+                        }
+                    }
+                }
+                for n in held {
+                    hooks::uncharge(id, n, StatIdx::slab(1));
+                }
+            })
+        })
+        .collect();
+    hs.into_iter().for_each(|h| h.join().unwrap());
+    stop.store(true, Ordering::Relaxed);
+    let seen = observer.join().unwrap();
+    assert!(seen <= max);
+    assert!(t.peak() <= max);
+    assert_eq!(t.current_exact(), 0);
+    assert_eq!(t.events().max, fails.load(Ordering::Relaxed));
+}
+
+/// A thread's stock is given back when it exits.
+#[test]
+fn thread_exit_returns_stock() {
+    let t = Tenant::new("exit");
+    let t2 = t.clone();
+    thread::spawn(move || {
+        let _g = t2.enter();
+        let id = hooks::current_objcg();
+        assert!(hooks::charge(id, 100, StatIdx::slab(0)));
+        assert!(t2.current() >= 64 * KIB);
+        hooks::uncharge(id, 100, StatIdx::slab(0));
+    })
+    .join()
+    .unwrap();
+    assert_eq!(t.current(), 0, "no drain needed");
+}
+
+/// Sock charges are batched in the stock and exact after a drain.
+#[test]
+fn sock_batched_and_exact_after_drain() {
+    let t = Tenant::new("sock");
+    let hs: Vec<_> = (0..3)
+        .map(|_| {
+            let t = t.clone();
+            thread::spawn(move || {
+                for _ in 0..100 {
+                    t.charge(1000, StatItem::Sock).unwrap();
+                }
+                for _ in 0..10 {
+                    t.uncharge(1000, StatItem::Sock);
+                }
+            })
+        })
+        .collect();
+    hs.into_iter().for_each(|h| h.join().unwrap());
+    // Threads exited, so their stocks were drained already.
+    assert_eq!(t.stat().sock, 270_000);
+    // Now on this (living) thread: the stat lags within the drift bound until a drain.
+    for _ in 0..10 {
+        t.charge(1000, StatItem::Sock).unwrap();
+    }
+    let lag = t.stat().sock;
+    assert!((270_000..=280_000).contains(&lag));
+    drain_all_stocks();
+    let st = t.stat();
+    assert_eq!(st.sock, 280_000);
+    assert_eq!(st.current, 280_000);
+    for _ in 0..280 {
+        t.uncharge(1000, StatItem::Sock);
+    }
+    assert_eq!(t.current_exact(), 0);
+    assert_eq!(t.stat().sock, 0);
+}
+
+/// ChargeError names the refusing ancestor and the bytes asked.
+#[test]
+fn charge_error_names_refusing_ancestor() {
+    let p = Tenant::new("limited-parent");
+    p.set_max(10_000);
+    let c = p.child("unlimited-child");
+    c.charge(6000, StatItem::Large).unwrap();
+    let e = c.charge(6000, StatItem::Large).unwrap_err();
+    assert_eq!(e.tenant, "limited-parent");
+    assert_eq!(e.bytes, 6000);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("limited-parent") && msg.contains("6000"),
+        "{msg}"
+    );
+    let _: &dyn std::error::Error = &e;
+    assert_eq!(p.events().max, 1);
+    assert_eq!(p.events().oom, 1);
+    assert_eq!(c.events().oom, 0);
+    assert!(p.current() <= 10_000);
+    c.uncharge(6000, StatItem::Large);
+    assert_eq!(p.current_exact(), 0);
+}
+
+/// Going above high never fails; it counts events.high and raises pressure until usage drops.
+#[test]
+fn high_events_and_pressure() {
+    let t = Tenant::new("high");
+    t.set_high(100 * KIB);
+    t.charge(50 * KIB, StatItem::Large).unwrap();
+    assert!(!t.under_pressure());
+    t.charge(100 * KIB, StatItem::Large).unwrap();
+    assert!(t.under_pressure());
+    assert!(t.events().high >= 1);
+    assert_eq!(t.events().max, 0);
+    t.uncharge(150 * KIB, StatItem::Large);
+    drain_all_stocks();
+    assert!(!t.under_pressure());
+    assert_eq!(t.current(), 0);
+}
+
+/// The reclaim callback runs before a charge fails and can make it succeed; a failing
+/// charge inside the callback just fails (no recursion).
+#[test]
+fn reclaim_makes_charge_succeed() {
+    let t = Tenant::new("reclaim");
+    t.set_max(1024 * KIB);
+    let calls = Arc::new(AtomicU64::new(0));
+    let inner_failed = Arc::new(AtomicBool::new(false));
+    {
+        let (calls, inner_failed) = (calls.clone(), inner_failed.clone());
+        t.set_reclaim(move |tenant, needed| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            assert_eq!(tenant.name(), "reclaim");
+            assert!(needed >= 256 * KIB);
+            // Re-entering a failing charge from the callback just fails.
+            if tenant.charge(10 << 20, StatItem::Large).is_err() {
+                inner_failed.store(true, Ordering::Relaxed);
+            }
+            tenant.uncharge(512 * KIB, StatItem::Large);
+        });
+    }
+    t.charge(1024 * KIB, StatItem::Large).unwrap();
+    t.charge(256 * KIB, StatItem::Large).unwrap();
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+    assert!(inner_failed.load(Ordering::Relaxed));
+    assert_eq!(t.events().oom, 1, "only the inner charge failed");
+    assert_eq!(t.current_exact(), 768 * KIB);
+    t.uncharge(768 * KIB, StatItem::Large);
+    assert_eq!(t.current_exact(), 0);
+}
+
+#[test]
+fn scopes_nest_and_current_tenant() {
+    let a = Tenant::new("scope-a");
+    let b = a.child("scope-b");
+    assert_eq!(current_tenant(), Tenant::root());
+    {
+        let _ga = a.enter();
+        assert_eq!(current_tenant(), a);
+        assert!(hooks::accounting_active());
+        {
+            let _gb = b.enter();
+            assert_eq!(current_tenant(), b);
+            assert_eq!(hooks::current_objcg(), b.objcg_id());
+        }
+        assert_eq!(current_tenant(), a);
+    }
+    assert_eq!(hooks::current_objcg(), 0);
+    assert_eq!(b.parent(), Some(a.clone()));
+    assert_eq!(Tenant::root().parent(), None);
+    assert_eq!(b.name(), "scope-b");
+    assert!(format!("{b:?}").contains("scope-b"));
+}
+
+#[test]
+fn stat_display() {
+    static SIZES: [u32; 4] = [8, 16, 32, 64];
+    hooks::set_slab_class_sizes(&SIZES);
+    let t = Tenant::new("display");
+    t.set_max(1 << 20);
+    assert!(hooks::charge(t.objcg_id(), 32, StatIdx::slab(2)));
+    t.charge(100, StatItem::Sock).unwrap();
+    drain_all_stocks();
+    let s = t.stat();
+    assert_eq!(s.slab_classes[2], 32);
+    let text = s.to_string();
+    for line in [
+        "current 132",
+        "max 1048576",
+        "high max",
+        "slab 32",
+        "slab_32 32",
+        "sock 100",
+        "events.oom 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    hooks::uncharge(t.objcg_id(), 32, StatIdx::slab(2));
+    t.uncharge(100, StatItem::Sock);
+    assert_eq!(t.current_exact(), 0);
+}
+
+#[test]
+fn root_is_sum_plus_source() {
+    fn source() -> u64 {
+        7
+    }
+    hooks::set_root_usage_source(source);
+    let root = Tenant::root();
+    root.set_max(1); // ignored: root is never limited
+    assert_eq!(root.max(), u64::MAX);
+    assert!(root.current() >= 7);
+}

@@ -1,0 +1,183 @@
+//! The hooks between the allocator and the accounting: charge after choosing a slot, record
+//! the owner in the slot's metadata, and uncharge the recorded owner on free, whichever thread
+//! frees.
+//!
+//! Charged objects live in the accounted twin of their size class (kmalloc-cg-N), so:
+//! - an allocation outside any tenant scope never reaches this file;
+//! - a free reaches it only when accounting was ever used and the object's segment says it is
+//!   accounted (one load from a header the free would touch anyway in the slow path).
+//!
+//! Owner metadata of slot `i` of a slab is the u32 at
+//! `slab_start + meta_offset + i * meta_stride` (see `slab.rs`): one formula whatever the
+//! placement (leftover tail, per-slot padding, or the carved array).
+//!
+//! Who is charged (documented for users):
+//! - `alloc`/`alloc_zeroed`: the calling thread's current tenant, with the usable size.
+//! - `dealloc`: the tenant recorded in the object (after reparenting, its ancestor).
+//! - `realloc` that stays in place (same size class, or a large block resized by mremap):
+//!   the recorded owner keeps the object; a large block's owner is charged or uncharged the
+//!   difference (a refused growth charge fails the realloc and leaves the block as it was).
+//! - `realloc` that moves: like `alloc` in the caller's current tenant, then `dealloc` of the
+//!   old block, so a block reallocated under another tenant moves to that tenant.
+
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
+
+use crate::segment::{segment_of, Segment};
+use crate::size_class::class_size;
+use crate::{large, thread_cache};
+
+/// Usable bytes of live large allocations that are charged to a tenant (for `stats()` and
+/// the root tenant's view). Updated on the large-allocation slow paths only.
+pub static CHARGED_LARGE: AtomicUsize = AtomicUsize::new(0);
+
+/// The owner word of slot `p`.
+///
+/// # Safety
+/// `p` must be a slot of an accounted segment.
+#[inline(always)]
+pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
+    let seg: *mut Segment = segment_of(p);
+    // SAFETY: p lies in a live accounted segment; its header is immutable after creation,
+    // and the metadata address computed lies inside p's slab (slab.rs tests).
+    unsafe {
+        let l = &(*seg).layout;
+        let off = p as usize - seg as usize - (*seg).slabs_offset;
+        let slab_off = off & !(l.slab_bytes() - 1);
+        let idx = l.slot_index(off - slab_off);
+        let base = (seg as *mut u8).add((*seg).slabs_offset + slab_off + l.meta_offset);
+        base.add(idx * l.meta_stride) as *const AtomicU32
+    }
+}
+
+/// Allocates a slot of class `c` charged to `cg` (non-zero). Null when the charge is refused
+/// or memory is exhausted (then nothing stays charged).
+#[inline(always)]
+pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
+    let size = class_size(c);
+    if !hooks::charge(cg, size, StatIdx::slab(c)) {
+        return core::ptr::null_mut();
+    }
+    let mut p = thread_cache::with(|tc| tc.bin(c, true).pop());
+    if p.is_null() {
+        p = thread_cache::alloc_slow(c, true);
+        if p.is_null() {
+            hooks::uncharge(cg, size, StatIdx::slab(c));
+            return p;
+        }
+    }
+    // SAFETY: p is a slot of the accounted cache of class c.
+    unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
+    p
+}
+
+/// True when slot `p` belongs to an accounted segment. Only meaningful for slots (small
+/// classes).
+#[inline(always)]
+pub fn is_accounted(p: *mut u8) -> bool {
+    // SAFETY: a slot lies in a live segment whose header is immutable after creation.
+    unsafe { (*segment_of(p)).accounted }
+}
+
+/// Frees an accounted slot of class `c`, uncharging its recorded owner.
+///
+/// # Safety
+/// `p` must be a live slot of the accounted cache of class `c`.
+#[inline(always)]
+pub unsafe fn free_small(p: *mut u8, c: usize) {
+    // SAFETY: caller's contract.
+    let w = unsafe { &*owner_word(p) };
+    let owner = w.load(Ordering::Relaxed);
+    if owner == 0 {
+        crate::sys::fatal("double free of an accounted object (owner already cleared)");
+    }
+    w.store(0, Ordering::Relaxed);
+    hooks::uncharge(owner, class_size(c), StatIdx::slab(c));
+    // SAFETY: caller's contract: a live slot of this class, given up.
+    unsafe {
+        if !thread_cache::with(|tc| tc.bin(c, true).push(p)) {
+            thread_cache::free_slow(p, c, true);
+        }
+    }
+}
+
+/// A large allocation charged to the current tenant (if any).
+#[cold]
+#[inline(never)]
+pub fn alloc_large(size: usize, align: usize) -> *mut u8 {
+    let cg = hooks::current_objcg();
+    if cg == 0 {
+        return large::alloc(size, align);
+    }
+    let Some(usable) = large::usable_for(size) else {
+        return core::ptr::null_mut();
+    };
+    if !hooks::charge(cg, usable, StatIdx::LARGE) {
+        return core::ptr::null_mut();
+    }
+    let p = large::alloc(size, align);
+    if p.is_null() {
+        hooks::uncharge(cg, usable, StatIdx::LARGE);
+        return p;
+    }
+    // SAFETY: p is a live large allocation.
+    unsafe { large::owner(p).store(cg, Ordering::Relaxed) };
+    CHARGED_LARGE.fetch_add(usable, Ordering::Relaxed);
+    p
+}
+
+/// Frees a large allocation, uncharging its owner.
+///
+/// # Safety
+/// `p` must be a live large allocation.
+#[cold]
+#[inline(never)]
+pub unsafe fn free_large(p: *mut u8) {
+    // SAFETY: caller's contract.
+    unsafe {
+        let owner = large::owner(p).load(Ordering::Relaxed);
+        if owner != 0 {
+            let usable = large::usable_size(p);
+            hooks::uncharge(owner, usable, StatIdx::LARGE);
+            CHARGED_LARGE.fetch_sub(usable, Ordering::Relaxed);
+        }
+        large::free(p);
+    }
+}
+
+/// Resizes a large allocation in place or by mremap, moving its owner's charge by the
+/// difference. Null when refused (the block is then unchanged).
+///
+/// # Safety
+/// `p` must be a live large allocation aligned to at most a page.
+#[cold]
+#[inline(never)]
+pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> *mut u8 {
+    let Some(new_usable) = large::usable_for(new_size) else {
+        return core::ptr::null_mut();
+    };
+    // SAFETY: caller's contract.
+    unsafe {
+        let owner = large::owner(p).load(Ordering::Relaxed);
+        let old_usable = large::usable_size(p);
+        if owner != 0 && new_usable > old_usable {
+            if !hooks::charge(owner, new_usable - old_usable, StatIdx::LARGE) {
+                return core::ptr::null_mut();
+            }
+            let q = large::realloc(p, new_size);
+            if q.is_null() {
+                hooks::uncharge(owner, new_usable - old_usable, StatIdx::LARGE);
+            } else {
+                CHARGED_LARGE.fetch_add(new_usable - old_usable, Ordering::Relaxed);
+            }
+            return q;
+        }
+        let q = large::realloc(p, new_size);
+        if owner != 0 && !q.is_null() && new_usable < old_usable {
+            hooks::uncharge(owner, old_usable - new_usable, StatIdx::LARGE);
+            CHARGED_LARGE.fetch_sub(old_usable - new_usable, Ordering::Relaxed);
+        }
+        q
+    }
+}

@@ -1,0 +1,251 @@
+//! Dedicated caches (kmem_cache_create): one cache per object type, so an odd-sized struct
+//! packs into slabs chosen for its size instead of rounding up to a power-of-two class
+//! (seed 004: a 2312-byte object gets 14 per 32 KiB slab instead of one per 4 KiB).
+//!
+//! A dedicated cache shares the slab machinery of the size classes ([`CacheCore`]). Its
+//! objects are not cached per thread: `alloc`/`free` take the cache's lock, so bulk calls
+//! (`alloc_bulk`/`free_bulk`, one lock round trip and one charge per call) are the fast way
+//! to move many objects.
+//!
+//! With `.account(true)` every slot carries owner metadata (placement reported by
+//! [`Cache::info`]) and objects allocated inside a tenant scope are charged to it; objects
+//! allocated outside any scope carry owner 0 and are not charged.
+//!
+//! A cache's shared part is never freed: segments name it in their headers for the life of
+//! the process. Dropping a `Cache` releases its empty slabs to the OS; objects still
+//! allocated from it stay valid (and leak), as with a kernel cache destroyed too early.
+
+use core::alloc::Layout;
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering;
+
+use slabcg_accounting::hooks::{self, StatIdx};
+
+use crate::cache::CacheCore;
+use crate::charge::owner_word;
+use crate::segment::FreeObj;
+use crate::slab::{MetaPlacement, SlabLayout};
+
+/// The geometry of a dedicated cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheInfo {
+    /// Usable bytes per object.
+    pub object_size: usize,
+    /// Distance between two objects.
+    pub stride: usize,
+    /// Alignment of every object.
+    pub align: usize,
+    /// Bytes per slab.
+    pub slab_bytes: usize,
+    /// Objects per slab.
+    pub objects_per_slab: usize,
+    /// Unused bytes at the end of each slab (after owner metadata placed there, if any, is
+    /// counted as used: `slab_bytes - objects * stride`).
+    pub leftover_bytes: usize,
+    /// Where owner metadata lives.
+    pub meta: MetaPlacement,
+    /// Slots per slab given up to make room for metadata (only `External`).
+    pub meta_cost_slots: usize,
+}
+
+/// Configures a dedicated cache.
+pub struct CacheBuilder {
+    name: String,
+    layout: Layout,
+    hwcache_align: bool,
+    account: bool,
+}
+
+impl CacheBuilder {
+    /// Round each object up to a 64-byte cache line (SLAB_HWCACHE_ALIGN): no false sharing
+    /// between neighbours, at the cost of padding.
+    pub fn hwcache_align(mut self, on: bool) -> Self {
+        self.hwcache_align = on;
+        self
+    }
+
+    /// Charge objects allocated inside a tenant scope to that tenant (SLAB_ACCOUNT).
+    pub fn account(mut self, on: bool) -> Self {
+        self.account = on;
+        self
+    }
+
+    /// Creates the cache. Panics (in user context, not in the allocator) when the layout is
+    /// aligned above 4 KiB or does not fit a 1 MiB slab; use [`try_build`](Self::try_build)
+    /// to get an error instead.
+    pub fn build(self) -> Cache {
+        match self.try_build() {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Creates the cache, or explains why the layout cannot be served.
+    pub fn try_build(self) -> Result<Cache, CacheError> {
+        let size = self.layout.size().max(1);
+        let Some(layout) =
+            SlabLayout::new(size, self.layout.align(), self.account, self.hwcache_align)
+        else {
+            return Err(CacheError {
+                name: self.name,
+                layout: self.layout,
+            });
+        };
+        let core: &'static CacheCore =
+            Box::leak(Box::new(CacheCore::new(layout, u32::MAX, self.account)));
+        Ok(Cache {
+            core,
+            name: self.name,
+        })
+    }
+}
+
+/// A layout a dedicated cache cannot serve.
+#[derive(Debug, Clone)]
+pub struct CacheError {
+    pub name: String,
+    pub layout: Layout,
+}
+
+impl core::fmt::Display for CacheError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "cache {:?}: layout of {} bytes aligned to {} does not fit a slab (alignment must be <= 4096, size <= 1 MiB)",
+            self.name,
+            self.layout.size(),
+            self.layout.align()
+        )
+    }
+}
+
+impl std::error::Error for CacheError {}
+
+/// A dedicated cache of equal-sized objects.
+pub struct Cache {
+    pub(crate) core: &'static CacheCore,
+    name: String,
+}
+
+impl Cache {
+    /// Starts configuring a cache for objects of `layout` (kmem_cache_create).
+    pub fn builder(name: &str, layout: Layout) -> CacheBuilder {
+        CacheBuilder {
+            name: name.to_owned(),
+            layout,
+            hwcache_align: false,
+            account: false,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cache's geometry.
+    pub fn info(&self) -> CacheInfo {
+        let l = &self.core.layout;
+        CacheInfo {
+            object_size: l.object_size,
+            stride: l.stride,
+            align: l.align,
+            slab_bytes: l.slab_bytes(),
+            objects_per_slab: l.objects,
+            leftover_bytes: l.leftover,
+            meta: l.meta,
+            meta_cost_slots: l.meta_cost_slots,
+        }
+    }
+
+    /// Objects handed out and not yet freed.
+    pub fn live_objects(&self) -> usize {
+        self.core.counters.used.load(Ordering::Relaxed)
+    }
+
+    /// Allocates one object, charged to the current tenant if the cache is accounted. None
+    /// when the tenant's limit refuses or memory is exhausted.
+    pub fn alloc(&self) -> Option<NonNull<u8>> {
+        let size = self.core.layout.object_size;
+        let cg = self.charge_current(size)?;
+        let chain = self.core.refill(1);
+        if chain.count == 0 {
+            self.uncharge(cg, size);
+            return None;
+        }
+        let p = chain.head as *mut u8;
+        self.set_owner(p, cg);
+        NonNull::new(p)
+    }
+
+    /// Frees an object of this cache.
+    ///
+    /// # Safety
+    /// `ptr` must come from this cache's `alloc`/`alloc_bulk` and not be freed already.
+    pub unsafe fn free(&self, ptr: NonNull<u8>) {
+        let p = ptr.as_ptr();
+        self.release_owner(p);
+        let o = p as *mut FreeObj;
+        // SAFETY: a one-object chain of the caller's object; flush validates that it is a
+        // slot of this cache.
+        unsafe {
+            (*o).next = core::ptr::null_mut();
+            self.core.flush(o, 1);
+        }
+    }
+
+    /// Charges `bytes` to the current tenant when accounted. Some(owner id, 0 = none).
+    pub(crate) fn charge_current(&self, bytes: usize) -> Option<u32> {
+        if !self.core.accounted {
+            return Some(0);
+        }
+        let cg = hooks::current_objcg();
+        if cg != 0 && !hooks::charge(cg, bytes, StatIdx::SLAB_OTHER) {
+            return None;
+        }
+        Some(cg)
+    }
+
+    pub(crate) fn uncharge(&self, cg: u32, bytes: usize) {
+        if cg != 0 {
+            hooks::uncharge(cg, bytes, StatIdx::SLAB_OTHER);
+        }
+    }
+
+    pub(crate) fn set_owner(&self, p: *mut u8, cg: u32) {
+        if self.core.accounted {
+            // SAFETY: p is a slot of this accounted cache.
+            unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
+        }
+    }
+
+    /// Clears the owner of `p` and uncharges it.
+    pub(crate) fn release_owner(&self, p: *mut u8) {
+        let seg = crate::segment::segment_of(p);
+        // SAFETY: a segment header is readable once is_segment says p lies in one. A pointer
+        // of another cache is left alone here; flush reports it.
+        if self.core.accounted
+            && crate::segment::is_segment(p)
+            && core::ptr::eq(unsafe { (*seg).cache }, self.core)
+        {
+            // SAFETY: p lies in a segment of this accounted cache.
+            let w = unsafe { &*owner_word(p) };
+            let cg = w.swap(0, Ordering::Relaxed);
+            self.uncharge(cg, self.core.layout.object_size);
+        }
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        self.core.trim();
+    }
+}
+
+impl core::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Cache")
+            .field("name", &self.name)
+            .field("info", &self.info())
+            .finish()
+    }
+}

@@ -1,0 +1,50 @@
+//! Seed 003 experiment on slabcg: no tenant vs inside one tenant's scope (1 and 2 threads,
+//! 32 B and 4 KiB), and seed 001's Sock charges (batched in the stock vs a shared stat atomic
+//! updated on every charge). Compare with `accounting_cap` (mimalloc + one shared atomic).
+//!
+//! `cargo bench --bench accounting` ; summary: `scripts/bench-accounting.sh`
+
+#[path = "common/accounting_pairs.rs"]
+mod pairs;
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use slabcg::{SlabAlloc, StatItem, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+fn accounting(c: &mut Criterion) {
+    pairs::bench_variant(c, "slabcg_no_tenant", || ());
+    let t = Tenant::new("bench");
+    pairs::bench_variant(c, "slabcg_tenant", move || t.enter());
+}
+
+/// Seed 001: a socket-buffer charge+uncharge pair through the stock (stats batched), vs the
+/// same plus an unbatched shared stat update per charge, which is what the stock avoids.
+fn sock(c: &mut Criterion) {
+    static SHARED_STAT: AtomicI64 = AtomicI64::new(0);
+    let t = Tenant::new("sock");
+    let mut g = c.benchmark_group("sock_charge_uncharge_1500B");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("batched_stat", |b| {
+        b.iter(|| {
+            t.charge(black_box(1500), StatItem::Sock).unwrap();
+            t.uncharge(black_box(1500), StatItem::Sock);
+        })
+    });
+    g.bench_function("shared_stat_every_charge", |b| {
+        b.iter(|| {
+            t.charge(black_box(1500), StatItem::Sock).unwrap();
+            SHARED_STAT.fetch_add(1500, Ordering::Relaxed);
+            t.uncharge(black_box(1500), StatItem::Sock);
+            SHARED_STAT.fetch_sub(1500, Ordering::Relaxed);
+        })
+    });
+    g.finish();
+}
+
+criterion_group! { name = benches; config = pairs::configure(); targets = accounting, sock }
+criterion_main!(benches);

@@ -1,0 +1,125 @@
+//! A small multi-tenant service: three tenants with limits run a mixed workload on several
+//! threads (request handling with maps and strings, a batch job that runs into its hard
+//! limit and degrades gracefully, socket buffers charged by hand), then each tenant's
+//! memory.stat-like report is printed.
+//!
+//! Run: `cargo run --release --example demo`
+
+use std::collections::HashMap;
+use std::thread;
+
+use slabcg::{SlabAlloc, StatItem, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+const MIB: u64 = 1 << 20;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Request handling: parse, build a response, keep a bounded session cache.
+/// Returns the session cache, which stays charged to the tenant while main holds it.
+fn api_worker(tenant: Tenant, seed: u64) -> (usize, HashMap<u64, Vec<String>>) {
+    let _scope = tenant.enter();
+    let mut rng = Rng(seed);
+    let mut sessions: HashMap<u64, Vec<String>> = HashMap::new();
+    let mut served = 0;
+    for _ in 0..40_000 {
+        let id = rng.next() % 2_000;
+        let body: String = (0..(rng.next() % 64) as usize).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let entry = sessions.entry(id).or_default();
+        entry.push(format!("{{\"session\":{id},\"body\":\"{body}\"}}"));
+        if entry.len() > 8 {
+            entry.remove(0);
+        }
+        served += 1;
+    }
+    (served, sessions)
+}
+
+/// A batch job that wants more than its limit: it allocates 1 MiB chunks with fallible
+/// reservations, and stops cleanly when the tenant's hard limit refuses.
+fn batch_worker(tenant: Tenant) -> (usize, bool) {
+    let _scope = tenant.enter();
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let mut v: Vec<u8> = Vec::new();
+        if v.try_reserve_exact(MIB as usize).is_err() {
+            return (chunks.len(), true);
+        }
+        v.resize(MIB as usize, 7);
+        chunks.push(v);
+        if chunks.len() > 10_000 {
+            return (chunks.len(), false);
+        }
+    }
+}
+
+/// A connection handler that charges socket buffers (memory the allocator does not see):
+/// receive buffers pile up faster than they drain, until net's limit refuses more.
+fn sock_worker(tenant: Tenant) -> (u64, u64) {
+    let mut charged = 0;
+    let mut refused = 0;
+    for i in 0..10_000u64 {
+        let bytes = 1500 + (i % 7) * 1000;
+        match tenant.charge(bytes, StatItem::Sock) {
+            Ok(()) => charged += bytes,
+            Err(_) => refused += 1,
+        }
+        if i % 3 == 0 && charged >= bytes {
+            tenant.uncharge(bytes, StatItem::Sock);
+            charged -= bytes;
+        }
+    }
+    (charged, refused)
+}
+
+fn main() {
+    // api serves requests; its child net holds the connections' socket buffers. Both count
+    // against api's limits (the tree is hierarchical, like cgroup v2).
+    let api = Tenant::new("api");
+    api.set_high(4 * MIB);
+    api.set_max(64 * MIB);
+    let net = api.child("net");
+    net.set_max(8 * MIB);
+    let batch = Tenant::new("batch");
+    batch.set_max(48 * MIB);
+
+    let mut handles = Vec::new();
+    for t in 0..2 {
+        let api = api.clone();
+        handles.push(thread::spawn(move || {
+            let (n, sessions) = api_worker(api, 0x5eed + t);
+            println!("api worker {t}: served {n} requests, {} sessions cached", sessions.len());
+            sessions
+        }));
+    }
+    let b = batch.clone();
+    let batch_thread = thread::spawn(move || batch_worker(b));
+    let n2 = net.clone();
+    let sock_thread = thread::spawn(move || sock_worker(n2));
+    // The session caches outlive their threads; they stay charged to api until dropped.
+    let sessions: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let (chunks, refused) = batch_thread.join().unwrap();
+    println!("batch: held {chunks} MiB before the limit {}", if refused { "refused more" } else { "never refused" });
+    let (sock_held, sock_refused) = sock_thread.join().unwrap();
+    println!("net: {sock_held} bytes of socket buffers charged, {sock_refused} charges refused");
+
+    for t in [&api, &net, &batch] {
+        println!("\n== tenant {} ==", t.name());
+        println!("current_exact {}", t.current_exact());
+        print!("{}", t.stat());
+    }
+    println!("\n== allocator ==\n{}", slabcg::stats());
+    drop(sessions);
+    net.uncharge(sock_held, StatItem::Sock);
+    println!("after freeing the sessions and the socket buffers: api current_exact {}", api.current_exact());
+}

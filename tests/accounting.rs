@@ -1,0 +1,356 @@
+//! Accounting through the real allocator: every allocation made inside `tenant.enter()` is
+//! charged to the tenant with its usable size, and uncharged on free by whichever thread.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::thread;
+
+use slabcg::{SlabAlloc, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+// Tests in this binary share the allocator and run in parallel; they use their own tenants,
+// so tenant figures are unaffected by each other.
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Obj {
+    p: usize,
+    layout: Layout,
+    usable: u64,
+    /// Index of the tenant charged.
+    t: usize,
+}
+
+fn alloc_in(t: &Tenant, layout: Layout) -> *mut u8 {
+    let _g = t.enter();
+    // SAFETY: valid layout.
+    unsafe { GLOBAL.alloc(layout) }
+}
+
+fn free(o: Obj) {
+    // SAFETY: allocated with this layout, freed once.
+    unsafe { GLOBAL.dealloc(o.p as *mut u8, o.layout) }
+}
+
+fn random_layout(rng: &mut Rng) -> Layout {
+    let r = rng.next();
+    let size = match r % 20 {
+        0 => 130_000 + (r >> 8) as usize % 400_000,
+        1..=4 => (r >> 8) as usize % 9000,
+        _ => 1 + (r >> 8) as usize % 700,
+    };
+    Layout::from_size_align(size, 1 << ((r >> 50) % 6)).unwrap()
+}
+
+#[test]
+fn exact_ledger_with_cross_thread_frees_and_nested_scopes() {
+    let parent = Tenant::new("ledger-parent");
+    let tenants = [parent.clone(), parent.child("a"), parent.child("b"), Tenant::new("ledger-c")];
+    const THREADS: usize = 4;
+    let (tx, rx) = mpsc::channel::<Vec<Obj>>();
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let hs: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let tenants = tenants.clone();
+            let tx = tx.clone();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                let mut rng = Rng(0xACC0 + i as u64);
+                let mut live: Vec<Obj> = Vec::with_capacity(5000);
+                let mut handoff: Vec<Obj> = Vec::with_capacity(5000);
+                for step in 0..6000 {
+                    let t = (rng.next() % 4) as usize;
+                    let layout = random_layout(&mut rng);
+                    // Nested scopes: the inner scope wins while it lives.
+                    let p = if step % 7 == 0 {
+                        let _outer = tenants[(t + 1) % 4].enter();
+                        alloc_in(&tenants[t], layout)
+                    } else {
+                        alloc_in(&tenants[t], layout)
+                    };
+                    assert!(!p.is_null());
+                    // SAFETY: p is live.
+                    let usable = unsafe { SlabAlloc::usable_size(p) } as u64;
+                    assert!(usable >= layout.size() as u64);
+                    let o = Obj { p: p as usize, layout, usable, t };
+                    match rng.next() % 4 {
+                        0 => handoff.push(o),
+                        1 if !live.is_empty() => {
+                            let k = rng.next() as usize % live.len();
+                            free(live.swap_remove(k));
+                            live.push(o);
+                        }
+                        _ => live.push(o),
+                    }
+                    if live.len() > 3000 {
+                        free(live.swap_remove(0));
+                    }
+                }
+                // Hand some objects to another thread to be freed there.
+                tx.send(handoff).unwrap();
+                barrier.wait();
+                live
+            })
+        })
+        .collect();
+    drop(tx);
+    let mut all: Vec<Obj> = Vec::new();
+    for h in hs {
+        all.extend(h.join().unwrap());
+    }
+    // Free half of the handed-off objects on a different thread than the allocating one.
+    let handoffs: Vec<Vec<Obj>> = rx.iter().collect();
+    let freer = thread::spawn(move || {
+        let mut keep = Vec::new();
+        for (i, batch) in handoffs.into_iter().enumerate() {
+            for (j, o) in batch.into_iter().enumerate() {
+                if (i + j) % 2 == 0 {
+                    free(o);
+                } else {
+                    keep.push(o);
+                }
+            }
+        }
+        keep
+    });
+    all.extend(freer.join().unwrap());
+
+    let ledger = |all: &[Obj], idx: &[usize]| -> u64 {
+        all.iter().filter(|o| idx.contains(&o.t)).map(|o| o.usable).sum()
+    };
+    // parent's subtree is tenants 0, 1, 2 (hierarchical); c is alone.
+    assert_eq!(tenants[1].current_exact(), ledger(&all, &[1]));
+    assert_eq!(tenants[2].current_exact(), ledger(&all, &[2]));
+    assert_eq!(tenants[0].current_exact(), ledger(&all, &[0, 1, 2]));
+    assert_eq!(tenants[3].current_exact(), ledger(&all, &[3]));
+    assert!(tenants[0].peak() >= tenants[0].current_exact());
+    for o in all {
+        free(o);
+    }
+    for t in &tenants {
+        assert_eq!(t.current_exact(), 0, "tenant {}", t.name());
+    }
+}
+
+#[test]
+fn current_never_exceeds_max_while_racing() {
+    const MAX: u64 = 2 << 20;
+    let t = Tenant::new("racing");
+    t.set_max(MAX);
+    let stop = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let t = t.clone();
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let c = t.current();
+                assert!(c <= MAX, "current {c} > max {MAX}");
+                n += 1;
+            }
+            n
+        })
+    };
+    let workers: Vec<_> = (0..2)
+        .map(|i| {
+            let t = t.clone();
+            thread::spawn(move || {
+                let mut rng = Rng(77 + i);
+                let mut held: Vec<(usize, Layout)> = Vec::with_capacity(10_000);
+                let mut refused = 0;
+                for _ in 0..30_000 {
+                    let l = Layout::from_size_align(1 + rng.next() as usize % 6000, 8).unwrap();
+                    let p = alloc_in(&t, l);
+                    if p.is_null() {
+                        refused += 1;
+                        for _ in 0..held.len() / 2 {
+                            let (p, l) = held.swap_remove(rng.next() as usize % held.len());
+                            // SAFETY: live, allocated with l.
+                            unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+                        }
+                    } else {
+                        held.push((p as usize, l));
+                    }
+                }
+                for (p, l) in held {
+                    // SAFETY: live, allocated with l.
+                    unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    assert!(observer.join().unwrap() > 0);
+    assert!(refused > 0, "the workload must run into the limit");
+    let ev = t.events();
+    assert!(ev.max >= refused && ev.oom >= refused, "{ev:?} refused {refused}");
+    assert_eq!(t.current_exact(), 0);
+    assert!(t.peak() <= MAX);
+}
+
+#[test]
+fn no_spurious_failure_when_idle_threads_hold_stock() {
+    const MAX: u64 = 1 << 20;
+    let t = Tenant::new("idle-stock");
+    t.set_max(MAX);
+    // Two threads charge and free in the tenant so that their stocks keep pre-charged bytes,
+    // then block without exiting.
+    let release = Arc::new(Mutex::new(()));
+    let gate = release.lock().unwrap();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let idlers: Vec<_> = (0..2)
+        .map(|_| {
+            let t = t.clone();
+            let release = release.clone();
+            let ready_tx = ready_tx.clone();
+            thread::spawn(move || {
+                let l = Layout::from_size_align(1000, 8).unwrap();
+                let ps: Vec<usize> = (0..200).map(|_| alloc_in(&t, l) as usize).collect();
+                for p in ps {
+                    // SAFETY: live, allocated with l.
+                    unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+                }
+                ready_tx.send(()).unwrap();
+                drop(release.lock().unwrap());
+            })
+        })
+        .collect();
+    ready_rx.recv().unwrap();
+    ready_rx.recv().unwrap();
+    assert!(t.current() > 0, "idle stocks should hold pre-charged bytes");
+    // This thread can still allocate up to the limit, exactly.
+    let l = Layout::from_size_align(4096, 8).unwrap();
+    let n = (MAX / 4096) as usize;
+    let mut ps = Vec::with_capacity(n);
+    for i in 0..n {
+        let p = alloc_in(&t, l);
+        assert!(!p.is_null(), "allocation {i} of {n} failed spuriously");
+        ps.push(p as usize);
+    }
+    // One more byte does not fit.
+    assert!(alloc_in(&t, Layout::from_size_align(8, 8).unwrap()).is_null());
+    assert_eq!(t.current_exact(), MAX);
+    for p in ps {
+        // SAFETY: live, allocated with l.
+        unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+    }
+    drop(gate);
+    for h in idlers {
+        h.join().unwrap();
+    }
+    assert_eq!(t.current_exact(), 0);
+}
+
+#[test]
+fn reparenting_moves_the_charge_to_the_parent() {
+    let parent = Tenant::new("reparent-parent");
+    let l = Layout::from_size_align(100, 8).unwrap();
+    let big = Layout::from_size_align(300_000, 8).unwrap();
+    let (ps, big_p) = {
+        let child = parent.child("doomed");
+        let ps: Vec<usize> = (0..1000).map(|_| alloc_in(&child, l) as usize).collect();
+        let big_p = alloc_in(&child, big) as usize;
+        assert_eq!(child.current_exact(), 1000 * 112 + 303_104);
+        (ps, big_p)
+        // the child's last handle is dropped here
+    };
+    assert_eq!(parent.current_exact(), 1000 * 112 + 303_104);
+    // Free on another thread, after the child is gone.
+    thread::spawn(move || {
+        for p in ps {
+            // SAFETY: live, allocated with l.
+            unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+        }
+        // SAFETY: live, allocated with big.
+        unsafe { GLOBAL.dealloc(big_p as *mut u8, big) };
+    })
+    .join()
+    .unwrap();
+    assert_eq!(parent.current_exact(), 0);
+}
+
+#[test]
+fn thread_exit_returns_its_stock() {
+    let t = Tenant::new("exiting");
+    let t2 = t.clone();
+    thread::spawn(move || {
+        let l = Layout::from_size_align(64, 8).unwrap();
+        let ps: Vec<usize> = (0..100).map(|_| alloc_in(&t2, l) as usize).collect();
+        for p in ps {
+            // SAFETY: live, allocated with l.
+            unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+        }
+    })
+    .join()
+    .unwrap();
+    // Not current_exact(): the exiting thread must have given its stock back by itself.
+    assert_eq!(t.current(), 0);
+}
+
+#[test]
+fn realloc_zeroed_and_large_follow_the_rules() {
+    let a = Tenant::new("realloc-a");
+    let b = Tenant::new("realloc-b");
+    let l = Layout::from_size_align(100, 8).unwrap();
+    let p = {
+        let _g = a.enter();
+        // SAFETY: valid layout.
+        unsafe { GLOBAL.alloc_zeroed(l) }
+    };
+    assert_eq!(a.current_exact(), 112);
+    // Same class under another tenant: stays in place and with its owner.
+    let p2 = {
+        let _g = b.enter();
+        // SAFETY: live, allocated with l.
+        unsafe { GLOBAL.realloc(p, l, 110) }
+    };
+    assert_eq!(p2, p);
+    assert_eq!((a.current_exact(), b.current_exact()), (112, 0));
+    // Moving under b: b is charged the new block, a uncharged the old.
+    let l2 = Layout::from_size_align(110, 8).unwrap();
+    let p3 = {
+        let _g = b.enter();
+        // SAFETY: live, allocated with l2 (same class as l).
+        unsafe { GLOBAL.realloc(p2, l2, 5000) }
+    };
+    assert_eq!((a.current_exact(), b.current_exact()), (0, 5120));
+    // Large: grow by mremap, the owner pays the difference.
+    let l3 = Layout::from_size_align(5000, 8).unwrap();
+    let p4 = {
+        let _g = b.enter();
+        // SAFETY: live, allocated with l3.
+        unsafe { GLOBAL.realloc(p3, l3, 200_000) }
+    };
+    assert_eq!(b.current_exact(), 200_704);
+    let l4 = Layout::from_size_align(200_000, 8).unwrap();
+    // Resized in place (by mremap) from outside any scope: the owner, b, is charged.
+    // SAFETY: live, allocated with l4.
+    let p5 = unsafe { GLOBAL.realloc(p4, l4, 1 << 20) };
+    assert_eq!(b.current_exact(), 1 << 20);
+    // SAFETY: live, allocated with size 1 MiB.
+    unsafe { GLOBAL.dealloc(p5, Layout::from_size_align(1 << 20, 8).unwrap()) };
+    assert_eq!(b.current_exact(), 0);
+}
+
+#[test]
+fn unscoped_allocations_belong_to_root() {
+    let t = Tenant::new("unscoped");
+    let v: Vec<u8> = vec![1; 10_000];
+    assert_eq!(t.current_exact(), 0);
+    assert!(Tenant::root().current() >= 10_000);
+    drop(v);
+}
