@@ -34,7 +34,9 @@ fn api_worker(tenant: Tenant, seed: u64) -> (usize, HashMap<u64, Vec<String>>) {
     let mut served = 0;
     for _ in 0..40_000 {
         let id = rng.next() % 2_000;
-        let body: String = (0..(rng.next() % 64) as usize).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let body: String = (0..(rng.next() % 64) as usize)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
         let entry = sessions.entry(id).or_default();
         entry.push(format!("{{\"session\":{id},\"body\":\"{body}\"}}"));
         if entry.len() > 8 {
@@ -98,7 +100,10 @@ fn main() {
         let api = api.clone();
         handles.push(thread::spawn(move || {
             let (n, sessions) = api_worker(api, 0x5eed + t);
-            println!("api worker {t}: served {n} requests, {} sessions cached", sessions.len());
+            println!(
+                "api worker {t}: served {n} requests, {} sessions cached",
+                sessions.len()
+            );
             sessions
         }));
     }
@@ -109,7 +114,14 @@ fn main() {
     // The session caches outlive their threads; they stay charged to api until dropped.
     let sessions: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let (chunks, refused) = batch_thread.join().unwrap();
-    println!("batch: held {chunks} MiB before the limit {}", if refused { "refused more" } else { "never refused" });
+    println!(
+        "batch: held {chunks} MiB before the limit {}",
+        if refused {
+            "refused more"
+        } else {
+            "never refused"
+        }
+    );
     let (sock_held, sock_refused) = sock_thread.join().unwrap();
     println!("net: {sock_held} bytes of socket buffers charged, {sock_refused} charges refused");
 
@@ -121,5 +133,8 @@ fn main() {
     println!("\n== allocator ==\n{}", slabcg::stats());
     drop(sessions);
     net.uncharge(sock_held, StatItem::Sock);
-    println!("after freeing the sessions and the socket buffers: api current_exact {}", api.current_exact());
+    println!(
+        "after freeing the sessions and the socket buffers: api current_exact {}",
+        api.current_exact()
+    );
 }

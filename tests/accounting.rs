@@ -57,7 +57,12 @@ fn random_layout(rng: &mut Rng) -> Layout {
 #[test]
 fn exact_ledger_with_cross_thread_frees_and_nested_scopes() {
     let parent = Tenant::new("ledger-parent");
-    let tenants = [parent.clone(), parent.child("a"), parent.child("b"), Tenant::new("ledger-c")];
+    let tenants = [
+        parent.clone(),
+        parent.child("a"),
+        parent.child("b"),
+        Tenant::new("ledger-c"),
+    ];
     const THREADS: usize = 4;
     let (tx, rx) = mpsc::channel::<Vec<Obj>>();
     let barrier = Arc::new(Barrier::new(THREADS));
@@ -84,7 +89,12 @@ fn exact_ledger_with_cross_thread_frees_and_nested_scopes() {
                     // SAFETY: p is live.
                     let usable = unsafe { SlabAlloc::usable_size(p) } as u64;
                     assert!(usable >= layout.size() as u64);
-                    let o = Obj { p: p as usize, layout, usable, t };
+                    let o = Obj {
+                        p: p as usize,
+                        layout,
+                        usable,
+                        t,
+                    };
                     match rng.next() % 4 {
                         0 => handoff.push(o),
                         1 if !live.is_empty() => {
@@ -128,7 +138,10 @@ fn exact_ledger_with_cross_thread_frees_and_nested_scopes() {
     all.extend(freer.join().unwrap());
 
     let ledger = |all: &[Obj], idx: &[usize]| -> u64 {
-        all.iter().filter(|o| idx.contains(&o.t)).map(|o| o.usable).sum()
+        all.iter()
+            .filter(|o| idx.contains(&o.t))
+            .map(|o| o.usable)
+            .sum()
     };
     // parent's subtree is tenants 0, 1, 2 (hierarchical); c is alone.
     assert_eq!(tenants[1].current_exact(), ledger(&all, &[1]));
@@ -197,7 +210,10 @@ fn current_never_exceeds_max_while_racing() {
     assert!(observer.join().unwrap() > 0);
     assert!(refused > 0, "the workload must run into the limit");
     let ev = t.events();
-    assert!(ev.max >= refused && ev.oom >= refused, "{ev:?} refused {refused}");
+    assert!(
+        ev.max >= refused && ev.oom >= refused,
+        "{ev:?} refused {refused}"
+    );
     assert_eq!(t.current_exact(), 0);
     assert!(t.peak() <= MAX);
 }

@@ -52,6 +52,9 @@ pub(crate) struct Stock {
     pub(crate) in_cs: AtomicBool,
     pub(crate) steal: AtomicBool,
     pub(crate) flags: AtomicU8,
+    /// The slot the fast path looks at: the one most recently used by a slow path
+    /// (`touch`). Always < NR_SLOTS. Owner only.
+    mru: AtomicU8,
     pub(crate) ids: [AtomicU32; NR_SLOTS],
     pub(crate) bytes: [AtomicU64; NR_SLOTS],
     clock: AtomicU64,
@@ -89,6 +92,7 @@ impl Stock {
             in_cs: AtomicBool::new(false),
             steal: AtomicBool::new(false),
             flags: AtomicU8::new(0),
+            mru: AtomicU8::new(0),
             ids: [const { AtomicU32::new(0) }; NR_SLOTS],
             bytes: [const { AtomicU64::new(0) }; NR_SLOTS],
             clock: AtomicU64::new(0),
@@ -182,6 +186,7 @@ impl Stock {
     /// Marks slot `i` as used now (approximate LRU: stamped on every slow-path visit, and a
     /// busy slot sees one at least every `CHARGE_BATCH` bytes). In CS.
     pub(crate) fn touch(&self, i: usize) {
+        self.mru.store(i as u8, Relaxed);
         let c = self.clock.load(Relaxed) + 1;
         self.clock.store(c, Relaxed);
         self.stamps[i].store(c, Relaxed);
@@ -240,32 +245,71 @@ impl Stock {
     }
 }
 
-/// Fast path of a charge: take `n` bytes from this thread's slot for `id`.
-#[inline(always)]
-pub(crate) fn consume(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
-    STOCK.with(|s| {
-        let mut ok = false;
-        if s.enter() {
-            if let Some(i) = s.find(id) {
-                ok = s.try_take(i, n, idx);
-            }
-        }
-        s.leave();
-        ok
-    })
+impl Stock {
+    /// The most recently used slot, if it holds `id`. In CS.
+    #[inline(always)]
+    fn mru_for(&self, id: ObjCgId) -> Option<usize> {
+        // `& 7` keeps the index in bounds without a panic path (mru < NR_SLOTS == 7 anyway).
+        let i = (self.mru.load(Relaxed) & 7) as usize % NR_SLOTS;
+        (self.ids[i].load(Relaxed) == id).then_some(i)
+    }
+
+    /// The slot holding `id` when it is not the MRU one; makes it the MRU. Out of line so
+    /// the hit path stays short, but still free of atomics and shared lines. In CS.
+    #[inline(never)]
+    fn other_slot(&self, id: ObjCgId) -> Option<usize> {
+        let i = self.find(id)?;
+        self.mru.store(i as u8, Relaxed);
+        Some(i)
+    }
 }
 
-/// Fast path of an uncharge: give `n` bytes back to this thread's slot for `id`.
+/// This thread's stock. The closure only yields the address, so the fast paths below are
+/// inlined whole (a closure doing the work was left out of line by the optimiser).
+#[inline(always)]
+fn with_stock<R>(f: impl FnOnce(&Stock) -> R) -> R {
+    let s: *const Stock = STOCK.with(|s| s as *const Stock);
+    // SAFETY: a thread-local without Drop lives as long as its thread, and this reference
+    // does not outlive this call on this thread.
+    f(unsafe { &*s })
+}
+
+/// Fast path of a charge: take `n` bytes from this thread's most recently used slot if it
+/// is `id`'s. Other slots are searched out of line (still without atomics), and that makes
+/// the hit the MRU slot, so a thread working for one tenant at a time compares one id here.
+#[inline(always)]
+pub(crate) fn consume(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
+    with_stock(
+        #[inline(always)]
+        |s| {
+            let mut ok = false;
+            if s.enter() {
+                ok = match s.mru_for(id) {
+                    Some(i) => s.try_take(i, n, idx),
+                    None => s.other_slot(id).is_some_and(|i| s.try_take(i, n, idx)),
+                };
+            }
+            s.leave();
+            ok
+        },
+    )
+}
+
+/// Fast path of an uncharge: give `n` bytes back to this thread's slot for `id` (MRU first).
 #[inline(always)]
 pub(crate) fn refill(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
-    STOCK.with(|s| {
-        let mut ok = false;
-        if s.enter() {
-            if let Some(i) = s.find(id) {
-                ok = s.try_give(i, n, idx);
+    with_stock(
+        #[inline(always)]
+        |s| {
+            let mut ok = false;
+            if s.enter() {
+                ok = match s.mru_for(id) {
+                    Some(i) => s.try_give(i, n, idx),
+                    None => s.other_slot(id).is_some_and(|i| s.try_give(i, n, idx)),
+                };
             }
-        }
-        s.leave();
-        ok
-    })
+            s.leave();
+            ok
+        },
+    )
 }

@@ -153,7 +153,9 @@ impl CacheCore {
                 let d = l.empty;
                 list_remove(&mut l.empty, d);
                 l.empty_count -= 1;
-                self.counters.empty_slabs.store(l.empty_count, Ordering::Relaxed);
+                self.counters
+                    .empty_slabs
+                    .store(l.empty_count, Ordering::Relaxed);
                 d
             } else if !l.released.is_null() {
                 let d = l.released;
@@ -216,7 +218,9 @@ impl CacheCore {
                         (*d).state = SlabState::Empty;
                         list_push(&mut l.empty, d);
                         l.empty_count += 1;
-                        self.counters.empty_slabs.store(l.empty_count, Ordering::Relaxed);
+                        self.counters
+                            .empty_slabs
+                            .store(l.empty_count, Ordering::Relaxed);
                     } else {
                         // On no list while its pages are released below, without the lock.
                         (*d).state = SlabState::Released;
@@ -267,9 +271,13 @@ impl CacheCore {
 
     fn add_used(&self, delta: isize) {
         if delta > 0 {
-            self.counters.used.fetch_add(delta as usize, Ordering::Relaxed);
+            self.counters
+                .used
+                .fetch_add(delta as usize, Ordering::Relaxed);
         } else if delta < 0 {
-            self.counters.used.fetch_sub((-delta) as usize, Ordering::Relaxed);
+            self.counters
+                .used
+                .fetch_sub((-delta) as usize, Ordering::Relaxed);
         }
     }
 
@@ -296,7 +304,8 @@ impl CacheCore {
             let k = off >> self.layout.slab_shift;
             let within = off & (self.layout.slab_bytes() - 1);
             let idx = self.layout.slot_index(within);
-            if k >= (*seg).fresh || idx * self.layout.stride != within || idx >= self.layout.objects {
+            if k >= (*seg).fresh || idx * self.layout.stride != within || idx >= self.layout.objects
+            {
                 sys::fatal("free of a pointer that is not the start of a live slot");
             }
             let d = Segment::desc(seg, k);

@@ -53,7 +53,7 @@ pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
 
 /// Allocates a slot of class `c` charged to `cg` (non-zero). Null when the charge is refused
 /// or memory is exhausted (then nothing stays charged).
-#[inline(always)]
+#[inline(never)]
 pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
     let size = class_size(c);
     if !hooks::charge(cg, size, StatIdx::slab(c)) {
@@ -84,7 +84,7 @@ pub fn is_accounted(p: *mut u8) -> bool {
 ///
 /// # Safety
 /// `p` must be a live slot of the accounted cache of class `c`.
-#[inline(always)]
+#[inline(never)]
 pub unsafe fn free_small(p: *mut u8, c: usize) {
     // SAFETY: caller's contract.
     let w = unsafe { &*owner_word(p) };

@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::sys::{self, PAGE};
 
-const MAGIC: usize = 0x51ab_c9_1a_56e0_0001;
+const MAGIC: usize = 0x51ab_c91a_56e0_0001;
 
 #[repr(C)]
 struct LargeHeader {

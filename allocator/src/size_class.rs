@@ -51,7 +51,7 @@ const fn class_of_slow(size: usize) -> usize {
             // the table path serves (<= 16) without an extra instruction.
             1
         } else {
-            (size + 7) / 8 - 1
+            size.div_ceil(8) - 1
         }
     } else {
         let s = size - 1;
@@ -112,7 +112,7 @@ pub fn class_for(size: usize, align: usize) -> Option<usize> {
     let mut c = class_of(rounded);
     // Only alignments above 16 can skip classes; the walk ends at a power-of-two class at the
     // latest, and the last class (128 KiB) is a multiple of every alignment <= PAGE.
-    while c < NUM_CLASSES && CLASS_SIZES[c] as usize % align != 0 {
+    while c < NUM_CLASSES && !(CLASS_SIZES[c] as usize).is_multiple_of(align) {
         c += 1;
     }
     if c < NUM_CLASSES {

@@ -139,7 +139,7 @@ impl SlabLayout {
             meta_offset,
             meta_stride,
             meta_cost_slots: natural - objects,
-            recip: ((1u64 << 40) + stride as u64 - 1) / stride as u64,
+            recip: (1u64 << 40).div_ceil(stride as u64),
         })
     }
 

@@ -73,10 +73,16 @@ pub fn stats() -> AllocStats {
         out.size = class_size(c);
         out.cached = cached[c][0] + cached[c][1];
         out.slab_bytes = classes::PLAIN[c].layout.slab_bytes();
-        for (acc, cache) in [&classes::PLAIN[c], &classes::ACCOUNTED[c]].into_iter().enumerate() {
+        for (acc, cache) in [&classes::PLAIN[c], &classes::ACCOUNTED[c]]
+            .into_iter()
+            .enumerate()
+        {
             let k = &cache.counters;
             let slab = cache.layout.slab_bytes();
-            let held = k.used.load(Ordering::Relaxed).saturating_sub(cached[c][acc]);
+            let held = k
+                .used
+                .load(Ordering::Relaxed)
+                .saturating_sub(cached[c][acc]);
             out.objects += held;
             if acc == 1 {
                 s.allocated_charged += held * out.size;
@@ -123,17 +129,19 @@ impl fmt::Display for AllocStats {
         writeln!(f, "allocated_charged {}", self.allocated_charged)?;
         writeln!(f, "large_count {}", self.large_count)?;
         writeln!(f, "process_rss {}", self.process_rss)?;
-        writeln!(f, "class size objects cached active_slabs empty_slabs slab_bytes")?;
-        for c in self.classes.iter().filter(|c| c.objects + c.cached + c.active_slabs > 0) {
+        writeln!(
+            f,
+            "class size objects cached active_slabs empty_slabs slab_bytes"
+        )?;
+        for c in self
+            .classes
+            .iter()
+            .filter(|c| c.objects + c.cached + c.active_slabs > 0)
+        {
             writeln!(
                 f,
                 "{:>5} {:>7} {:>6} {:>12} {:>11} {:>10}",
-                c.size,
-                c.objects,
-                c.cached,
-                c.active_slabs,
-                c.empty_slabs,
-                c.slab_bytes
+                c.size, c.objects, c.cached, c.active_slabs, c.empty_slabs, c.slab_bytes
             )?;
         }
         Ok(())

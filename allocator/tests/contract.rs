@@ -88,7 +88,20 @@ fn alloc_zeroed_is_zero_even_after_reuse() {
 #[test]
 fn realloc_keeps_contents() {
     let a = SlabAlloc::new();
-    let steps = [1usize, 8, 24, 100, 1000, 4096, 5000, 70_000, 131_072, 131_073, 300_000, 1 << 20];
+    let steps = [
+        1usize,
+        8,
+        24,
+        100,
+        1000,
+        4096,
+        5000,
+        70_000,
+        131_072,
+        131_073,
+        300_000,
+        1 << 20,
+    ];
     for align in [1usize, 16, 64, 4096, 16384] {
         for &from in &steps {
             for &to in &steps {
@@ -118,11 +131,18 @@ fn impossible_requests_return_null() {
         assert!(a.alloc(l).is_null());
         assert!(a.alloc_zeroed(l).is_null());
         let big = Layout::from_size_align(isize::MAX as usize / 2 + 1, 8).unwrap();
-        assert!(a.alloc(big).is_null(), "half the address space must not be served");
+        assert!(
+            a.alloc(big).is_null(),
+            "half the address space must not be served"
+        );
         let p = a.alloc(Layout::from_size_align(64, 8).unwrap());
         fill(p, 64, 3);
         assert!(a
-            .realloc(p, Layout::from_size_align(64, 8).unwrap(), isize::MAX as usize - 8192)
+            .realloc(
+                p,
+                Layout::from_size_align(64, 8).unwrap(),
+                isize::MAX as usize - 8192
+            )
             .is_null());
         // A failed realloc leaves the block untouched.
         check(p, 64, 3);

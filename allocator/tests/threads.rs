@@ -116,7 +116,9 @@ fn thread_churn_is_bounded() {
         let mut keep = Vec::new();
         for i in 0..n {
             let h = thread::spawn(move || {
-                let v: Vec<Vec<u8>> = (0..20).map(|j| vec![j as u8; 16 + (i + j) % 2000]).collect();
+                let v: Vec<Vec<u8>> = (0..20)
+                    .map(|j| vec![j as u8; 16 + (i + j) % 2000])
+                    .collect();
                 let s: String = (0..50).map(|k| char::from(b'a' + (k % 26) as u8)).collect();
                 (v, s)
             });

@@ -14,7 +14,8 @@ fn run_child(test: &str) {
         .env("SLABCG_CHILD", test)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{test} failed:\n{text}");
     assert!(text.contains("CHILD-OK"), "{test} did not run:\n{text}");
 }
@@ -40,12 +41,18 @@ fn trim_returns_a_gigabyte_burst() {
         i += 1;
     }
     let peak = slabcg_allocator::stats().process_rss;
-    assert!(peak > start + (900 << 20), "burst not resident? {start} -> {peak}");
+    assert!(
+        peak > start + (900 << 20),
+        "burst not resident? {start} -> {peak}"
+    );
     drop(v);
     slabcg_allocator::trim();
     let end = slabcg_allocator::stats().process_rss;
     println!("rss start {start} peak {peak} after trim {end}");
-    assert!(end < start + (64 << 20), "rss start {start} peak {peak} after trim {end}");
+    assert!(
+        end < start + (64 << 20),
+        "rss start {start} peak {peak} after trim {end}"
+    );
     println!("CHILD-OK");
 }
 
@@ -85,14 +92,19 @@ fn fork_from_multithreaded_program() {
             }
             let ok = v.iter().enumerate().all(|(i, x)| x.len() == 8 + i % 5000);
             drop(v);
-            let t = std::thread::spawn(|| vec![1u8; 100_000].len()).join().unwrap();
+            let t = std::thread::spawn(|| vec![1u8; 100_000].len())
+                .join()
+                .unwrap();
             // SAFETY: _exit is always safe to call.
             unsafe { libc::_exit(if ok && t == 100_000 { 0 } else { 3 }) };
         }
         let mut status = 0;
         // SAFETY: waiting for our own child.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child {round} status {status}");
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child {round} status {status}"
+        );
     }
     stop.store(true, Ordering::Relaxed);
     for w in workers {

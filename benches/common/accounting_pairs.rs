@@ -26,7 +26,12 @@ pub fn batch4(l: Layout) {
 
 /// Runs `iters` batches on each of `threads` threads, each thread first calling `enter`
 /// (which returns a guard kept for the run); returns the wall time of the slowest thread.
-pub fn run_threads<G>(threads: usize, iters: u64, l: Layout, enter: impl Fn() -> G + Send + Sync + 'static) -> Duration
+pub fn run_threads<G>(
+    threads: usize,
+    iters: u64,
+    l: Layout,
+    enter: impl Fn() -> G + Send + Sync + 'static,
+) -> Duration
 where
     G: 'static,
 {
