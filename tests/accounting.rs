@@ -370,3 +370,39 @@ fn unscoped_allocations_belong_to_root() {
     assert!(Tenant::root().current() >= 10_000);
     drop(v);
 }
+
+#[test]
+fn object_stock_retags_and_stays_exact() {
+    // One thread alternates long runs in two tenants, so its object stock is retagged from
+    // one to the other; objects of both stay live across the switches and are freed later.
+    let a = Tenant::new("retag-a");
+    let b = Tenant::new("retag-b");
+    let l = Layout::from_size_align(48, 8).unwrap();
+    let mut live: Vec<(usize, usize)> = Vec::with_capacity(4000);
+    let mut ledger = [0u64; 2];
+    for round in 0..8 {
+        let t = round % 2;
+        let tenant = if t == 0 { &a } else { &b };
+        for i in 0..300 {
+            let p = alloc_in(tenant, l);
+            assert!(!p.is_null());
+            if i % 3 == 0 {
+                live.push((p as usize, t));
+                ledger[t] += 48;
+            } else {
+                // Freed at once, inside the same tenant: it goes to the object stock.
+                let _g = tenant.enter();
+                // SAFETY: live, allocated with l.
+                unsafe { GLOBAL.dealloc(p, l) };
+            }
+        }
+        assert_eq!(a.current_exact(), ledger[0], "round {round}");
+        assert_eq!(b.current_exact(), ledger[1], "round {round}");
+    }
+    for (p, t) in live {
+        // SAFETY: live, allocated with l.
+        unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+        ledger[t] -= 48;
+    }
+    assert_eq!((a.current_exact(), b.current_exact()), (0, 0));
+}

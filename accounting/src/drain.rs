@@ -134,6 +134,9 @@ fn exit(s: &Stock) {
 /// Drains every registered stock (idle threads included) back to the counters and the
 /// shared stats. Runtime-safe: no allocation, no callbacks, no panics.
 pub(crate) fn drain_all() {
+    // Objects the allocator keeps pre-charged per thread go first: their uncharges land in
+    // this thread's stock, which the loop below drains.
+    crate::hooks::object_drain();
     let own = STOCK.with(|s| s as *const Stock);
     let _g = lock();
     let mut p = HEAD.load(Ordering::Relaxed);

@@ -102,3 +102,31 @@ pub(crate) fn root_usage() -> u64 {
 pub fn objcg_live(id: ObjCgId) -> bool {
     crate::objcg::is_live(id)
 }
+
+static OBJECT_DRAIN: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Registers the allocator's drain of pre-charged objects it caches per thread (objects
+/// kept charged to a tenant between a free and the next allocation, an object stock). Every
+/// drain of all stocks (`current_exact`, `drain_all_stocks`, a charge about to fail) calls it
+/// first, so those bytes are given back before the byte stocks are drained. The function must
+/// follow the hooks' rules: no allocation, no panic; it may call `uncharge`.
+pub fn set_object_drain(f: fn()) {
+    OBJECT_DRAIN.store(f as *mut (), Ordering::Release);
+}
+
+pub(crate) fn object_drain() {
+    let p = OBJECT_DRAIN.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: the only non-null value ever stored is a `fn()` cast to a pointer.
+        let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(p) };
+        f();
+    }
+}
+
+/// Forces a full memory barrier on every other running thread (membarrier), for the
+/// allocator's object stock, which uses the same asymmetric protocol as the byte stocks (see
+/// `drain.rs`). `false` when the OS offers no way: then only the caller's own thread may be
+/// drained.
+pub fn remote_barrier() -> bool {
+    crate::sys::remote_barrier()
+}

@@ -7,6 +7,10 @@
 //! - a free reaches it only when accounting was ever used and the object's segment says it is
 //!   accounted (one load from a header the free would touch anyway in the slow path).
 //!
+//! A same-thread, same-tenant alloc/free pair does no accounting work at all: the free keeps
+//! the slot charged in the thread's object stock (`object_stock.rs`) and the next allocation
+//! takes it back. Everything else goes through the byte stock (`slabcg-accounting`).
+//!
 //! Owner metadata of slot `i` of a slab is the u32 at
 //! `slab_start + meta_offset + i * meta_stride` (see `slab.rs`): one formula whatever the
 //! placement (leftover tail, per-slot padding, or the carved array).
@@ -26,7 +30,7 @@ use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
 use crate::segment::{segment_of, Segment};
 use crate::size_class::class_size;
-use crate::{large, thread_cache};
+use crate::{large, object_stock, thread_cache};
 
 /// Usable bytes of live large allocations that are charged to a tenant (for `stats()` and
 /// the root tenant's view). Updated on the large-allocation slow paths only.
@@ -51,10 +55,22 @@ pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
     }
 }
 
-/// Allocates a slot of class `c` charged to `cg` (non-zero). Null when the charge is refused
-/// or memory is exhausted (then nothing stays charged).
-#[inline(never)]
+/// Allocates a slot of class `c` charged to `cg` (non-zero): from the object stock when it
+/// holds one, else through the byte stock. Null when the charge is refused or memory is
+/// exhausted (then nothing stays charged).
+#[inline(always)]
 pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
+    let p = thread_cache::with(|tc| tc.tagged_pop(c, cg));
+    if !p.is_null() {
+        return p;
+    }
+    alloc_small_charging(c, cg)
+}
+
+/// The allocation path that charges: take bytes from the byte stock, a slot from the
+/// uncharged accounted bin, and write the owner.
+#[inline(never)]
+fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
     let size = class_size(c);
     if !hooks::charge(cg, size, StatIdx::slab(c)) {
         return core::ptr::null_mut();
@@ -69,6 +85,11 @@ pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
     }
     // SAFETY: p is a slot of the accounted cache of class c.
     unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
+    thread_cache::with(|tc| {
+        if tc.tag.load(Ordering::Relaxed) != cg {
+            object_stock::note_miss(tc, cg);
+        }
+    });
     p
 }
 
@@ -80,12 +101,29 @@ pub fn is_accounted(p: *mut u8) -> bool {
     unsafe { (*segment_of(p)).accounted }
 }
 
-/// Frees an accounted slot of class `c`, uncharging its recorded owner.
+/// Frees an accounted slot of class `c`: kept charged in the object stock when its owner is
+/// this thread's tag, else uncharged from its recorded owner.
 ///
 /// # Safety
 /// `p` must be a live slot of the accounted cache of class `c`.
-#[inline(never)]
+#[inline(always)]
 pub unsafe fn free_small(p: *mut u8, c: usize) {
+    // SAFETY: caller's contract.
+    let owner = unsafe { (*owner_word(p)).load(Ordering::Relaxed) };
+    // SAFETY: caller's contract; the slot is charged to `owner`.
+    if unsafe { thread_cache::with(|tc| tc.tagged_push(c, owner, p)) } {
+        return;
+    }
+    // SAFETY: caller's contract.
+    unsafe { free_small_uncharging(p, c) }
+}
+
+/// The free path that uncharges the owner and clears the owner word.
+///
+/// # Safety
+/// As [`free_small`].
+#[inline(never)]
+unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
     // SAFETY: caller's contract.
     let w = unsafe { &*owner_word(p) };
     let owner = w.load(Ordering::Relaxed);

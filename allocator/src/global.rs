@@ -78,7 +78,6 @@ fn fast_class(size: usize, align: usize) -> Option<usize> {
 fn alloc_class(c: usize) -> *mut u8 {
     let cg = hooks::current_objcg();
     if cg != 0 {
-        // Out of line (a tail call), so the unaccounted path needs no stack frame.
         return charge::alloc_small(c, cg);
     }
     let p = thread_cache::with(|tc| tc.bin(c, false).pop());
@@ -225,6 +224,7 @@ pub fn init_once() {
         sys::thread::register_fork_handlers(fork_prepare, fork_parent, fork_child);
         hooks::set_slab_class_sizes(&CLASS_SIZES);
         hooks::set_root_usage_source(root_usage);
+        hooks::set_object_drain(crate::object_stock::drain_all);
         INIT.store(2, Ordering::Release);
     } else {
         while INIT.load(Ordering::Acquire) != 2 {

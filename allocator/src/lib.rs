@@ -27,6 +27,7 @@ pub mod dedicated;
 pub mod global;
 pub mod large;
 pub mod lock;
+pub mod object_stock;
 pub mod segment;
 pub mod size_class;
 pub mod slab;

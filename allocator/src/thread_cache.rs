@@ -19,11 +19,11 @@
 
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
 use crate::cache::CacheCore;
 use crate::classes;
-use crate::lock::SpinLock;
+use crate::lock::{SpinGuard, SpinLock};
 use crate::segment::FreeObj;
 use crate::size_class::{class_size, NUM_CLASSES};
 use crate::sys;
@@ -41,7 +41,9 @@ pub fn bin_max(c: usize) -> u32 {
 }
 
 pub struct Bin {
-    head: Cell<*mut FreeObj>,
+    /// Relaxed atomics compile to plain moves; they are atomics because a drainer may take a
+    /// tagged bin from another thread (under the object-stock protocol below).
+    head: AtomicPtr<FreeObj>,
     count: AtomicU32,
     max: Cell<u32>,
 }
@@ -49,7 +51,7 @@ pub struct Bin {
 impl Bin {
     const fn new() -> Bin {
         Bin {
-            head: Cell::new(ptr::null_mut()),
+            head: AtomicPtr::new(ptr::null_mut()),
             count: AtomicU32::new(0),
             max: Cell::new(0),
         }
@@ -58,13 +60,13 @@ impl Bin {
     /// Pops a slot, or returns null when the bin is empty.
     #[inline(always)]
     pub fn pop(&self) -> *mut u8 {
-        let p = self.head.get();
+        let p = self.head.load(Ordering::Relaxed);
         if p.is_null() {
             return ptr::null_mut();
         }
         // SAFETY: p heads this bin's list, so it is a free slot whose first word is the link
         // (invariant: count == |list|).
-        self.head.set(unsafe { (*p).next });
+        self.head.store(unsafe { (*p).next }, Ordering::Relaxed);
         self.count
             .store(self.count.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
         p.cast()
@@ -82,15 +84,15 @@ impl Bin {
         }
         let o = p as *mut FreeObj;
         // SAFETY: the caller hands us the slot; its first word becomes the link.
-        unsafe { (*o).next = self.head.get() };
-        self.head.set(o);
+        unsafe { (*o).next = self.head.load(Ordering::Relaxed) };
+        self.head.store(o, Ordering::Relaxed);
         self.count.store(n + 1, Ordering::Relaxed);
         true
     }
 
     /// Detaches the first `k` slots (k <= count) as a chain.
     fn take(&self, k: u32) -> *mut FreeObj {
-        let head = self.head.get();
+        let head = self.head.load(Ordering::Relaxed);
         let mut last = head;
         let mut i = 1;
         while i < k {
@@ -100,12 +102,19 @@ impl Bin {
         }
         // SAFETY: last is the k-th slot (k >= 1).
         unsafe {
-            self.head.set((*last).next);
+            self.head.store((*last).next, Ordering::Relaxed);
             (*last).next = ptr::null_mut();
         }
         self.count
             .store(self.count.load(Ordering::Relaxed) - k, Ordering::Relaxed);
         head
+    }
+
+    /// Detaches the whole list: (head, count).
+    pub(crate) fn take_all(&self) -> (*mut FreeObj, u32) {
+        let head = self.head.swap(ptr::null_mut(), Ordering::Relaxed);
+        let n = self.count.swap(0, Ordering::Relaxed);
+        (head, n)
     }
 
     /// Number of slots held (may be read by any thread; racy but never torn).
@@ -116,7 +125,15 @@ impl Bin {
 
 pub struct ThreadCache {
     pub plain: [Bin; NUM_CLASSES],
+    /// Free slots of the accounted caches, uncharged (their owner word is rewritten on reuse).
     pub accounted: [Bin; NUM_CLASSES],
+    /// The object stock: free slots of the accounted caches still charged to `tag` (see
+    /// `object_stock.rs`).
+    pub(crate) tagged: [Bin; NUM_CLASSES],
+    pub(crate) tag: AtomicU32,
+    pub(crate) in_cs: AtomicBool,
+    pub(crate) steal: AtomicBool,
+    pub(crate) tag_misses: Cell<u32>,
     state: Cell<u8>,
     next: AtomicPtr<ThreadCache>,
     prev: AtomicPtr<ThreadCache>,
@@ -127,6 +144,11 @@ impl ThreadCache {
         ThreadCache {
             plain: [const { Bin::new() }; NUM_CLASSES],
             accounted: [const { Bin::new() }; NUM_CLASSES],
+            tagged: [const { Bin::new() }; NUM_CLASSES],
+            tag: AtomicU32::new(crate::object_stock::NO_TAG),
+            in_cs: AtomicBool::new(false),
+            steal: AtomicBool::new(false),
+            tag_misses: Cell::new(0),
             state: Cell::new(UNINIT),
             next: AtomicPtr::new(ptr::null_mut()),
             prev: AtomicPtr::new(ptr::null_mut()),
@@ -182,7 +204,7 @@ pub fn alloc_slow(c: usize, accounted: bool) -> *mut u8 {
             return ptr::null_mut();
         }
         debug_assert_eq!(bin.count(), 0);
-        bin.head.set(chain.head);
+        bin.head.store(chain.head, Ordering::Relaxed);
         bin.count.store(chain.count as u32, Ordering::Relaxed);
         bin.pop()
     })
@@ -230,6 +252,7 @@ pub unsafe fn free_slow(p: *mut u8, c: usize, accounted: bool) {
 pub fn flush_current() {
     with(|tc| {
         if tc.state.get() == LIVE {
+            crate::object_stock::give_back_own(tc);
             flush_all(tc);
         }
     })
@@ -254,6 +277,7 @@ fn init(tc: &ThreadCache) {
     for c in 0..NUM_CLASSES {
         tc.plain[c].max.set(bin_max(c));
         tc.accounted[c].max.set(bin_max(c));
+        tc.tagged[c].max.set(crate::object_stock::tagged_max(c));
     }
     registry_insert(tc);
     tc.state.set(LIVE);
@@ -281,13 +305,15 @@ fn teardown(tc: &ThreadCache) {
     for c in 0..NUM_CLASSES {
         tc.plain[c].max.set(0);
         tc.accounted[c].max.set(0);
+        tc.tagged[c].max.set(0);
     }
+    crate::object_stock::give_back_own(tc);
     flush_all(tc);
     registry_remove(tc);
 }
 
 // The registry of live thread caches: read by stats() for bin counts, reset in a fork child.
-struct Registry {
+pub(crate) struct Registry {
     head: *mut ThreadCache,
 }
 // SAFETY: the pointers name live threads' caches, only followed under the registry lock.
@@ -326,6 +352,38 @@ fn registry_remove(tc: &ThreadCache) {
     }
 }
 
+/// The registered thread caches, with the registry lock held: none of them can exit (or
+/// join) while this lives.
+pub(crate) struct Threads {
+    guard: SpinGuard<'static, Registry>,
+}
+
+impl Threads {
+    pub(crate) fn lock() -> Threads {
+        Threads {
+            guard: REGISTRY.lock(),
+        }
+    }
+
+    /// Calls `f` on every registered thread cache.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&ThreadCache)) {
+        let mut tc = self.guard.head;
+        while !tc.is_null() {
+            // SAFETY: registered caches stay valid until they remove themselves, which needs
+            // the lock we hold.
+            unsafe {
+                f(&*tc);
+                tc = (*tc).next.load(Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Whether this thread's cache is live (initialised and not torn down).
+pub(crate) fn is_live(tc: &ThreadCache) -> bool {
+    tc.state.get() == LIVE
+}
+
 /// Calls `f` with the slot counts of every live thread's bins, class by class.
 pub fn for_each_bin_count(mut f: impl FnMut(usize, bool, u32)) {
     let r = REGISTRY.lock();
@@ -336,7 +394,11 @@ pub fn for_each_bin_count(mut f: impl FnMut(usize, bool, u32)) {
         unsafe {
             for c in 0..NUM_CLASSES {
                 f(c, false, (*tc).plain[c].count());
-                f(c, true, (*tc).accounted[c].count());
+                f(
+                    c,
+                    true,
+                    (*tc).accounted[c].count() + (*tc).tagged[c].count(),
+                );
             }
             tc = (*tc).next.load(Ordering::Relaxed);
         }

@@ -1,0 +1,186 @@
+//! The object stock: free slots that stay charged.
+//!
+//! A thread that frees an accounted object whose owner is the thread's current `tag` keeps
+//! it, still charged, in a per-class `tagged` bin; the thread's next allocation in the same
+//! tenant takes it back with no accounting work at all (no stock update, no owner write).
+//! This is seed 003's object stock taken one step further: the kernel caches charged bytes
+//! per CPU; we cache the charged objects themselves, so the same-tenant alloc/free pair costs
+//! a tag compare on top of the unaccounted pair.
+//!
+//! Accounting consequences, the same as for the byte stocks:
+//! - objects in tagged bins count in their tenant's `current` and slab stats (pre-charged);
+//!   at most `tagged_max(c)` per class per thread (at most 64 KiB per class per thread);
+//! - every drain of all stocks first takes every thread's tagged bins (idle threads
+//!   included) and uncharges them ([`drain_all`], registered with the accounting), so
+//!   `current_exact()` is exact and no charge fails while other threads sit on such objects.
+//!
+//! Protocol: the owner touches `tag` and the tagged bins only inside a critical section
+//! (`in_cs = 1`, compiler fence, check `steal`, ..., `in_cs = 0`); a drainer sets `steal`,
+//! runs a process-wide barrier (membarrier), waits for `in_cs == 0`, takes the bins and
+//! clears `steal`. The ordering argument is the accounting's (`accounting/src/drain.rs`).
+//!
+//! Invariant (outside a CS): `tag == NO_TAG  =>  every tagged bin is empty`, and every slot in
+//! a tagged bin is charged to `tag` with its class size and its owner word equals `tag`.
+
+use core::sync::atomic::{compiler_fence, Ordering};
+
+use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
+
+use crate::classes;
+use crate::segment::FreeObj;
+use crate::size_class::{class_size, NUM_CLASSES};
+use crate::thread_cache::{self, bin_max, ThreadCache};
+
+/// `tag` when the tagged bins hold nothing. Never a real objcg id.
+pub const NO_TAG: ObjCgId = u32::MAX;
+
+/// Consecutive allocations under another tenant after which a thread retags (gives its
+/// tagged objects back and starts caching for the new tenant).
+const RETAG_AFTER: u32 = 64;
+
+/// Capacity of the tagged bin of class `c`: half a plain bin, at most 64 KiB.
+pub fn tagged_max(c: usize) -> u32 {
+    (bin_max(c) / 2).max(1)
+}
+
+impl ThreadCache {
+    #[inline(always)]
+    fn enter(&self) -> bool {
+        self.in_cs.store(true, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        !self.steal.load(Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    fn leave(&self) {
+        self.in_cs.store(false, Ordering::Release);
+    }
+
+    /// Pops a slot of class `c` already charged to `cg`, or null.
+    #[inline(always)]
+    pub fn tagged_pop(&self, c: usize, cg: ObjCgId) -> *mut u8 {
+        let mut p = core::ptr::null_mut();
+        if self.enter() && self.tag.load(Ordering::Relaxed) == cg {
+            // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
+            p = unsafe { self.tagged.get_unchecked(c) }.pop();
+        }
+        self.leave();
+        p
+    }
+
+    /// Keeps slot `p` of class `c`, whose owner word says `owner`, charged in the tagged
+    /// bin when `owner` is the tag and there is room. False when it was not kept.
+    ///
+    /// # Safety
+    /// `p` must be a live accounted slot of class `c` charged to `owner`, given up.
+    #[inline(always)]
+    pub unsafe fn tagged_push(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
+        let mut kept = false;
+        if self.enter() && self.tag.load(Ordering::Relaxed) == owner {
+            // SAFETY: c is valid; the caller gives up p, which stays charged to the tag.
+            kept = unsafe { self.tagged.get_unchecked(c).push(p) };
+        }
+        self.leave();
+        kept
+    }
+}
+
+/// Called after an allocation under `cg` missed the tagged bins: start caching for `cg`
+/// when the bins are empty, or after `RETAG_AFTER` misses give the cached objects back.
+#[cold]
+#[inline(never)]
+pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
+    if !thread_cache::is_live(tc) || tc.tag.load(Ordering::Relaxed) == cg {
+        return;
+    }
+    let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
+    let mut old = NO_TAG;
+    if tc.enter() {
+        let empty = tc.tagged.iter().all(|b| b.count() == 0);
+        let misses = tc.tag_misses.get() + 1;
+        if empty || misses >= RETAG_AFTER {
+            old = tc.tag.load(Ordering::Relaxed);
+            if !empty {
+                for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
+                    *t = b.take_all();
+                }
+            }
+            tc.tag.store(cg, Ordering::Relaxed);
+            tc.tag_misses.set(0);
+        } else {
+            tc.tag_misses.set(misses);
+        }
+    }
+    tc.leave();
+    give_back(old, &taken);
+}
+
+/// Uncharges and returns to their caches the slots taken from tagged bins of `tag`.
+fn give_back(tag: ObjCgId, taken: &[(*mut FreeObj, u32); NUM_CLASSES]) {
+    if tag == NO_TAG {
+        return;
+    }
+    for (c, &(head, n)) in taken.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let bytes = n as usize * class_size(c);
+        hooks::uncharge(tag, bytes, StatIdx::slab(c));
+        // The owner words keep the old tag; they are rewritten when the slots are reused,
+        // and a slot in a cache is never read as charged.
+        // SAFETY: a chain of n free slots of the accounted cache of class c.
+        unsafe { classes::cache(c, true).flush(head, n as usize) };
+    }
+}
+
+/// Gives back this thread's own tagged objects (thread exit, trim). Waits out a drainer.
+pub fn give_back_own(tc: &ThreadCache) {
+    let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
+    let old;
+    loop {
+        if tc.enter() {
+            old = tc.tag.swap(NO_TAG, Ordering::Relaxed);
+            for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
+                *t = b.take_all();
+            }
+            tc.leave();
+            break;
+        }
+        tc.leave();
+        crate::sys::yield_now();
+    }
+    give_back(old, &taken);
+}
+
+/// Takes every thread's tagged objects (idle threads included) and uncharges them.
+/// Registered with the accounting, which calls it at the start of every drain of all stocks.
+pub fn drain_all() {
+    let own = thread_cache::with(|tc| tc as *const ThreadCache);
+    // One lock hold for both passes: no thread joins or leaves between setting `steal` and
+    // taking the bins.
+    let threads = thread_cache::Threads::lock();
+    threads.for_each(|tc| tc.steal.store(true, Ordering::SeqCst));
+    let remote = hooks::remote_barrier();
+    threads.for_each(|tc| {
+        let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
+        let mut old = NO_TAG;
+        if remote || core::ptr::eq(tc, own) {
+            let mut spins = 0u32;
+            // The owner's critical section is a few instructions unless it was preempted.
+            while tc.in_cs.load(Ordering::Acquire) {
+                spins += 1;
+                if spins < 64 {
+                    core::hint::spin_loop();
+                } else {
+                    crate::sys::yield_now();
+                }
+            }
+            old = tc.tag.swap(NO_TAG, Ordering::Relaxed);
+            for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
+                *t = b.take_all();
+            }
+        }
+        tc.steal.store(false, Ordering::Release);
+        give_back(old, &taken);
+    });
+}

@@ -1,0 +1,136 @@
+//! Dedicated caches: packing of odd sizes (seed 004), owner metadata placement (seed 002),
+//! bulk allocation that charges a run at once and is all-or-nothing (seed 000).
+
+use std::alloc::Layout;
+use std::collections::HashSet;
+
+use slabcg::{Cache, MetaPlacement, SlabAlloc, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+#[test]
+fn odd_sized_struct_packs_tightly() {
+    // The 2312-byte mem_cgroup of seed 004: one per 4 KiB in kmalloc-4096.
+    let c = Cache::builder("memcg", Layout::from_size_align(2312, 8).unwrap()).build();
+    let i = c.info();
+    assert_eq!(i.object_size, 2312);
+    assert_eq!(i.stride, 2312);
+    assert_eq!(
+        i.objects_per_slab * i.stride + i.leftover_bytes,
+        i.slab_bytes
+    );
+    assert!(i.leftover_bytes * 16 <= i.slab_bytes, "{i:?}");
+    assert_eq!(i.meta, MetaPlacement::None);
+    // 14 per 32 KiB, against 8 per 32 KiB in kmalloc-4096.
+    assert_eq!(32 * 1024 / i.stride, 14);
+}
+
+#[test]
+fn metadata_goes_where_the_slab_has_room() {
+    // 100-byte objects aligned to 8 have 4 bytes of padding: metadata there, free.
+    let c = Cache::builder("pad", Layout::from_size_align(100, 8).unwrap())
+        .account(true)
+        .build();
+    assert_eq!(c.info().meta, MetaPlacement::Padding);
+    assert_eq!(c.info().meta_cost_slots, 0);
+    // hwcache_align pads a 200-byte object to 256: metadata in padding.
+    let c = Cache::builder("hw", Layout::from_size_align(200, 8).unwrap())
+        .hwcache_align(true)
+        .account(true)
+        .build();
+    assert_eq!(c.info().stride, 256);
+    assert_eq!(c.info().meta, MetaPlacement::Padding);
+    // 2312-byte objects leave a tail big enough for 14 ids.
+    let c = Cache::builder("tail", Layout::from_size_align(2312, 8).unwrap())
+        .account(true)
+        .build();
+    assert_eq!(c.info().meta, MetaPlacement::Leftover);
+    // 64-byte objects fill their slab exactly: the array costs slots.
+    let c = Cache::builder("ext", Layout::from_size_align(64, 8).unwrap())
+        .account(true)
+        .build();
+    assert_eq!(c.info().meta, MetaPlacement::External);
+    assert!(c.info().meta_cost_slots > 0);
+    // Unaccounted caches carry none.
+    let c = Cache::builder("none", Layout::from_size_align(64, 8).unwrap()).build();
+    assert_eq!(c.info().meta, MetaPlacement::None);
+}
+
+#[test]
+fn alloc_free_and_alignment() {
+    for (size, align) in [
+        (1, 1),
+        (24, 8),
+        (100, 4),
+        (2312, 8),
+        (5000, 64),
+        (700, 4096),
+    ] {
+        let c = Cache::builder("t", Layout::from_size_align(size, align).unwrap()).build();
+        let mut seen = HashSet::new();
+        let ps: Vec<_> = (0..500).map(|_| c.alloc().unwrap()).collect();
+        for p in &ps {
+            assert_eq!(p.as_ptr() as usize % align, 0);
+            assert!(seen.insert(p.as_ptr() as usize), "duplicate object");
+            // SAFETY: the object has `size` writable bytes.
+            unsafe { std::ptr::write_bytes(p.as_ptr(), 0x5A, size) };
+        }
+        assert_eq!(c.live_objects(), 500);
+        for p in ps {
+            // SAFETY: allocated from c, freed once.
+            unsafe { c.free(p) };
+        }
+        assert_eq!(c.live_objects(), 0);
+    }
+    assert!(
+        Cache::builder("bad", Layout::from_size_align(64, 8192).unwrap())
+            .try_build()
+            .is_err()
+    );
+}
+
+#[test]
+fn bulk_charges_a_run_at_once_and_is_all_or_nothing() {
+    let t = Tenant::new("bulk");
+    t.set_max(64 * 1024);
+    let c = Cache::builder("bulk", Layout::from_size_align(1000, 8).unwrap())
+        .account(true)
+        .build();
+    let mut out = vec![std::ptr::null_mut(); 40];
+    let n = {
+        let _g = t.enter();
+        c.alloc_bulk(&mut out)
+    };
+    assert_eq!(n, 40);
+    assert_eq!(t.current_exact(), 40_000);
+    assert!(out.iter().all(|p| !p.is_null()));
+    // 40 more would pass the 64 KiB limit: nothing is allocated or charged.
+    let mut more = vec![std::ptr::null_mut(); 40];
+    let n2 = {
+        let _g = t.enter();
+        c.alloc_bulk(&mut more)
+    };
+    assert_eq!(n2, 0);
+    assert!(more.iter().all(|p| p.is_null()));
+    assert_eq!(t.current_exact(), 40_000);
+    assert_eq!(c.live_objects(), 40);
+    assert!(t.events().max >= 1);
+    // Freed on another thread, with one call.
+    let addrs: Vec<usize> = out.iter().map(|&p| p as usize).collect();
+    let c2 = &c;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let ptrs: Vec<*mut u8> = addrs.iter().map(|&a| a as *mut u8).collect();
+            // SAFETY: every pointer came from c's alloc_bulk and is freed once.
+            unsafe { c2.free_bulk(&ptrs) };
+        });
+    });
+    assert_eq!(t.current_exact(), 0);
+    assert_eq!(c.live_objects(), 0);
+    // Outside any scope an accounted cache charges nobody.
+    let p = c.alloc().unwrap();
+    assert_eq!(t.current_exact(), 0);
+    // SAFETY: allocated from c.
+    unsafe { c.free(p) };
+}
