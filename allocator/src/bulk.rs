@@ -19,7 +19,7 @@ impl Cache {
         let Some(cg) = self.charge_current(bytes) else {
             return 0;
         };
-        let chain = self.core.refill(n);
+        let chain = self.core.refill(n, n);
         if chain.count < n {
             // Out of memory part way: give back what we got, and the charge.
             if chain.count > 0 {

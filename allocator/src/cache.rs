@@ -10,6 +10,12 @@
 //! - released: nothing handed out, pages returned to the OS (MADV_DONTNEED); reused before
 //!   fresh slabs, and reading zero when touched again.
 //! - full slabs and fresh (never used) slabs are on no list.
+//!
+//! In front of the slabs sits a transfer cache (tcmalloc's idea): a bin that overflows hands
+//! its batch over whole, and a bin that runs dry takes a whole batch back, in O(1) under the
+//! lock, without visiting any slab. Producer/consumer threads (one allocates, another frees)
+//! and programs that allocate and free more than a bin holds then cost one lock round trip
+//! per batch. Batches beyond `TRANSFER_BYTES` per cache go back to their slabs.
 
 use core::ptr;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +27,9 @@ use crate::sys;
 
 /// Bytes of empty slabs a cache keeps resident before releasing more to the OS.
 const RESERVE_BYTES: usize = 128 * 1024;
+/// Batches the transfer cache holds at most, and their bytes.
+const TRANSFER_SLOTS: usize = 16;
+const TRANSFER_BYTES: usize = 512 * 1024;
 
 struct Lists {
     partial: *mut SlabDesc,
@@ -29,6 +38,11 @@ struct Lists {
     released: *mut SlabDesc,
     /// The newest segment; the only one that may still have fresh slabs.
     segments: *mut Segment,
+    /// Whole batches handed over by thread bins: `transfer[..ntransfer]`.
+    transfer: [(*mut FreeObj, usize); TRANSFER_SLOTS],
+    ntransfer: usize,
+    /// Slots in the transfer cache (`sum of transfer[..ntransfer].1`).
+    transfer_objects: usize,
 }
 
 // SAFETY: the raw pointers name slab descriptors and segments that live for the whole process;
@@ -48,6 +62,8 @@ pub struct CacheCounters {
     pub released_slabs: AtomicUsize,
     /// Segments mapped.
     pub segments: AtomicUsize,
+    /// Slots held in the transfer cache (handed out by slabs, not held by the program).
+    pub transfer: AtomicUsize,
 }
 
 /// The shared part of one cache.
@@ -79,6 +95,9 @@ impl CacheCore {
                 empty_count: 0,
                 released: ptr::null_mut(),
                 segments: ptr::null_mut(),
+                transfer: [(ptr::null_mut(), 0); TRANSFER_SLOTS],
+                ntransfer: 0,
+                transfer_objects: 0,
             }),
             counters: CacheCounters {
                 used: AtomicUsize::new(0),
@@ -86,6 +105,7 @@ impl CacheCore {
                 empty_slabs: AtomicUsize::new(0),
                 released_slabs: AtomicUsize::new(0),
                 segments: AtomicUsize::new(0),
+                transfer: AtomicUsize::new(0),
             },
         }
     }
@@ -94,14 +114,26 @@ impl CacheCore {
         (RESERVE_BYTES >> self.layout.slab_shift).max(1)
     }
 
-    /// Takes up to `want` (>= 1) slots. Returns fewer only when the OS refuses memory; an empty
-    /// chain means out of memory.
-    pub fn refill(&self, want: usize) -> Chain {
+    /// Takes at least `want` (>= 1) and at most `most` slots: a batch from the transfer cache
+    /// when one fits, topped up from the slabs. Returns fewer than `want` only when the OS
+    /// refuses memory; an empty chain means out of memory.
+    pub fn refill(&self, want: usize, most: usize) -> Chain {
         let mut chain = Chain {
             head: ptr::null_mut(),
             count: 0,
         };
         let mut l = self.lists.lock();
+        let mut from_slabs = 0;
+        if l.ntransfer > 0 && l.transfer[l.ntransfer - 1].1 <= most {
+            l.ntransfer -= 1;
+            let (head, count) = l.transfer[l.ntransfer];
+            l.transfer_objects -= count;
+            self.counters
+                .transfer
+                .store(l.transfer_objects, Ordering::Relaxed);
+            // Slots in the transfer cache already count as handed out (`used`).
+            chain = Chain { head, count };
+        }
         let objects = self.layout.objects as u32;
         let stride = self.layout.stride;
         while chain.count < want {
@@ -130,6 +162,7 @@ impl CacheCore {
                     (*obj).next = chain.head;
                     chain.head = obj;
                     chain.count += 1;
+                    from_slabs += 1;
                     (*d).used += 1;
                 }
                 if (*d).used == objects {
@@ -139,7 +172,7 @@ impl CacheCore {
             }
         }
         drop(l);
-        self.add_used(chain.count as isize);
+        self.add_used(from_slabs as isize);
         chain
     }
 
@@ -193,6 +226,60 @@ impl CacheCore {
     /// # Safety
     /// The chain must be well formed: `count` slots linked through their first word.
     pub unsafe fn flush(&self, head: *mut FreeObj, count: usize) {
+        // Dedicated caches return slots to their slabs: their refills want exact counts.
+        if count > 1 && self.class != u32::MAX {
+            // SAFETY: caller's contract.
+            if unsafe { self.try_transfer(head, count) } {
+                return;
+            }
+        }
+        // SAFETY: caller's contract.
+        unsafe { self.flush_to_slabs(head, count) }
+    }
+
+    /// Parks a whole batch in the transfer cache when it has room. Checks that every slot
+    /// lies in a segment of this cache (the full checks run when slots reach their slabs).
+    ///
+    /// # Safety
+    /// As [`flush`](Self::flush).
+    unsafe fn try_transfer(&self, head: *mut FreeObj, count: usize) -> bool {
+        let bytes = count * self.layout.stride;
+        let mut o = head;
+        let mut n = 0;
+        while !o.is_null() {
+            let seg = segment_of(o as *const u8);
+            // SAFETY: is_segment says the header is readable.
+            if !is_segment(o as *const u8) || !ptr::eq(unsafe { (*seg).cache }, self) {
+                sys::fatal("free of a pointer that slabcg did not allocate with this layout");
+            }
+            // SAFETY: o is a slot of the chain.
+            o = unsafe { (*o).next };
+            n += 1;
+        }
+        if n != count {
+            sys::fatal("corrupted free chain (count mismatch)");
+        }
+        let mut l = self.lists.lock();
+        if l.ntransfer == TRANSFER_SLOTS
+            || (l.transfer_objects * self.layout.stride + bytes > TRANSFER_BYTES && l.ntransfer > 0)
+        {
+            return false;
+        }
+        let i = l.ntransfer;
+        l.transfer[i] = (head, count);
+        l.ntransfer += 1;
+        l.transfer_objects += count;
+        self.counters
+            .transfer
+            .store(l.transfer_objects, Ordering::Relaxed);
+        true
+    }
+
+    /// Gives slots back to their slabs.
+    ///
+    /// # Safety
+    /// As [`flush`](Self::flush).
+    unsafe fn flush_to_slabs(&self, head: *mut FreeObj, count: usize) {
         let mut to_release: *mut SlabDesc = ptr::null_mut();
         let mut l = self.lists.lock();
         let reserve = self.reserve_slabs();
@@ -316,8 +403,24 @@ impl CacheCore {
         }
     }
 
-    /// Releases every slab of the empty reserve to the OS.
+    /// Returns the transfer cache's slots to their slabs, then releases every empty slab to
+    /// the OS.
     pub fn trim(&self) {
+        loop {
+            let mut l = self.lists.lock();
+            if l.ntransfer == 0 {
+                break;
+            }
+            l.ntransfer -= 1;
+            let (head, count) = l.transfer[l.ntransfer];
+            l.transfer_objects -= count;
+            self.counters
+                .transfer
+                .store(l.transfer_objects, Ordering::Relaxed);
+            drop(l);
+            // SAFETY: a batch parked by try_transfer: count slots of this cache.
+            unsafe { self.flush_to_slabs(head, count) };
+        }
         let mut l = self.lists.lock();
         let mut chain: *mut SlabDesc = ptr::null_mut();
         while !l.empty.is_null() {

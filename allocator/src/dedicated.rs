@@ -167,7 +167,7 @@ impl Cache {
     pub fn alloc(&self) -> Option<NonNull<u8>> {
         let size = self.core.layout.object_size;
         let cg = self.charge_current(size)?;
-        let chain = self.core.refill(1);
+        let chain = self.core.refill(1, 1);
         if chain.count == 0 {
             self.uncharge(cg, size);
             return None;

@@ -18,7 +18,7 @@ pub struct ClassStats {
     pub size: usize,
     /// Objects the program holds.
     pub objects: usize,
-    /// Objects cached in thread bins.
+    /// Objects cached in thread bins and transfer caches.
     pub cached: usize,
     /// Slabs with at least one object handed out.
     pub active_slabs: usize,

@@ -199,7 +199,7 @@ pub fn alloc_slow(c: usize, accounted: bool) -> *mut u8 {
             return p;
         }
         let want = (bin.max.get() / 2).max(1) as usize;
-        let chain = cache.refill(want);
+        let chain = cache.refill(want, bin.max.get() as usize);
         if chain.count == 0 {
             return ptr::null_mut();
         }
@@ -211,7 +211,7 @@ pub fn alloc_slow(c: usize, accounted: bool) -> *mut u8 {
 }
 
 fn refill_one(cache: &CacheCore) -> *mut u8 {
-    cache.refill(1).head.cast()
+    cache.refill(1, 1).head.cast()
 }
 
 /// Slow path of a free to class `c`: initialise the thread, or give half the bin back.
