@@ -143,10 +143,10 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
 /// A large allocation charged to the current tenant (if any).
 #[cold]
 #[inline(never)]
-pub fn alloc_large(size: usize, align: usize) -> *mut u8 {
+pub fn alloc_large(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     let cg = hooks::current_objcg();
     if cg == 0 {
-        return large::alloc(size, align);
+        return large::alloc(size, align, zeroed);
     }
     let Some(usable) = large::usable_for(size) else {
         return core::ptr::null_mut();
@@ -154,7 +154,7 @@ pub fn alloc_large(size: usize, align: usize) -> *mut u8 {
     if !hooks::charge(cg, usable, StatIdx::LARGE) {
         return core::ptr::null_mut();
     }
-    let p = large::alloc(size, align);
+    let p = large::alloc(size, align, zeroed);
     if p.is_null() {
         hooks::uncharge(cg, usable, StatIdx::LARGE);
         return p;

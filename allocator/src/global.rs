@@ -123,7 +123,7 @@ fn alloc_other(size: usize, align: usize) -> *mut u8 {
     }
     match class_for(size, align) {
         Some(c) => alloc_class(c),
-        None => charge::alloc_large(size, align),
+        None => charge::alloc_large(size, align, false),
     }
 }
 
@@ -166,7 +166,7 @@ unsafe impl GlobalAlloc for SlabAlloc {
         let (size, align) = (layout.size(), layout.align());
         if class_for(size, align).is_none() {
             // A fresh mapping is already zero.
-            return charge::alloc_large(size, align);
+            return charge::alloc_large(size, align, true);
         }
         // SAFETY: forwarded GlobalAlloc contract.
         let p = unsafe { alloc_impl(size, align) };

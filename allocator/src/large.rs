@@ -9,10 +9,18 @@
 //!
 //! Growing and shrinking use `mremap`, which moves page tables instead of copying bytes. A
 //! fresh mapping reads as zero, so `alloc_zeroed` needs no memset.
+//!
+//! Freed mappings of up to 64 MiB are kept in a small cache (at most `CACHE_ENTRIES`
+//! mappings, and at most as many bytes as live large allocations hold, between 64 MiB and
+//! 1 GiB; oldest evicted first) and reused by the next large allocation, best fit, the rest
+//! of a bigger mapping going back to the cache: a program that keeps replacing big buffers
+//! then pays neither the `mmap`/`munmap` pair nor a page fault per page. `trim()` unmaps
+//! the cache; zeroed allocations always take a fresh mapping.
 
 use core::ptr;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
+use crate::lock::SpinLock;
 use crate::sys::{self, PAGE};
 
 const MAGIC: usize = 0x51ab_c91a_56e0_0001;
@@ -29,6 +37,131 @@ struct LargeHeader {
 /// Live large allocations and their mapped bytes, for `stats()`.
 pub static COUNT: AtomicUsize = AtomicUsize::new(0);
 pub static MAPPED: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of freed mappings kept for reuse.
+pub static CACHED: AtomicUsize = AtomicUsize::new(0);
+
+const CACHE_ENTRIES: usize = 32;
+const CACHE_MIN_BYTES: usize = 64 << 20;
+const CACHE_MAX_BYTES: usize = 1 << 30;
+const CACHE_MAX_ONE: usize = 64 << 20;
+
+/// The cache's byte bound: as much as live large allocations hold, within bounds.
+fn cache_bytes() -> usize {
+    MAPPED
+        .load(Ordering::Relaxed)
+        .clamp(CACHE_MIN_BYTES, CACHE_MAX_BYTES)
+}
+
+/// Freed mappings: `entries[..n]`, oldest first, `bytes == sum of their lengths`.
+struct Cache {
+    entries: [(usize, usize); CACHE_ENTRIES],
+    n: usize,
+    bytes: usize,
+}
+
+static CACHE: SpinLock<Cache> = SpinLock::new(Cache {
+    entries: [(0, 0); CACHE_ENTRIES],
+    n: 0,
+    bytes: 0,
+});
+
+impl Cache {
+    fn remove(&mut self, i: usize) -> (usize, usize) {
+        let e = self.entries[i];
+        self.entries.copy_within(i + 1..self.n, i);
+        self.n -= 1;
+        self.bytes -= e.1;
+        CACHED.store(self.bytes, Ordering::Relaxed);
+        e
+    }
+}
+
+/// A cached mapping of at least `len` bytes, cut to exactly `len` (the rest stays cached),
+/// or null.
+fn take_cached(len: usize) -> *mut u8 {
+    let mut c = CACHE.lock();
+    let mut best = usize::MAX;
+    for i in 0..c.n {
+        let l = c.entries[i].1;
+        if l >= len && (best == usize::MAX || l < c.entries[best].1) {
+            best = i;
+        }
+    }
+    if best == usize::MAX {
+        // Nothing big enough: grow the biggest cached mapping with mremap, so only the
+        // missing pages are new (its resident pages move along with their page tables).
+        let mut big = usize::MAX;
+        for i in 0..c.n {
+            if big == usize::MAX || c.entries[i].1 > c.entries[big].1 {
+                big = i;
+            }
+        }
+        if big == usize::MAX {
+            return ptr::null_mut();
+        }
+        let (base, l) = c.remove(big);
+        drop(c);
+        // SAFETY: base..base+l is a whole cached mapping nobody uses.
+        let q = unsafe { sys::remap(base as *mut u8, l, len) };
+        if q.is_null() {
+            // SAFETY: as above; it cannot be grown, so it goes.
+            unsafe { sys::unmap(base as *mut u8, l) };
+        }
+        return q;
+    }
+    let (base, l) = c.remove(best);
+    if l > len {
+        // The tail is a mapping of its own from now on (munmap and mremap work on any page
+        // range); it takes the freed entry's place.
+        let n = c.n;
+        c.entries[n] = (base + len, l - len);
+        c.n += 1;
+        c.bytes += l - len;
+        CACHED.store(c.bytes, Ordering::Relaxed);
+    }
+    base as *mut u8
+}
+
+/// Keeps a freed mapping for reuse, evicting the oldest ones beyond the bounds. False when
+/// the mapping is too big to keep (the caller unmaps it).
+fn keep_cached(base: *mut u8, len: usize) -> bool {
+    if len > CACHE_MAX_ONE {
+        return false;
+    }
+    let mut evicted = [(0usize, 0usize); CACHE_ENTRIES];
+    let mut ne = 0;
+    let bound = cache_bytes();
+    let mut c = CACHE.lock();
+    while c.n > 0 && (c.n == CACHE_ENTRIES || c.bytes + len > bound) {
+        evicted[ne] = c.remove(0);
+        ne += 1;
+    }
+    let n = c.n;
+    c.entries[n] = (base as usize, len);
+    c.n += 1;
+    c.bytes += len;
+    CACHED.store(c.bytes, Ordering::Relaxed);
+    drop(c);
+    for &(b, l) in &evicted[..ne] {
+        // SAFETY: evicted mappings are ours and unused.
+        unsafe { sys::unmap(b as *mut u8, l) };
+    }
+    true
+}
+
+/// Unmaps every cached mapping (trim).
+pub fn trim() {
+    loop {
+        let mut c = CACHE.lock();
+        if c.n == 0 {
+            return;
+        }
+        let (b, l) = c.remove(0);
+        drop(c);
+        // SAFETY: a cached mapping is ours and unused.
+        unsafe { sys::unmap(b as *mut u8, l) };
+    }
+}
 
 #[inline]
 fn header(p: *mut u8) -> *mut LargeHeader {
@@ -43,14 +176,39 @@ pub fn usable_for(size: usize) -> Option<usize> {
     Some(s)
 }
 
-/// Maps a large allocation of at least `size` bytes aligned to `align`. Null when impossible.
-pub fn alloc(size: usize, align: usize) -> *mut u8 {
+/// Bytes from which a fresh mapping is aligned to a huge page and marked for THP.
+const HUGE: usize = 2 << 20;
+
+/// A fresh mapping of `len` bytes; from 2 MiB on it starts on a huge-page boundary and asks
+/// for transparent huge pages, so touching it costs one fault per 2 MiB, not per 4 KiB.
+fn map_fresh(len: usize) -> *mut u8 {
+    if len < HUGE {
+        return sys::map(len);
+    }
+    let p = sys::map_aligned(len, HUGE);
+    if !p.is_null() {
+        // SAFETY: p..p+len was just mapped by us.
+        unsafe { sys::advise_huge(p, len) };
+    }
+    p
+}
+
+/// Maps a large allocation of at least `size` bytes aligned to `align`. `zeroed` asks for
+/// zero-filled memory (a fresh mapping). Null when impossible.
+pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     let Some(usable) = usable_for(size) else {
         return ptr::null_mut();
     };
     let map_len = PAGE + usable;
     let p = if align <= PAGE {
-        let base = sys::map(map_len);
+        let mut base = if zeroed {
+            ptr::null_mut()
+        } else {
+            take_cached(map_len)
+        };
+        if base.is_null() {
+            base = map_fresh(map_len);
+        }
         if base.is_null() {
             return base;
         }
@@ -125,7 +283,9 @@ pub unsafe fn free(p: *mut u8) {
         (*h).magic = 0;
         COUNT.fetch_sub(1, Ordering::Relaxed);
         MAPPED.fetch_sub(len, Ordering::Relaxed);
-        sys::unmap(h as *mut u8, len);
+        if !keep_cached(h as *mut u8, len) {
+            sys::unmap(h as *mut u8, len);
+        }
     }
 }
 

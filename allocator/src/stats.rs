@@ -101,22 +101,25 @@ pub fn stats() -> AllocStats {
         s.allocated += out.objects * out.size;
     }
     let large_bytes = large::MAPPED.load(Ordering::Relaxed);
+    let large_cached = large::CACHED.load(Ordering::Relaxed);
     s.allocated += large_bytes.saturating_sub(s.large_count * sys::PAGE);
     s.active += large_bytes;
-    s.resident += large_bytes;
-    s.mapped += large_bytes;
+    s.resident += large_bytes + large_cached;
+    s.mapped += large_bytes + large_cached;
     s.classes = classes_out;
     s
 }
 
-/// Gives free memory back to the OS now: this thread's cached slots go back to their slabs,
-/// and every empty slab of every cache is released. Other threads' bins (bounded to 128 KiB
+/// Gives free memory back to the OS now: this thread's cached slots and every transfer cache
+/// go back to their slabs, every empty slab of every cache is released, and cached large
+/// mappings are unmapped. Other threads' bins (bounded to 128 KiB
 /// per class each) are left alone.
 pub fn trim() {
     thread_cache::flush_current();
     for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
         c.trim();
     }
+    large::trim();
 }
 
 impl fmt::Display for AllocStats {

@@ -82,6 +82,22 @@ pub unsafe fn release(p: *mut u8, len: usize) {
     }
 }
 
+/// Asks for transparent huge pages on a range (where the kernel's THP mode is `madvise`):
+/// one fault per 2 MiB instead of per 4 KiB when the range is touched. A hint; ignored when
+/// unsupported.
+///
+/// # Safety
+/// `p..p+len` must be a page-aligned range this crate mapped.
+pub unsafe fn advise_huge(p: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: the caller guarantees the range is ours; MADV_HUGEPAGE changes no contents.
+    unsafe {
+        libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (p, len);
+}
+
 /// Grows or shrinks a mapping, moving it if needed. Null on failure (the old mapping is then
 /// unchanged).
 ///
