@@ -51,6 +51,16 @@ OUT=target/bench-report
 TD=target/bench-suite
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 mkdir -p "$OUT/logs" "$OUT/seeds"
+
+# One benchmark at a time: scripts/bench-pairs.sh and bench-suite/run.sh share this lock, so
+# two runs neither share the CPUs nor overwrite each other's files.
+if ((BUILD || RUN)); then
+    exec 9>target/bench-report/.lock
+    if command -v flock >/dev/null && ! flock -n 9; then
+        echo "waiting for another benchmark run (target/bench-report/.lock) ..." >&2
+        flock 9
+    fi
+fi
 T0=$(date +%s)
 
 features() { [ "$1" = system ] && echo "" || echo "--features $1"; }
@@ -78,6 +88,7 @@ if ((RUN)); then
     {
         echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $cpu, $(nproc) CPUs, $mem, Linux $(uname -r);"
         echo "commit \`$commit\`, $(rustc --version)."
+        echo "Load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine makes times noisy)."
         echo "Settings: reps=$REPS, scale=${SCALE}%, threads=${THREADS:-program defaults}; allocators: ${ALLOCS}."
         echo "Reproduce: \`bench-suite/run.sh$([ "$REPS" != 3 ] && echo " --reps $REPS")$([ "$SCALE" != 100 ] && echo " --scale-pct $SCALE")$([ -n "$THREADS" ] && echo " --threads $THREADS")\`."
         if grep -qs "TEMPORARY placeholder" allocator/src/*.rs allocator/src/**/*.rs 2>/dev/null; then
@@ -124,6 +135,7 @@ if ((RUN)); then
             done
         done
     done
+    echo "Load average at end: $(cut -d' ' -f1-3 /proc/loadavg)." >>"$OUT/meta.md"
 fi
 
 "$TD/report/debug/report" "$OUT/raw.csv" "$OUT" >/dev/null

@@ -14,6 +14,15 @@
 # 8 two-thread: the wall time of both threads doing N iterations each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# One benchmark at a time: scripts/bench-pairs.sh and bench-suite/run.sh share this lock, so
+# two runs neither share the CPUs nor overwrite each other's files.
+mkdir -p target/bench-report
+exec 9>target/bench-report/.lock
+if command -v flock >/dev/null && ! flock -n 9; then
+    echo "waiting for another benchmark run (target/bench-report/.lock) ..." >&2
+    flock 9
+fi
 REPEAT=${1:-${REPEAT:-1}}
 read -r -a ALLOCS <<<"${ALLOCS:-slabcg mimalloc jemalloc system}"
 # shellcheck disable=SC2206

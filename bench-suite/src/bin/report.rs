@@ -138,6 +138,18 @@ impl Table {
             .and_then(|c| median(&c.times))
     }
 
+    /// (max - min) / median of the times, when above 20 %: the cell is noisy.
+    fn noisy(&self, w: &str, a: &str) -> bool {
+        let Some(c) = self.cells.get(&(w.into(), a.into())) else {
+            return false;
+        };
+        let (lo, hi) = c
+            .times
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+        median(&c.times).is_some_and(|m| c.times.len() > 1 && (hi - lo) / m > 0.2)
+    }
+
     fn rss(&self, w: &str, a: &str) -> Option<f64> {
         self.cells
             .get(&(w.into(), a.into()))
@@ -183,7 +195,8 @@ fn markdown(t: &Table, meta: Option<String>, seeds: &str, chart: Option<&str>) -
         s,
         "Median of {reps} run(s) per cell. Time: wall-clock seconds of the whole process. RSS: peak resident \
          set (median over runs of each run's `ru_maxrss`), MiB. Ratios are against {REFERENCE} \
-         (lower is better); **bold** = time above {TIME_MARK}x or RSS above {RSS_MARK}x.\n"
+         (lower is better); **bold** = time above {TIME_MARK}x or RSS above {RSS_MARK}x; \
+         `~` = the runs' times spread more than 20 % (max - min vs median): treat that ratio with care.\n"
     );
     for (title, rss) in [("Time", false), ("Peak RSS", true)] {
         let _ = writeln!(s, "## {title}\n");
@@ -216,6 +229,9 @@ fn markdown(t: &Table, meta: Option<String>, seeds: &str, chart: Option<&str>) -
                     Some(v) => format!("{v:.3}"),
                     None => "-".into(),
                 };
+                if !rss && t.noisy(w, a) {
+                    cell.push_str(" ~");
+                }
                 if failed {
                     cell.push_str(" FAIL");
                 }
@@ -386,23 +402,26 @@ fn chart(t: &Table, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
             t.ratio(g, a, false)
         }
     };
-    let ymax = groups
+    // log scale, bars grow from 1.0 (= the reference) up (slower) or down (faster)
+    let all: Vec<f64> = groups
         .iter()
         .flat_map(|g| peers.iter().filter_map(move |a| val(g, a)))
-        .fold(1.0f64, f64::max)
-        * 1.15;
+        .collect();
+    let ymax = all.iter().copied().fold(2.0f64, f64::max) * 1.3;
+    let ymin = all.iter().copied().fold(0.5f64, f64::min) / 1.3;
     let n = groups.len();
     let root = BitMapBackend::new(path, (1400, 700)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut ch = ChartBuilder::on(&root)
         .caption(
-            format!("wall time relative to {REFERENCE} (lower is better; 1.0 = {REFERENCE})"),
+            format!("wall time relative to {REFERENCE} (below 1.0 = faster than {REFERENCE})"),
             ("sans-serif", 24),
         )
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d((0..n).into_segmented(), 0f64..ymax)?;
+        // 0..n-1 gives n segments (plotters' integer range includes its end)
+        .build_cartesian_2d((0..n - 1).into_segmented(), (ymin..ymax).log_scale())?;
     ch.configure_mesh()
         .disable_x_mesh()
         .x_label_formatter(&|v| match v {
@@ -410,28 +429,31 @@ fn chart(t: &Table, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
             _ => String::new(),
         })
         .x_labels(n)
-        .y_desc(format!("time / {REFERENCE} time"))
+        .y_desc(format!("time / {REFERENCE} time (log scale)"))
+        .y_label_formatter(&|y| format!("{y:.2}"))
         .label_style(("sans-serif", 15))
         .draw()?;
-    // bars: x is a segmented integer axis, so draw each bar in pixel-free "sub-segment"
-    // terms by mapping fractions through the plotting area ourselves
+    // bars: each group's segment spans Exact(gi)..Exact(gi + 1) on the segmented axis; the
+    // bars of a group share its middle 80 %, in backend pixels
     let area = ch.plotting_area();
     let (xr, _) = area.get_pixel_range();
-    let seg_w = (xr.end - xr.start) as f64 / n as f64;
-    let bar_w = seg_w * 0.8 / peers.len().max(1) as f64;
     for (pi, a) in peers.iter().enumerate() {
         let c = color(a, pi);
         for (gi, g) in groups.iter().enumerate() {
             let Some(r) = val(g, a) else { continue };
-            let left = xr.start as f64 + gi as f64 * seg_w + seg_w * 0.1 + pi as f64 * bar_w;
-            let top = area.map_coordinate(&(SegmentValue::Exact(gi), r)).1;
-            let bottom = area.map_coordinate(&(SegmentValue::Exact(gi), 0.0)).1;
-            let rect = [(left as i32, top), ((left + bar_w - 2.0) as i32, bottom)];
+            let x0 = area.map_coordinate(&(SegmentValue::Exact(gi), 1.0)).0 as f64;
+            let x1 = area.map_coordinate(&(SegmentValue::Exact(gi + 1), 1.0)).0 as f64;
+            let bar_w = (x1 - x0) * 0.8 / peers.len() as f64;
+            let left = x0 + (x1 - x0) * 0.1 + pi as f64 * bar_w;
+            let end = area.map_coordinate(&(SegmentValue::Exact(gi), r)).1;
+            let one = area.map_coordinate(&(SegmentValue::Exact(gi), 1.0)).1;
+            let rect = [(left as i32, end), ((left + bar_w - 2.0) as i32, one)];
             root.draw(&Rectangle::new(rect, c.filled()))?;
             let label = format!("{r:.2}");
+            let y = if r >= 1.0 { end - 14 } else { end + 2 };
             root.draw(&Text::new(
                 label,
-                (left as i32, top - 14),
+                (left as i32, y),
                 ("sans-serif", 11).into_font().color(&BLACK),
             ))?;
         }

@@ -5,11 +5,15 @@
 //! (skewed to small: size = 8 + u^3 * 15992). Every loop it replaces `batch` random objects;
 //! `cross_pct` percent of the old objects are not freed but passed to the next thread, which
 //! checks and frees them at the end of its own loop (a remote free for the allocator).
+//! An inbox holds at most `inbox_limit` objects: a sender whose partner lags behind waits
+//! (yields) until the partner has drained it, or frees locally once the partner has finished,
+//! so memory stays bounded however the threads are scheduled.
 
 use super::SizeTable;
 use crate::block::Block;
 use crate::cli::{verdict, Outcome, WorkResult};
 use crate::rng::XorShift;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// Parameters.
@@ -25,6 +29,8 @@ pub struct Config {
     pub working_set: usize,
     /// Percent of frees handed to the next thread.
     pub cross_pct: usize,
+    /// Objects an inbox may hold before its sender waits.
+    pub inbox_limit: usize,
     /// RNG seed.
     pub seed: u64,
 }
@@ -38,6 +44,7 @@ impl Config {
             batch: 64,
             working_set: 2000,
             cross_pct: 25,
+            inbox_limit: 1024,
             seed: 1234,
         }
     }
@@ -54,6 +61,7 @@ pub fn sizes(rng: &mut XorShift) -> SizeTable {
 /// Run it.
 pub fn run(cfg: &Config) -> WorkResult {
     assert!(cfg.threads > 0 && cfg.working_set > 0);
+    let done: Vec<AtomicBool> = (0..cfg.threads).map(|_| AtomicBool::new(false)).collect();
     let inboxes: Vec<Mutex<Vec<Block>>> =
         (0..cfg.threads).map(|_| Mutex::new(Vec::new())).collect();
     let mut total = Outcome::default();
@@ -62,6 +70,7 @@ pub fn run(cfg: &Config) -> WorkResult {
         let hs: Vec<_> = (0..cfg.threads)
             .map(|t| {
                 let inboxes = &inboxes;
+                let done = &done;
                 s.spawn(move || {
                     let mut rng = XorShift::new(cfg.seed + t as u64);
                     let table = sizes(&mut rng);
@@ -72,7 +81,8 @@ pub fn run(cfg: &Config) -> WorkResult {
                         .collect();
                     o.allocs += cfg.working_set as u64;
                     let mut outgoing = Vec::new();
-                    let next = &inboxes[(t + 1) % cfg.threads];
+                    let n = (t + 1) % cfg.threads;
+                    let next = &inboxes[n];
                     for _ in 0..cfg.loops {
                         for _ in 0..cfg.batch {
                             let i = rng.below(ws.len());
@@ -86,15 +96,37 @@ pub fn run(cfg: &Config) -> WorkResult {
                                 bad += u64::from(!old.free());
                             }
                         }
-                        if !outgoing.is_empty() {
-                            next.lock().unwrap().append(&mut outgoing);
-                        }
                         let incoming = std::mem::take(&mut *inboxes[t].lock().unwrap());
                         for b in incoming {
                             o.frees += 1;
                             bad += u64::from(!b.free());
                         }
+                        while !outgoing.is_empty() {
+                            {
+                                let mut ib = next.lock().unwrap();
+                                if ib.len() < cfg.inbox_limit || n == t {
+                                    ib.append(&mut outgoing);
+                                    break;
+                                }
+                            }
+                            if done[n].load(Ordering::Acquire) {
+                                for b in outgoing.drain(..) {
+                                    o.frees += 1;
+                                    bad += u64::from(!b.free());
+                                }
+                                break;
+                            }
+                            // drain our own inbox while waiting, so two full inboxes cannot
+                            // wait on each other
+                            let incoming = std::mem::take(&mut *inboxes[t].lock().unwrap());
+                            for b in incoming {
+                                o.frees += 1;
+                                bad += u64::from(!b.free());
+                            }
+                            std::thread::yield_now();
+                        }
                     }
+                    done[t].store(true, Ordering::Release);
                     for b in ws {
                         o.frees += 1;
                         bad += u64::from(!b.free());
@@ -130,11 +162,29 @@ mod tests {
             batch: 10,
             working_set: 40,
             cross_pct: 50,
+            inbox_limit: 8,
             seed: 5,
         };
         let o = run(&cfg).unwrap();
         assert_eq!(o.allocs, 3 * 40 + 3 * 50 * 10);
         assert_eq!(o.frees, o.allocs);
+    }
+
+    #[test]
+    fn one_thread_and_a_tiny_inbox() {
+        for threads in [1, 2] {
+            let cfg = Config {
+                threads,
+                loops: 200,
+                batch: 16,
+                working_set: 30,
+                cross_pct: 100,
+                inbox_limit: 1,
+                seed: 8,
+            };
+            let o = run(&cfg).unwrap();
+            assert_eq!(o.frees, o.allocs);
+        }
     }
 
     #[test]

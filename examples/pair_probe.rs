@@ -1,0 +1,55 @@
+//! A fixed amount of alloc+free work for instruction counting with callgrind:
+//! batches of 4 allocations then 4 frees of 32 B and of 4 KiB, either with no tenant or
+//! inside one tenant's scope.
+//!
+//! ```sh
+//! cargo build --release --example pair_probe
+//! valgrind --tool=callgrind target/release/examples/pair_probe 1000000 plain
+//! valgrind --tool=callgrind target/release/examples/pair_probe 1000000 tenant
+//! ```
+//! (instructions per pair = total / (2 sizes x 4 x batches); the difference between the two
+//! runs is what accounting adds.) Without valgrind it prints ns per pair.
+
+use std::alloc::{alloc, dealloc, Layout};
+use std::hint::black_box;
+use std::time::Instant;
+
+use slabcg::{SlabAlloc, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+#[inline(never)]
+fn run(size: usize, batches: usize) -> f64 {
+    let l = Layout::from_size_align(size, 8).unwrap();
+    let t = Instant::now();
+    for _ in 0..batches {
+        // SAFETY: valid layout; each block freed once with it.
+        unsafe {
+            let a = black_box(alloc(l));
+            let b = black_box(alloc(l));
+            let c = black_box(alloc(l));
+            let d = black_box(alloc(l));
+            dealloc(a, l);
+            dealloc(b, l);
+            dealloc(c, l);
+            dealloc(d, l);
+        }
+    }
+    t.elapsed().as_nanos() as f64 / (batches * 4) as f64
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let batches: usize = args
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_000_000);
+    let mode = args.next().unwrap_or_else(|| "plain".into());
+    let tenant = Tenant::new("probe");
+    let _scope = (mode == "tenant").then(|| tenant.enter());
+    for size in [32, 4096] {
+        run(size, 1000);
+        println!("{mode} {size} B: {:.2} ns/pair", run(size, batches));
+    }
+}
