@@ -13,12 +13,13 @@
 //! hooks::charge(id, n, idx)                      #[inline(always)]
 //!   stock::consume: STOCK (TLS, const, no Drop)
 //!     in_cs = 1; compiler_fence; if steal -> miss
-//!     find slot with ids[i] == id (7 compares)
+//!     the most recently used slot holds id? (else search the other 6, out of line)
 //!     bytes[i] >= n && stat delta stays small -> bytes[i] -= n; stats[i][idx] += n
 //!     in_cs = 0
 //!   miss -> charge::charge_slow                  #[cold] #[inline(never)]
 //!     refill a batch from counter::try_charge (CAS walk up the ancestors), evict LRU slot,
 //!     failure ladder: exact n -> drain::drain_all -> retry -> reclaim callback -> retry
+//!     (drain_all first calls the allocator's object drain, `hooks::set_object_drain`)
 //! hooks::uncharge(id, n, idx): the mirror image (stock::refill / charge::uncharge_slow).
 //! ```
 //!

@@ -8,16 +8,29 @@
 //! a **large allocation** has its own mapping. Slabs are cut from 4 MiB aligned **segments**
 //! whose header holds the slab descriptors, so a pointer finds its slab by masking.
 //!
-//! Call tree of the fast paths (everything else is `#[cold]`):
+//! Call tree of the fast paths (everything else is `#[cold]` or out of line):
 //! ```text
-//! GlobalAlloc::alloc   → global::alloc_impl → fast_class → ThreadCache bin.pop()
-//! GlobalAlloc::dealloc → global::dealloc_impl → fast_class → ThreadCache bin.push()
+//! GlobalAlloc::alloc   → global::alloc_impl → fast_class (size ≤ 128 KiB, align ≤ 8)
+//!                        → no tenant:  ThreadCache bin.pop()
+//!                        → in a tenant: charge::alloc_small → ThreadCache::tagged_pop (object stock)
+//! GlobalAlloc::dealloc → global::dealloc_impl → fast_class
+//!                        → accounting never used, or plain segment: ThreadCache bin.push()
+//!                        → accounted segment: charge::free_small → owner word → tagged_push
 //! ```
+//! Misses go to `thread_cache::{alloc_slow, free_slow}` (refill / flush half a bin through
+//! the cache's transfer cache, then its slabs) and, for charged objects, through the
+//! accounting's byte stock (`charge::alloc_small_charging`, `free_small_uncharging`).
+//!
 //! Who touches what:
-//! - a thread's [`thread_cache`] bins: only that thread (bin counts are read racily by stats);
-//! - a cache's lists and slab descriptors: any thread, under the cache's spin lock;
+//! - a thread's [`thread_cache`] bins: only that thread (bin counts are read racily by
+//!   stats); its tagged bins and tag also by a drainer, under the object-stock protocol
+//!   ([`object_stock`]);
+//! - a cache's lists, transfer cache and slab descriptors: any thread, under the cache's
+//!   spin lock;
 //! - segment headers: written once at creation, read by any thread;
-//! - large headers: the owner of the allocation.
+//! - owner words of accounted slots: the thread that allocates or frees the slot;
+//! - large headers: the owner of the allocation; the large-mapping cache: any thread, under
+//!   its lock.
 
 pub mod bulk;
 pub mod cache;
