@@ -406,3 +406,93 @@ fn object_stock_retags_and_stays_exact() {
     }
     assert_eq!((a.current_exact(), b.current_exact()), (0, 0));
 }
+
+#[test]
+fn refused_large_growth_fails_the_realloc() {
+    let t = Tenant::new("realloc-limit");
+    t.set_max(1 << 20);
+    let l = Layout::from_size_align(512 << 10, 8).unwrap();
+    let p = alloc_in(&t, l);
+    assert!(!p.is_null());
+    // SAFETY: p has 512 KiB.
+    unsafe { std::ptr::write_bytes(p, 0x42, 512 << 10) };
+    let before = t.current_exact();
+    // Outside the owner's scope: growing the block is still the owner's charge, and refused.
+    // SAFETY: live, allocated with l.
+    let q = unsafe { GLOBAL.realloc(p, l, 4 << 20) };
+    assert!(
+        q.is_null(),
+        "the limit must refuse the growth, not move the block to root"
+    );
+    assert_eq!(t.current_exact(), before);
+    // SAFETY: the failed realloc left p as it was.
+    assert!(unsafe { std::slice::from_raw_parts(p, 512 << 10) }
+        .iter()
+        .all(|&b| b == 0x42));
+    // SAFETY: live, allocated with l.
+    unsafe { GLOBAL.dealloc(p, l) };
+    assert_eq!(t.current_exact(), 0);
+}
+
+#[test]
+fn fork_while_threads_charge_a_tenant() {
+    // Threads allocate in a tenant, drain stocks and exit while the main thread forks; each
+    // child must be able to allocate, charge and read exact figures (no lock inherited held).
+    let t = Tenant::new("fork");
+    // Charged only by the children: the parent's threads may have left live charges in `t`
+    // at the moment of a fork (their objects exist in the child too).
+    let c = Tenant::new("fork-child");
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|i| {
+            let t = t.clone();
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let t = t.clone();
+                    thread::spawn(move || {
+                        let _g = t.enter();
+                        let v: Vec<Vec<u8>> = (0..50).map(|k| vec![1u8; 16 + k * 40]).collect();
+                        drop(v);
+                        if n % 8 == i {
+                            let _ = t.current_exact();
+                        }
+                    })
+                    .join()
+                    .unwrap();
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for round in 0..30 {
+        // SAFETY: the child allocates, charges and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let ok = {
+                let _g = c.enter();
+                let v: Vec<u8> = vec![round as u8; 100_000];
+                let w: Vec<u64> = (0..1000).collect();
+                let held = c.current_exact();
+                held >= (v.len() + w.len() * 8) as u64
+            };
+            let _ = t.current_exact();
+            let ok = ok && c.current_exact() == 0;
+            // SAFETY: _exit is always safe.
+            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child (a hang here is the bug this test catches).
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child {round}: {status}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+}

@@ -104,6 +104,9 @@ fn bulk_charges_a_run_at_once_and_is_all_or_nothing() {
     };
     assert_eq!(n, 40);
     assert_eq!(t.current_exact(), 40_000);
+    // The cache has its own line in the tenant's report.
+    let report = t.stat().to_string();
+    assert!(report.contains("slab_bulk 40000"), "{report}");
     assert!(out.iter().all(|p| !p.is_null()));
     // 40 more would pass the 64 KiB limit: nothing is allocated or charged.
     let mut more = vec![std::ptr::null_mut(); 40];

@@ -172,6 +172,52 @@ pub(crate) fn drain_all() {
     }
 }
 
+/// Fork support, before `fork`: holds the registry lock so that the child does not inherit
+/// it held by a thread that no longer exists there. The slabcg allocator calls these three
+/// from its own `pthread_atfork` handlers; a program using the accounting alone with another
+/// allocator should register them itself.
+pub fn fork_prepare() {
+    core::mem::forget(lock());
+}
+
+/// Fork support, in the parent after `fork`.
+pub fn fork_parent() {
+    LOCK.store(false, Ordering::Release);
+}
+
+/// Fork support, in the child after `fork`: only the forking thread survives, so every other
+/// registered stock gives its pre-charged bytes back (the child is single-threaded; a stock
+/// whose owner was inside its critical section at the fork may be half-updated and is
+/// dropped without giving back), and the registry keeps only this thread's stock.
+pub fn fork_child() {
+    let own = STOCK.with(|s| s as *const Stock as *mut Stock);
+    let mut p = HEAD.load(Ordering::Relaxed);
+    let mut own_registered = false;
+    while !p.is_null() {
+        // SAFETY: the stocks' TLS memory is still mapped in the child (a copy of the
+        // parent's); nothing else runs.
+        let s = unsafe { &*p };
+        let next = s.next.load(Ordering::Relaxed);
+        if p == own {
+            own_registered = true;
+        } else if !s.in_cs.load(Ordering::Relaxed) {
+            let taken: [_; NR_SLOTS] = s.take_all();
+            taken.iter().for_each(release);
+        }
+        p = next;
+    }
+    // SAFETY: as above.
+    unsafe {
+        (*own).steal.store(false, Ordering::Relaxed);
+        (*own).next.store(null_mut(), Ordering::Relaxed);
+    }
+    HEAD.store(
+        if own_registered { own } else { null_mut() },
+        Ordering::Relaxed,
+    );
+    LOCK.store(false, Ordering::Release);
+}
+
 /// Drains every thread's stock (idle threads included) and frees dead objcgs. After it
 /// returns, `current()` of every tenant equals its live charges exactly (until the next
 /// charge refills a stock).

@@ -80,6 +80,15 @@ pub fn set_slab_class_sizes(sizes: &'static [u32]) {
     crate::stat::set_class_sizes(sizes);
 }
 
+/// Names slab stat index `idx` (one not used by a size class), so reports print
+/// `slab_<name>` for it; the allocator gives each dedicated cache its own index this way.
+/// The first name given to an index wins; false when `idx` is out of range or taken.
+pub fn set_slab_name(idx: StatIdx, name: &str) -> bool {
+    crate::stat::set_slab_name(idx.0 as usize, name)
+}
+
+pub use crate::drain::{fork_child, fork_parent, fork_prepare};
+
 static ROOT_SOURCE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Registers the allocator's count of unscoped bytes, added to `Tenant::root().current()`.

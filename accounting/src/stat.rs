@@ -77,6 +77,18 @@ pub(crate) fn flush(node: &Node, idx: usize, d: i64) {
 
 static CLASS_SIZES: OnceLock<&'static [u32]> = OnceLock::new();
 
+/// Names of slab stat indices that are not size classes (dedicated caches); see
+/// `hooks::set_slab_name`.
+static SLAB_NAMES: [OnceLock<Box<str>>; MAX_SLAB_CLASSES] =
+    [const { OnceLock::new() }; MAX_SLAB_CLASSES];
+
+pub(crate) fn set_slab_name(idx: usize, name: &str) -> bool {
+    match SLAB_NAMES.get(idx) {
+        Some(n) => n.set(name.into()).is_ok(),
+        None => false,
+    }
+}
+
 /// See `hooks::set_slab_class_sizes`. The first registration wins.
 pub(crate) fn set_class_sizes(sizes: &'static [u32]) {
     let _ = CLASS_SIZES.set(sizes);
@@ -155,9 +167,10 @@ impl fmt::Display for TenantStat {
         let sizes = CLASS_SIZES.get().copied().unwrap_or(&[]);
         for (i, &b) in self.slab_classes.iter().enumerate() {
             if b != 0 {
-                match sizes.get(i) {
-                    Some(sz) => writeln!(f, "slab_{sz} {b}")?,
-                    None => writeln!(f, "slab_class{i} {b}")?,
+                match (sizes.get(i), SLAB_NAMES[i].get()) {
+                    (Some(sz), _) => writeln!(f, "slab_{sz} {b}")?,
+                    (None, Some(name)) => writeln!(f, "slab_{name} {b}")?,
+                    (None, None) => writeln!(f, "slab_class{i} {b}")?,
                 }
             }
         }

@@ -18,7 +18,7 @@
 //! per batch. Batches beyond `TRANSFER_BYTES` per cache go back to their slabs.
 
 use core::ptr;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use crate::lock::SpinLock;
 use crate::segment::{is_segment, segment_of, FreeObj, Segment, SlabDesc, SlabState};
@@ -75,6 +75,35 @@ pub struct CacheCore {
     pub class: u32,
     lists: SpinLock<Lists>,
     pub counters: CacheCounters,
+    /// Next dedicated cache in `DEDICATED` (fork handlers lock them all).
+    next_dedicated: AtomicPtr<CacheCore>,
+}
+
+/// Every dedicated cache ever built (they are never freed), newest first.
+static DEDICATED: AtomicPtr<CacheCore> = AtomicPtr::new(ptr::null_mut());
+
+/// Links a dedicated cache into the list the fork handlers walk.
+pub fn register_dedicated(c: &'static CacheCore) {
+    let me = c as *const CacheCore as *mut CacheCore;
+    let mut head = DEDICATED.load(Ordering::Acquire);
+    loop {
+        c.next_dedicated.store(head, Ordering::Relaxed);
+        match DEDICATED.compare_exchange_weak(head, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(h) => head = h,
+        }
+    }
+}
+
+/// Calls `f` on every dedicated cache.
+pub fn for_each_dedicated(mut f: impl FnMut(&'static CacheCore)) {
+    let mut p = DEDICATED.load(Ordering::Acquire);
+    while !p.is_null() {
+        // SAFETY: dedicated caches are leaked, so they live forever.
+        let c: &'static CacheCore = unsafe { &*p };
+        f(c);
+        p = c.next_dedicated.load(Ordering::Relaxed);
+    }
 }
 
 /// Objects moved by one refill: a chain linked through the first word.
@@ -107,6 +136,7 @@ impl CacheCore {
                 segments: AtomicUsize::new(0),
                 transfer: AtomicUsize::new(0),
             },
+            next_dedicated: AtomicPtr::new(ptr::null_mut()),
         }
     }
 

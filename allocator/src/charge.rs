@@ -184,16 +184,26 @@ pub unsafe fn free_large(p: *mut u8) {
     }
 }
 
+/// What [`realloc_large`] did.
+pub enum LargeResize {
+    /// Resized (in place or moved by mremap); the new pointer.
+    Done(*mut u8),
+    /// The owner's limit refused the growth: the realloc fails and the block is unchanged.
+    Refused,
+    /// The OS could not resize in place or by mremap: the caller may move the block.
+    Failed,
+}
+
 /// Resizes a large allocation in place or by mremap, moving its owner's charge by the
-/// difference. Null when refused (the block is then unchanged).
+/// difference.
 ///
 /// # Safety
 /// `p` must be a live large allocation aligned to at most a page.
 #[cold]
 #[inline(never)]
-pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> *mut u8 {
+pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> LargeResize {
     let Some(new_usable) = large::usable_for(new_size) else {
-        return core::ptr::null_mut();
+        return LargeResize::Refused;
     };
     // SAFETY: caller's contract.
     unsafe {
@@ -201,21 +211,24 @@ pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> *mut u8 {
         let old_usable = large::usable_size(p);
         if owner != 0 && new_usable > old_usable {
             if !hooks::charge(owner, new_usable - old_usable, StatIdx::LARGE) {
-                return core::ptr::null_mut();
+                return LargeResize::Refused;
             }
             let q = large::realloc(p, new_size);
             if q.is_null() {
                 hooks::uncharge(owner, new_usable - old_usable, StatIdx::LARGE);
-            } else {
-                CHARGED_LARGE.fetch_add(new_usable - old_usable, Ordering::Relaxed);
+                return LargeResize::Failed;
             }
-            return q;
+            CHARGED_LARGE.fetch_add(new_usable - old_usable, Ordering::Relaxed);
+            return LargeResize::Done(q);
         }
         let q = large::realloc(p, new_size);
-        if owner != 0 && !q.is_null() && new_usable < old_usable {
+        if q.is_null() {
+            return LargeResize::Failed;
+        }
+        if owner != 0 && new_usable < old_usable {
             hooks::uncharge(owner, old_usable - new_usable, StatIdx::LARGE);
             CHARGED_LARGE.fetch_sub(old_usable - new_usable, Ordering::Relaxed);
         }
-        q
+        LargeResize::Done(q)
     }
 }

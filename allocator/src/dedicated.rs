@@ -9,7 +9,9 @@
 //!
 //! With `.account(true)` every slot carries owner metadata (placement reported by
 //! [`Cache::info`]) and objects allocated inside a tenant scope are charged to it; objects
-//! allocated outside any scope carry owner 0 and are not charged.
+//! allocated outside any scope carry owner 0 and are not charged. The first 12 accounted
+//! caches get their own line in `tenant.stat()` (`slab_<name>`); later ones are counted in
+//! `slab` only.
 //!
 //! A cache's shared part is never freed: segments name it in their headers for the life of
 //! the process. Dropping a `Cache` releases its empty slabs to the OS; objects still
@@ -93,9 +95,16 @@ impl CacheBuilder {
         };
         let core: &'static CacheCore =
             Box::leak(Box::new(CacheCore::new(layout, u32::MAX, self.account)));
+        crate::cache::register_dedicated(core);
+        let stat = if self.account {
+            stat_index(&self.name)
+        } else {
+            StatIdx::SLAB_OTHER
+        };
         Ok(Cache {
             core,
             name: self.name,
+            stat,
         })
     }
 }
@@ -125,6 +134,22 @@ impl std::error::Error for CacheError {}
 pub struct Cache {
     pub(crate) core: &'static CacheCore,
     name: String,
+    /// Where tenant stats count this cache's objects.
+    stat: StatIdx,
+}
+
+/// Stat indices left after the size classes go to the first accounted dedicated caches, so
+/// `tenant.stat()` shows `slab_<cache name>` for each; later caches share `SLAB_OTHER`
+/// (counted in `slab` only).
+fn stat_index(name: &str) -> StatIdx {
+    use core::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(crate::size_class::NUM_CLASSES);
+    let i = NEXT.fetch_add(1, Ordering::Relaxed);
+    if i < hooks::MAX_SLAB_CLASSES && hooks::set_slab_name(StatIdx::slab(i), name) {
+        StatIdx::slab(i)
+    } else {
+        StatIdx::SLAB_OTHER
+    }
 }
 
 impl Cache {
@@ -199,7 +224,7 @@ impl Cache {
             return Some(0);
         }
         let cg = hooks::current_objcg();
-        if cg != 0 && !hooks::charge(cg, bytes, StatIdx::SLAB_OTHER) {
+        if cg != 0 && !hooks::charge(cg, bytes, self.stat) {
             return None;
         }
         Some(cg)
@@ -207,7 +232,7 @@ impl Cache {
 
     pub(crate) fn uncharge(&self, cg: u32, bytes: usize) {
         if cg != 0 {
-            hooks::uncharge(cg, bytes, StatIdx::SLAB_OTHER);
+            hooks::uncharge(cg, bytes, self.stat);
         }
     }
 

@@ -186,9 +186,11 @@ unsafe impl GlobalAlloc for SlabAlloc {
             (Some(a), Some(b)) if a == b => return p,
             (None, None) if align <= sys::PAGE => {
                 // SAFETY: p is a live large allocation aligned to <= PAGE.
-                let q = unsafe { charge::realloc_large(p, new_size) };
-                if !q.is_null() {
-                    return q;
+                match unsafe { charge::realloc_large(p, new_size) } {
+                    charge::LargeResize::Done(q) => return q,
+                    // The owner's limit said no: moving the block would only dodge it.
+                    charge::LargeResize::Refused => return ptr::null_mut(),
+                    charge::LargeResize::Failed => {}
                 }
             }
             _ => {}
@@ -240,27 +242,39 @@ fn root_usage() -> u64 {
     s.allocated.saturating_sub(s.allocated_charged) as u64
 }
 
+// Fork handlers: take every lock an allocation or free can need, in the order the runtime
+// paths nest them (thread registry -> accounting registry -> caches -> large-mapping cache),
+// so that the child inherits none of them held by a thread that does not exist there.
+
+fn for_each_cache(mut f: impl FnMut(&crate::cache::CacheCore)) {
+    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
+        f(c);
+    }
+    crate::cache::for_each_dedicated(&mut f);
+}
+
 unsafe extern "C" fn fork_prepare() {
     thread_cache::fork_prepare();
-    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
-        c.lock_for_fork();
-    }
+    hooks::fork_prepare();
+    for_each_cache(|c| c.lock_for_fork());
+    large::fork_prepare();
 }
 
 unsafe extern "C" fn fork_parent() {
-    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
-        // SAFETY: locked by fork_prepare in this thread.
-        unsafe { c.unlock_after_fork() };
-    }
-    // SAFETY: locked by fork_prepare in this thread.
+    // SAFETY (all unlocks below): locked by fork_prepare in this thread.
+    unsafe { large::fork_release() };
+    for_each_cache(|c| unsafe { c.unlock_after_fork() });
+    hooks::fork_parent();
+    // SAFETY: as above.
     unsafe { thread_cache::fork_parent() };
 }
 
 unsafe extern "C" fn fork_child() {
-    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
-        // SAFETY: locked by fork_prepare in the thread that forked, which is this one.
-        unsafe { c.unlock_after_fork() };
-    }
+    // SAFETY (all unlocks below): locked by fork_prepare in the thread that forked, which is
+    // the child's only thread.
+    unsafe { large::fork_release() };
+    for_each_cache(|c| unsafe { c.unlock_after_fork() });
+    hooks::fork_child();
     // SAFETY: as above.
     unsafe { thread_cache::fork_child() };
 }

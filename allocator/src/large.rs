@@ -149,6 +149,20 @@ fn keep_cached(base: *mut u8, len: usize) -> bool {
     true
 }
 
+/// Fork support: hold the mapping cache's lock across `fork`.
+pub fn fork_prepare() {
+    CACHE.lock_raw();
+}
+
+/// Fork support: release the lock taken by [`fork_prepare`] (parent and child).
+///
+/// # Safety
+/// After `fork_prepare` in this thread (or in the fork child).
+pub unsafe fn fork_release() {
+    // SAFETY: forwarded contract.
+    unsafe { CACHE.unlock_raw() }
+}
+
 /// Unmaps every cached mapping (trim).
 pub fn trim() {
     loop {

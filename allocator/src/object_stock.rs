@@ -9,7 +9,8 @@
 //!
 //! Accounting consequences, the same as for the byte stocks:
 //! - objects in tagged bins count in their tenant's `current` and slab stats (pre-charged);
-//!   at most `tagged_max(c)` per class per thread (at most 64 KiB per class per thread);
+//!   at most `tagged_max(c)` per class per thread (at most 64 KiB per class per thread, or
+//!   one object for the classes above 64 KiB);
 //! - every drain of all stocks first takes every thread's tagged bins (idle threads
 //!   included) and uncharges them ([`drain_all`], registered with the accounting), so
 //!   `current_exact()` is exact and no charge fails while other threads sit on such objects.
@@ -38,7 +39,8 @@ pub const NO_TAG: ObjCgId = u32::MAX;
 /// tagged objects back and starts caching for the new tenant).
 const RETAG_AFTER: u32 = 64;
 
-/// Capacity of the tagged bin of class `c`: half a plain bin, at most 64 KiB.
+/// Capacity of the tagged bin of class `c`: half a plain bin, at most 64 KiB (one object
+/// for classes above that).
 pub fn tagged_max(c: usize) -> u32 {
     (bin_max(c) / 2).max(1)
 }
@@ -126,8 +128,16 @@ fn give_back(tag: ObjCgId, taken: &[(*mut FreeObj, u32); NUM_CLASSES]) {
         }
         let bytes = n as usize * class_size(c);
         hooks::uncharge(tag, bytes, StatIdx::slab(c));
-        // The owner words keep the old tag; they are rewritten when the slots are reused,
-        // and a slot in a cache is never read as charged.
+        // Clear the owner words, as an uncharging free does, so that a later double free of
+        // one of these slots is reported instead of uncharging `tag` again.
+        let mut o = head;
+        while !o.is_null() {
+            // SAFETY: o is a free slot of the accounted cache of class c (the chain).
+            unsafe {
+                (*crate::charge::owner_word(o as *mut u8)).store(0, Ordering::Relaxed);
+                o = (*o).next;
+            }
+        }
         // SAFETY: a chain of n free slots of the accounted cache of class c.
         unsafe { classes::cache(c, true).flush(head, n as usize) };
     }
@@ -148,6 +158,21 @@ pub fn give_back_own(tc: &ThreadCache) {
         }
         tc.leave();
         crate::sys::yield_now();
+    }
+    give_back(old, &taken);
+}
+
+/// In a fork child: uncharges the tagged objects of a thread that did not survive the fork.
+/// A cache whose owner was inside its critical section at the fork may be half-updated and
+/// is left alone (its charges stay, a bounded inexactness of the child).
+pub fn give_back_orphan(tc: &ThreadCache) {
+    if tc.in_cs.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
+    let old = tc.tag.swap(NO_TAG, Ordering::Relaxed);
+    for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
+        *t = b.take_all();
     }
     give_back(old, &taken);
 }

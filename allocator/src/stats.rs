@@ -79,10 +79,13 @@ pub fn stats() -> AllocStats {
         {
             let k = &cache.counters;
             let slab = cache.layout.slab_bytes();
+            // Slots parked in the transfer cache left their slabs but nobody holds them.
+            let parked = k.transfer.load(Ordering::Relaxed);
+            out.cached += parked;
             let held = k
                 .used
                 .load(Ordering::Relaxed)
-                .saturating_sub(cached[c][acc]);
+                .saturating_sub(cached[c][acc] + parked);
             out.objects += held;
             if acc == 1 {
                 s.allocated_charged += held * out.size;

@@ -421,14 +421,26 @@ pub unsafe fn fork_parent() {
 
 /// Fork support, child side: only the forking thread survives, so the registry is reduced to
 /// its cache. The other threads' cached slots are lost to the child (a bounded leak, as with
-/// every allocator).
+/// every allocator), but the charged ones in their object stocks are uncharged first, so the
+/// child's tenants stay exact.
 ///
 /// # Safety
 /// After [`fork_prepare`], in the child.
 pub unsafe fn fork_child() {
+    let me = with(|tc| tc as *const ThreadCache as *mut ThreadCache);
     // SAFETY: the lock is held by fork_prepare of this (the only) thread.
     unsafe { REGISTRY.unlock_raw() };
     let mut r = REGISTRY.lock();
+    let mut tc = r.head;
+    while !tc.is_null() {
+        // SAFETY: the other caches' TLS memory is still mapped in the child (a copy of the
+        // parent's), and nothing else runs.
+        let t = unsafe { &*tc };
+        if tc != me {
+            crate::object_stock::give_back_orphan(t);
+        }
+        tc = t.next.load(Ordering::Relaxed);
+    }
     r.head = ptr::null_mut();
     drop(r);
     with(|tc| {

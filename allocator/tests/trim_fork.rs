@@ -57,6 +57,25 @@ fn trim_returns_a_gigabyte_burst() {
 }
 
 #[test]
+fn stats_count_what_the_program_holds() {
+    if !is_child("stats_count_what_the_program_holds") {
+        return run_child("stats_count_what_the_program_holds");
+    }
+    // 1536-byte objects: a class nothing else in this process uses.
+    let c = slabcg_allocator::size_class::class_of(1536);
+    let held = |s: &slabcg_allocator::AllocStats| s.classes[c].objects;
+    let base = held(&slabcg_allocator::stats());
+    let v: Vec<Box<[u8; 1536]>> = (0..4000).map(|_| Box::new([7u8; 1536])).collect();
+    assert_eq!(held(&slabcg_allocator::stats()), base + 4000);
+    // Freed objects sit in thread bins and transfer caches: cached, not held.
+    drop(v);
+    let s = slabcg_allocator::stats();
+    assert_eq!(held(&s), base, "{s}");
+    assert!(s.classes[c].cached > 0);
+    println!("CHILD-OK");
+}
+
+#[test]
 fn fork_from_multithreaded_program() {
     if !is_child("fork_from_multithreaded_program") {
         return run_child("fork_from_multithreaded_program");
@@ -72,8 +91,14 @@ fn fork_from_multithreaded_program() {
                 let mut keep: Vec<Vec<u8>> = Vec::new();
                 let mut i = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    keep.push(vec![t as u8; 16 + i % 3000]);
-                    if keep.len() > 5000 {
+                    // Small and large blocks, so that fork can land inside either path.
+                    let len = if i % 64 == 0 {
+                        200_000 + i % 3_000_000
+                    } else {
+                        16 + i % 3000
+                    };
+                    keep.push(vec![t as u8; len]);
+                    if keep.len() > 500 {
                         keep.clear();
                     }
                     i += 1;
