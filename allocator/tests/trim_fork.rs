@@ -92,7 +92,7 @@ fn fork_from_multithreaded_program() {
                 let mut i = 0usize;
                 while !stop.load(Ordering::Relaxed) {
                     // Small and large blocks, so that fork can land inside either path.
-                    let len = if i % 64 == 0 {
+                    let len = if i.is_multiple_of(64) {
                         200_000 + i % 3_000_000
                     } else {
                         16 + i % 3000
