@@ -29,6 +29,23 @@ impl Outcome {
 pub type WorkResult = Result<Outcome, String>;
 
 /// Fold per-thread counts and corruption counts into a verdict.
+/// Joins worker threads that each return their counts and corruption tally, and adds them
+/// to `total` / `corrupt`. Panics (naming the workload) if a worker panicked.
+pub fn join_workers<'s>(
+    name: &str,
+    handles: Vec<std::thread::ScopedJoinHandle<'s, (Outcome, u64)>>,
+    total: &mut Outcome,
+    corrupt: &mut u64,
+) {
+    for h in handles {
+        let (o, bad) = h
+            .join()
+            .unwrap_or_else(|_| panic!("{name} thread panicked"));
+        total.add(&o);
+        *corrupt += bad;
+    }
+}
+
 pub fn verdict(o: Outcome, corrupt: u64) -> WorkResult {
     if corrupt != 0 {
         return Err(format!("{corrupt} objects had a damaged stamp"));

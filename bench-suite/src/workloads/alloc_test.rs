@@ -81,11 +81,7 @@ pub fn run(cfg: &Config) -> WorkResult {
                 })
             })
             .collect();
-        for h in hs {
-            let (o, bad) = h.join().expect("alloc_test thread panicked");
-            total.add(&o);
-            corrupt += bad;
-        }
+        crate::cli::join_workers("alloc_test", hs, &mut total, &mut corrupt);
     });
     verdict(total, corrupt)
 }

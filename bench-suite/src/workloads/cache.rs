@@ -125,11 +125,7 @@ pub fn run(cfg: &Config) -> WorkResult {
                 (o, bad)
             }));
         }
-        for h in hs {
-            let (o, bad) = h.join().expect("cache thread panicked");
-            total.add(&o);
-            corrupt += bad;
-        }
+        crate::cli::join_workers("cache", hs, &mut total, &mut corrupt);
     });
     verdict(total, corrupt)
 }

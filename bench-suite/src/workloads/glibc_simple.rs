@@ -55,11 +55,7 @@ pub fn run(cfg: &Config) -> WorkResult {
                 })
             })
             .collect();
-        for h in hs {
-            let (o, bad) = h.join().expect("glibc_simple thread panicked");
-            total.add(&o);
-            corrupt += bad;
-        }
+        crate::cli::join_workers("glibc_simple", hs, &mut total, &mut corrupt);
     });
     verdict(total, corrupt)
 }

@@ -63,11 +63,7 @@ pub fn run(cfg: &Config) -> WorkResult {
                 })
             })
             .collect();
-        for h in hs {
-            let (o, bad) = h.join().expect("glibc_thread thread panicked");
-            total.add(&o);
-            corrupt += bad;
-        }
+        crate::cli::join_workers("glibc_thread", hs, &mut total, &mut corrupt);
     });
     verdict(total, corrupt)
 }

@@ -117,11 +117,7 @@ pub fn run(cfg: &Config) -> WorkResult {
                 })
             })
             .collect();
-        for h in hs {
-            let (o, bad) = h.join().expect("malloc_large thread panicked");
-            total.add(&o);
-            corrupt += bad;
-        }
+        crate::cli::join_workers("malloc_large", hs, &mut total, &mut corrupt);
     });
     verdict(total, corrupt)
 }

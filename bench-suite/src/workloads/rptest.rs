@@ -135,11 +135,7 @@ pub fn run(cfg: &Config) -> WorkResult {
                 })
             })
             .collect();
-        for h in hs {
-            let (o, bad) = h.join().expect("rptest thread panicked");
-            total.add(&o);
-            corrupt += bad;
-        }
+        crate::cli::join_workers("rptest", hs, &mut total, &mut corrupt);
     });
     for ib in inboxes {
         for b in ib.into_inner().unwrap() {
