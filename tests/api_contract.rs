@@ -14,7 +14,7 @@ static GLOBAL: SlabAlloc = SlabAlloc::new();
 
 #[test]
 fn contract_compiles_and_behaves() {
-    let v = vec![1u8; 100];
+    let v: Box<[u8; 100]> = Box::new([1u8; 100]);
     // SAFETY: v's buffer is a live allocation of SlabAlloc.
     assert!(unsafe { SlabAlloc::usable_size(v.as_ptr()) } >= 100);
     let s: AllocStats = slabcg::stats();
