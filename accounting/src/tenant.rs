@@ -234,9 +234,11 @@ impl Tenant {
         }
     }
 
-    /// A snapshot of this tenant's numbers (stats may lag by the stock drift bound, see
-    /// `stat.rs`; call `drain_all_stocks` first for exact figures).
+    /// A snapshot of this tenant's numbers. Like a read of cgroup v2's memory.stat, which
+    /// flushes the per-CPU statistics first, it first gives every thread's stock back (one
+    /// membarrier), so `current` and the per-kind bytes are exact at the time of the call.
     pub fn stat(&self) -> TenantStat {
+        crate::drain::drain_all();
         free_zombies();
         TenantStat::read(self.name(), &self.node, self.current())
     }
