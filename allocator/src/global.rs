@@ -2,7 +2,7 @@
 //!
 //! Fast paths (always inlined into the caller):
 //! ```text
-//! alloc(layout)   size <= 128 KiB && align <= 16 → class (table or lzcnt) → thread bin pop
+//! alloc(layout)   size <= 128 KiB && align <= 8 → class (table or lzcnt) → thread bin pop
 //!                 → miss: thread_cache::alloc_slow (refill)      other layouts: alloc_other
 //! dealloc(p, l)   same class computation → thread bin push
 //!                 → full: thread_cache::free_slow (flush half)   other layouts: dealloc_other

@@ -18,7 +18,7 @@
 pub const NUM_CLASSES: usize = 52;
 /// The largest request served from a size class.
 pub const MAX_SMALL: usize = 128 * 1024;
-/// Requests up to this size (with alignment <= 16) use the lookup table: one load.
+/// Requests up to this size use the lookup table: one load.
 pub const LUT_MAX: usize = 1024;
 
 const fn build_sizes() -> [u32; NUM_CLASSES] {
@@ -48,7 +48,7 @@ const fn class_of_slow(size: usize) -> usize {
     if size <= 64 {
         if size == 0 {
             // A zero-size request gets 16 bytes, so that it is aligned for every alignment
-            // the table path serves (<= 16) without an extra instruction.
+            // `class_for` serves (16 and less) without walking up the table.
             1
         } else {
             size.div_ceil(8) - 1
@@ -73,7 +73,7 @@ const fn build_lut() -> [u8; LUT_MAX / 8 + 1] {
 /// `LUT[(size + 7) / 8]` is the class of `size` for `size <= LUT_MAX`.
 static LUT: [u8; LUT_MAX / 8 + 1] = build_lut();
 
-/// Class of a request whose size (already rounded up to its alignment, alignment <= 16) is
+/// Class of a request whose size (rounded up to its alignment where that exceeds 8) is
 /// at most [`LUT_MAX`]. One table load.
 #[inline(always)]
 pub fn class_of_small(size: usize) -> usize {
