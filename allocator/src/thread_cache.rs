@@ -32,6 +32,9 @@ const UNINIT: u8 = 0;
 const LIVE: u8 = 1;
 const DEAD: u8 = 2;
 
+/// Frees per class a thread sends straight home before it has allocated from the class.
+const HOME_FREES: u8 = 64;
+
 /// Bytes a bin may hold before it gives half back.
 const BIN_BYTES: usize = 128 * 1024;
 
@@ -134,6 +137,9 @@ pub struct ThreadCache {
     pub(crate) in_cs: AtomicBool,
     pub(crate) steal: AtomicBool,
     pub(crate) tag_misses: Cell<u32>,
+    /// Frees sent home per class while this thread had not yet allocated from the class
+    /// (see `free_slow`).
+    home_frees: [Cell<u8>; NUM_CLASSES],
     state: Cell<u8>,
     next: AtomicPtr<ThreadCache>,
     prev: AtomicPtr<ThreadCache>,
@@ -149,6 +155,7 @@ impl ThreadCache {
             in_cs: AtomicBool::new(false),
             steal: AtomicBool::new(false),
             tag_misses: Cell::new(0),
+            home_frees: [const { Cell::new(0) }; NUM_CLASSES],
             state: Cell::new(UNINIT),
             next: AtomicPtr::new(ptr::null_mut()),
             prev: AtomicPtr::new(ptr::null_mut()),
@@ -198,6 +205,9 @@ pub fn alloc_slow(c: usize, accounted: bool) -> *mut u8 {
         if !p.is_null() {
             return p;
         }
+        if bin.max.get() == 0 {
+            bin.max.set(bin_max(c));
+        }
         let want = (bin.max.get() / 2).max(1) as usize;
         let chain = cache.refill(want, bin.max.get() as usize);
         if chain.count == 0 {
@@ -236,6 +246,24 @@ pub unsafe fn free_slow(p: *mut u8, c: usize, accounted: bool) {
             return;
         }
         let bin = tc.bin(c, accounted);
+        if bin.max.get() == 0 {
+            // This thread has not allocated from this class yet, so it is freeing objects
+            // other threads allocated. Caching them would hand them to its next allocations,
+            // in cache lines that their allocating threads' other objects share: passive
+            // false sharing (cache-scratch). The first few go home to their slabs; a thread
+            // that keeps only freeing (a consumer) opens its bin after that.
+            let sent = tc.home_frees[c].get();
+            if sent < HOME_FREES {
+                tc.home_frees[c].set(sent + 1);
+                // SAFETY: a one-slot chain of the caller's slot.
+                unsafe {
+                    (*o).next = ptr::null_mut();
+                    cache.flush(o, 1);
+                }
+                return;
+            }
+            bin.max.set(bin_max(c));
+        }
         let k = bin.count().div_ceil(2);
         if k > 0 {
             let chain = bin.take(k);
@@ -274,9 +302,9 @@ fn flush_all(tc: &ThreadCache) {
 
 fn init(tc: &ThreadCache) {
     crate::global::init_once();
+    // Plain and accounted bins open (get a capacity) when the thread first allocates from
+    // their class; see free_slow for why.
     for c in 0..NUM_CLASSES {
-        tc.plain[c].max.set(bin_max(c));
-        tc.accounted[c].max.set(bin_max(c));
         tc.tagged[c].max.set(crate::object_stock::tagged_max(c));
     }
     registry_insert(tc);

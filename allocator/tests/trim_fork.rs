@@ -76,6 +76,39 @@ fn stats_count_what_the_program_holds() {
 }
 
 #[test]
+fn remote_frees_by_a_new_thread_go_home() {
+    if !is_child("remote_frees_by_a_new_thread_go_home") {
+        return run_child("remote_frees_by_a_new_thread_go_home");
+    }
+    use std::alloc::{alloc, dealloc, Layout};
+    // Objects handed to new worker threads (cache-scratch): a worker that frees one and then
+    // allocates must not get the same object back, or it would write into a cache line that
+    // the other workers' objects share.
+    let l = Layout::from_size_align(8, 1).unwrap();
+    // SAFETY: valid layout; each block is freed once.
+    let ps: Vec<usize> = (0..4).map(|_| unsafe { alloc(l) } as usize).collect();
+    for &p in &ps {
+        let q = std::thread::spawn(move || {
+            // SAFETY: p was allocated with l and is freed once, here.
+            unsafe { dealloc(p as *mut u8, l) };
+            // SAFETY: valid layout.
+            let q = unsafe { alloc(l) } as usize;
+            // SAFETY: allocated just above.
+            unsafe { dealloc(q as *mut u8, l) };
+            q
+        })
+        .join()
+        .unwrap();
+        assert_ne!(q, p, "the worker got the remote object back");
+        assert!(
+            q / 64 != p / 64,
+            "the worker's object shares a cache line with the remote one"
+        );
+    }
+    println!("CHILD-OK");
+}
+
+#[test]
 fn fork_from_multithreaded_program() {
     if !is_child("fork_from_multithreaded_program") {
         return run_child("fork_from_multithreaded_program");
