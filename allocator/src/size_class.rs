@@ -10,9 +10,9 @@
 //!
 //! 52 classes. Internal waste `(class - request) / class` is below 20% for every request
 //! above 64 bytes (the worst case is one byte above a power of two: `2^k + 1` rounds up to
-//! `1.25 * 2^k`, wasting just under 20%), and 7.9% on average over all request sizes 65..=128 KiB; the test
-//! `waste_bounds` computes both. Requests above
-//! `MAX_SMALL`, or aligned above a page, are large allocations with their own mapping.
+//! `1.25 * 2^k`, wasting just under 20%), and 7.9% on average over all request sizes
+//! 65..=128 KiB; the test `waste_bounds` computes both. Requests above `MAX_SMALL`, or aligned
+//! above a page, are large allocations with their own mapping.
 
 /// Number of size classes.
 pub const NUM_CLASSES: usize = 52;
