@@ -60,13 +60,13 @@ fn random_layout(rng: &mut Rng) -> Layout {
         1..=6 => (r >> 8) as usize % 20_000,
         _ => (r >> 8) as usize % 600,
     };
-    let align = 1usize << ((r >> 40) % if r % 64 == 0 { 15 } else { 6 });
+    let align = 1usize << ((r >> 40) % if r.is_multiple_of(64) { 15 } else { 6 });
     Layout::from_size_align(size, align).unwrap()
 }
 
 #[test]
 fn shadow_model_of_random_actions() {
-    let mut rng = Rng(0x5EED_0F_5AB);
+    let mut rng = Rng(0x0005_EED0_F5AB);
     let mut model: BTreeMap<usize, Live> = BTreeMap::new();
     for step in 0..60_000u32 {
         let action = rng.next() % 10;
