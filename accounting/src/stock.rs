@@ -274,19 +274,20 @@ fn with_stock<R>(f: impl FnOnce(&Stock) -> R) -> R {
     f(unsafe { &*s })
 }
 
-/// Fast path of a charge: take `n` bytes from this thread's most recently used slot if it
-/// is `id`'s. Other slots are searched out of line (still without atomics), and that makes
-/// the hit the MRU slot, so a thread working for one tenant at a time compares one id here.
+/// Runs `op` on this thread's slot for `id` inside the critical section: the most recently
+/// used slot when it is `id`'s, else the others, searched out of line (still without
+/// atomics), which makes the hit the MRU slot. So a thread working for one tenant at a time
+/// compares one id here. False when no slot holds `id` or `op` declined.
 #[inline(always)]
-pub(crate) fn consume(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
+fn with_slot(id: ObjCgId, op: impl Fn(&Stock, usize) -> bool) -> bool {
     with_stock(
         #[inline(always)]
         |s| {
             let mut ok = false;
             if s.enter() {
                 ok = match s.mru_for(id) {
-                    Some(i) => s.try_take(i, n, idx),
-                    None => s.other_slot(id).is_some_and(|i| s.try_take(i, n, idx)),
+                    Some(i) => op(s, i),
+                    None => s.other_slot(id).is_some_and(|i| op(s, i)),
                 };
             }
             s.leave();
@@ -295,21 +296,14 @@ pub(crate) fn consume(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
     )
 }
 
-/// Fast path of an uncharge: give `n` bytes back to this thread's slot for `id` (MRU first).
+/// Fast path of a charge: take `n` bytes from this thread's slot for `id`.
+#[inline(always)]
+pub(crate) fn consume(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
+    with_slot(id, |s, i| s.try_take(i, n, idx))
+}
+
+/// Fast path of an uncharge: give `n` bytes back to this thread's slot for `id`.
 #[inline(always)]
 pub(crate) fn refill(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
-    with_stock(
-        #[inline(always)]
-        |s| {
-            let mut ok = false;
-            if s.enter() {
-                ok = match s.mru_for(id) {
-                    Some(i) => s.try_give(i, n, idx),
-                    None => s.other_slot(id).is_some_and(|i| s.try_give(i, n, idx)),
-                };
-            }
-            s.leave();
-            ok
-        },
-    )
+    with_slot(id, |s, i| s.try_give(i, n, idx))
 }

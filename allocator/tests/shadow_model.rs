@@ -10,15 +10,8 @@ use slabcg_allocator::SlabAlloc;
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+mod common;
+use common::Rng;
 
 struct Live {
     layout: Layout,
