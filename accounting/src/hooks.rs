@@ -87,6 +87,34 @@ pub fn set_slab_name(idx: StatIdx, name: &str) -> bool {
     crate::stat::set_slab_name(idx.0 as usize, name)
 }
 
+/// The owner-metadata geometry of the objects charged at one slab stat index, so that
+/// `tenant.stat()` can report `owner_meta` / `owner_meta_paid` without the allocator doing
+/// anything per object: at stat time, objects = the index's bytes / `object_size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlabMeta {
+    /// Bytes charged per object (its usable size). Every charge at the index must be a
+    /// whole number of objects for the object count to be exact.
+    pub object_size: usize,
+    /// Bytes per slab that owner metadata costs: the slots given up for an array carved from
+    /// the slab (`meta_cost_slots * stride`); 0 when the owner words live in per-slot padding
+    /// or in the slab's leftover tail.
+    pub paid_per_slab: usize,
+    /// Objects per slab that share `paid_per_slab`. Each object is reported as paying
+    /// `paid_per_slab / objects_per_slab`, summed before rounding, so whole slabs' worth of
+    /// objects add up to exactly what their slabs gave up.
+    pub objects_per_slab: usize,
+}
+
+/// Registers the owner-metadata geometry of slab stat index `idx` (a size class, or a
+/// dedicated cache named with [`set_slab_name`]). Call it before anything is charged at
+/// `idx`; the first registration wins. Indexes never registered report no owner metadata.
+/// False when `idx` is not a slab class index or is taken, when `object_size` or
+/// `objects_per_slab` is 0, or when a field is above 2^21 - 1 (a slab is at most 1 MiB, so
+/// every real layout fits). Never allocates or panics.
+pub fn set_slab_meta(idx: StatIdx, meta: SlabMeta) -> bool {
+    crate::stat::set_slab_meta(idx.0 as usize, meta)
+}
+
 pub use crate::drain::{fork_child, fork_parent, fork_prepare};
 
 static ROOT_SOURCE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());

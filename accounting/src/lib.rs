@@ -31,6 +31,9 @@
 //! - `ObjCg` (objcg.rs): refs by any slow path; `tenant` written only in user context under
 //!   the tree lock (reparenting), read lock-free by slow paths that hold a ref.
 //! - Tree structure, names, objcg lists, reclaim callbacks (tenant.rs): user context only.
+//! - What the allocator registers about its slab stat indexes (stat.rs: class sizes, cache
+//!   names, owner-metadata geometry): written once each, at allocator init or when a
+//!   dedicated cache is built; read only by `stat()`, which derives `owner_meta` from it.
 //!
 //! Runtime paths (everything the hooks reach) never allocate through the global allocator,
 //! never panic, never unwind, and take only the registry spin lock, whose holders do

@@ -8,10 +8,10 @@
 //! `drain_all_stocks()`; the same holds for `sock`, as in the kernel's batched `MEMCG_SOCK`.
 
 use core::fmt;
-use core::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
-use crate::hooks::{StatIdx, MAX_SLAB_CLASSES};
+use crate::hooks::{ObjCgId, SlabMeta, StatIdx, MAX_SLAB_CLASSES};
 use crate::tenant::{Events, Node};
 
 /// Number of stat indexes: the slab classes, then `LARGE`, `SOCK`, `SLAB_OTHER`.
@@ -94,6 +94,63 @@ pub(crate) fn set_class_sizes(sizes: &'static [u32]) {
     let _ = CLASS_SIZES.set(sizes);
 }
 
+/// Bytes of owner metadata per charged slab object: one objcg id.
+const OWNER_BYTES: u64 = core::mem::size_of::<ObjCgId>() as u64;
+
+/// The `SlabMeta` of each slab stat index (`hooks::set_slab_meta`), packed into one word so
+/// that a reader sees either 0 (not registered) or a whole registration, never half of one:
+/// bits 0..21 `object_size`, 21..42 `paid_per_slab`, 42..63 `objects_per_slab`. Written
+/// once, read only by `TenantStat::read`; no fast path touches it.
+static SLAB_META: [AtomicU64; MAX_SLAB_CLASSES] = [const { AtomicU64::new(0) }; MAX_SLAB_CLASSES];
+const META_FIELD_BITS: u32 = 21;
+const META_FIELD_MAX: u64 = (1 << META_FIELD_BITS) - 1;
+
+/// See `hooks::set_slab_meta`.
+pub(crate) fn set_slab_meta(idx: usize, m: SlabMeta) -> bool {
+    let [size, paid, per] = [m.object_size, m.paid_per_slab, m.objects_per_slab]
+        .map(|v| u64::try_from(v).unwrap_or(u64::MAX));
+    if size == 0 || per == 0 || size.max(paid).max(per) > META_FIELD_MAX {
+        return false;
+    }
+    let packed = size | paid << META_FIELD_BITS | per << (2 * META_FIELD_BITS);
+    SLAB_META
+        .get(idx)
+        .is_some_and(|w| w.compare_exchange(0, packed, Relaxed, Relaxed).is_ok())
+}
+
+/// (object_size, paid_per_slab, objects_per_slab) of slab stat index `idx`, if registered.
+fn slab_meta(idx: usize) -> Option<(u64, u64, u64)> {
+    let w = SLAB_META.get(idx)?.load(Relaxed);
+    if w == 0 {
+        return None;
+    }
+    let field = |i: u32| (w >> (i * META_FIELD_BITS)) & META_FIELD_MAX;
+    Some((field(0), field(1), field(2)))
+}
+
+/// `(owner_meta, owner_meta_paid)` for the given per-index slab bytes. Objects are counted
+/// per index as `bytes / object_size`; the paid share is `objects * paid_per_slab /
+/// objects_per_slab`, rounded to the nearest byte once per index, which is exact whenever
+/// the objects fill whole slabs and off by less than a byte per index otherwise. Indexes
+/// with no registration (slab charged through `Tenant::charge`, dedicated caches beyond the
+/// named ones) count no objects.
+fn owner_meta(slab_classes: &[u64; MAX_SLAB_CLASSES]) -> (u64, u64) {
+    let mut used = 0u64;
+    let mut paid = 0u64;
+    for (i, &bytes) in slab_classes.iter().enumerate() {
+        let Some((size, per_slab, objects_per_slab)) = slab_meta(i) else {
+            continue;
+        };
+        let objects = bytes / size;
+        used = used.saturating_add(objects.saturating_mul(OWNER_BYTES));
+        // u128: objects (< 2^64) times per_slab (< 2^21) cannot overflow it.
+        let share = (u128::from(objects) * u128::from(per_slab) + u128::from(objects_per_slab / 2))
+            / u128::from(objects_per_slab);
+        paid = paid.saturating_add(u64::try_from(share).unwrap_or(u64::MAX));
+    }
+    (used, paid)
+}
+
 /// A snapshot of one tenant's memory numbers. `Display` prints cgroup v2 style lines.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TenantStat {
@@ -110,6 +167,17 @@ pub struct TenantStat {
     pub slab: u64,
     /// Bytes per slab size class index.
     pub slab_classes: [u64; MAX_SLAB_CLASSES],
+    /// Bytes of owner metadata (one 4-byte objcg id per object) that this tenant's charged
+    /// slab objects use: 4 x the objects counted in `slab_classes` (each index's bytes over
+    /// its object size). Slab charged through `Tenant::charge` and dedicated caches without
+    /// their own `slab_<name>` line hold no counted objects.
+    pub owner_meta: u64,
+    /// The part of the owner metadata that costs memory: objects whose owner words live in
+    /// an array carved from the slab (`MetaPlacement::External`) pay for the slots that
+    /// slab gave up (`meta_cost_slots * stride` per slab, shared by its `objects_per_slab`
+    /// objects); words in per-slot padding or the leftover tail are free. Because whole
+    /// slots are given up, this can exceed the 4 bytes per object that the words use.
+    pub owner_meta_paid: u64,
     pub large: u64,
     pub sock: u64,
 }
@@ -123,6 +191,9 @@ impl TenantStat {
         }
         let slab =
             slab_classes.iter().sum::<u64>() + node.stats.get(StatIdx::SLAB_OTHER.0 as usize);
+        // Derived here rather than counted per allocation, so the fast paths pay nothing;
+        // like the slab bytes it comes from, it covers the whole subtree.
+        let (owner_meta, owner_meta_paid) = owner_meta(&slab_classes);
         TenantStat {
             name: name.to_owned(),
             current,
@@ -137,6 +208,8 @@ impl TenantStat {
             under_pressure: c.under_pressure(),
             slab,
             slab_classes,
+            owner_meta,
+            owner_meta_paid,
             large: node.stats.get(StatIdx::LARGE.0 as usize),
             sock: node.stats.get(StatIdx::SOCK.0 as usize),
         }
@@ -174,6 +247,8 @@ impl fmt::Display for TenantStat {
                 }
             }
         }
+        writeln!(f, "owner_meta {}", self.owner_meta)?;
+        writeln!(f, "owner_meta_paid {}", self.owner_meta_paid)?;
         writeln!(f, "large {}", self.large)?;
         writeln!(f, "sock {}", self.sock)
     }

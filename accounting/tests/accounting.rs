@@ -3,7 +3,7 @@
 mod common;
 
 use common::Rng;
-use slabcg_accounting::hooks::{self, StatIdx};
+use slabcg_accounting::hooks::{self, SlabMeta, StatIdx};
 use slabcg_accounting::{current_tenant, drain_all_stocks, StatItem, Tenant};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
@@ -304,6 +304,84 @@ fn scopes_nest_and_current_tenant() {
     assert_eq!(Tenant::root().parent(), None);
     assert_eq!(b.name(), "scope-b");
     assert!(format!("{b:?}").contains("scope-b"));
+}
+
+/// Owner metadata is derived at stat time from each slab index's bytes and the geometry the
+/// allocator registered for it; indexes without one (and hand-charged slab) count nothing.
+#[test]
+fn owner_meta_from_registered_geometry() {
+    // 64-byte objects, 60 per slab, whose owner array took 4 slots (256 bytes) per slab.
+    let ext = SlabMeta {
+        object_size: 64,
+        paid_per_slab: 256,
+        objects_per_slab: 60,
+    };
+    // Owner words in padding or the leftover tail: free.
+    let free = SlabMeta {
+        object_size: 2312,
+        paid_per_slab: 0,
+        objects_per_slab: 14,
+    };
+    // Rejected: not a slab class index, a zero or too large field.
+    assert!(!hooks::set_slab_meta(StatIdx::LARGE, ext));
+    assert!(!hooks::set_slab_meta(StatIdx::SLAB_OTHER, ext));
+    for bad in [
+        SlabMeta {
+            object_size: 0,
+            ..ext
+        },
+        SlabMeta {
+            objects_per_slab: 0,
+            ..ext
+        },
+        SlabMeta {
+            paid_per_slab: 1 << 21,
+            ..ext
+        },
+    ] {
+        assert!(!hooks::set_slab_meta(StatIdx::slab(42), bad));
+    }
+    assert!(hooks::set_slab_meta(StatIdx::slab(40), ext));
+    // The first registration wins.
+    assert!(!hooks::set_slab_meta(StatIdx::slab(40), free));
+    assert!(hooks::set_slab_meta(StatIdx::slab(41), free));
+
+    let parent = Tenant::new("meta-parent");
+    let t = parent.child("meta-child");
+    let id = t.objcg_id();
+    // Two whole slabs of the paid kind, three objects of the free kind, hand-charged slab.
+    for _ in 0..120 {
+        assert!(hooks::charge(id, 64, StatIdx::slab(40)));
+    }
+    for _ in 0..3 {
+        assert!(hooks::charge(id, 2312, StatIdx::slab(41)));
+    }
+    assert!(hooks::charge(id, 500, StatIdx::slab(42)));
+    t.charge(1000, StatItem::Slab).unwrap();
+    for s in [t.stat(), parent.stat()] {
+        assert_eq!((s.owner_meta, s.owner_meta_paid), (4 * 123, 2 * 256), "{s}");
+        let text = s.to_string();
+        for line in ["owner_meta 492", "owner_meta_paid 512"] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+    // Part of a slab: 121 * 256 / 60 = 516.27 rounds to 516; 122 -> 520.53 -> 521.
+    assert!(hooks::charge(id, 64, StatIdx::slab(40)));
+    assert_eq!(t.stat().owner_meta_paid, 516);
+    assert!(hooks::charge(id, 64, StatIdx::slab(40)));
+    assert_eq!(t.stat().owner_meta_paid, 521);
+    assert_eq!(t.stat().owner_meta, 4 * 125);
+    hooks::uncharge(id, 122 * 64, StatIdx::slab(40));
+    hooks::uncharge(id, 3 * 2312, StatIdx::slab(41));
+    hooks::uncharge(id, 500, StatIdx::slab(42));
+    t.uncharge(1000, StatItem::Slab);
+    for s in [t.stat(), parent.stat()] {
+        assert_eq!((s.owner_meta, s.owner_meta_paid, s.slab), (0, 0, 0), "{s}");
+    }
+    assert_eq!(t.current_exact(), 0);
 }
 
 #[test]

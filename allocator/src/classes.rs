@@ -3,9 +3,11 @@
 //! their own slabs, as the kernel does, means slabs of unaccounted objects never pay for
 //! metadata and the free path learns whether an object is charged from its segment header.
 
+use slabcg_accounting::hooks::{self, SlabMeta, StatIdx};
+
 use crate::cache::CacheCore;
 use crate::size_class::{CLASS_SIZES, NUM_CLASSES};
-use crate::slab::SlabLayout;
+use crate::slab::{MetaPlacement, SlabLayout};
 
 const fn build(accounted: bool) -> [CacheCore; NUM_CLASSES] {
     let mut caches = [const { CacheCore::new(placeholder_layout(), 0, false) }; NUM_CLASSES];
@@ -40,5 +42,30 @@ pub fn cache(c: usize, accounted: bool) -> &'static CacheCore {
         &ACCOUNTED[c]
     } else {
         &PLAIN[c]
+    }
+}
+
+/// The owner-metadata geometry the accounting needs to report `owner_meta_paid` for objects
+/// of an accounted cache with layout `l`. Only an `External` array costs memory: the slab
+/// gives up `meta_cost_slots` whole slots to hold `objects` owner words, so that is what its
+/// objects pay (more than the 4 bytes per object the words themselves take).
+pub(crate) fn owner_meta(l: &SlabLayout) -> SlabMeta {
+    SlabMeta {
+        object_size: l.object_size,
+        paid_per_slab: match l.meta {
+            MetaPlacement::External => l.meta_cost_slots * l.stride,
+            MetaPlacement::None | MetaPlacement::Leftover | MetaPlacement::Padding => 0,
+        },
+        objects_per_slab: l.objects,
+    }
+}
+
+/// Tells the accounting the sizes of the size classes and the owner-metadata geometry of
+/// their accounted twins (the caches whose objects it is charged for), for `tenant.stat()`.
+/// Run once, by `global::init_once`, before any object is charged.
+pub(crate) fn register_with_accounting() {
+    hooks::set_slab_class_sizes(&CLASS_SIZES);
+    for (c, cache) in ACCOUNTED.iter().enumerate() {
+        hooks::set_slab_meta(StatIdx::slab(c), owner_meta(&cache.layout));
     }
 }

@@ -97,7 +97,7 @@ impl CacheBuilder {
             Box::leak(Box::new(CacheCore::new(layout, u32::MAX, self.account)));
         crate::cache::register_dedicated(core);
         let stat = if self.account {
-            stat_index(&self.name)
+            stat_index(&self.name, &layout)
         } else {
             StatIdx::SLAB_OTHER
         };
@@ -139,13 +139,15 @@ pub struct Cache {
 }
 
 /// Stat indices left after the size classes go to the first accounted dedicated caches, so
-/// `tenant.stat()` shows `slab_<cache name>` for each; later caches share `SLAB_OTHER`
-/// (counted in `slab` only).
-fn stat_index(name: &str) -> StatIdx {
+/// `tenant.stat()` shows `slab_<cache name>` for each and counts their owner metadata
+/// (registered before the index is handed out, so before any charge lands on it); later
+/// caches share `SLAB_OTHER` (counted in `slab` only).
+fn stat_index(name: &str, layout: &SlabLayout) -> StatIdx {
     use core::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(crate::size_class::NUM_CLASSES);
     let i = NEXT.fetch_add(1, Ordering::Relaxed);
     if i < hooks::MAX_SLAB_CLASSES && hooks::set_slab_name(StatIdx::slab(i), name) {
+        hooks::set_slab_meta(StatIdx::slab(i), crate::classes::owner_meta(layout));
         StatIdx::slab(i)
     } else {
         StatIdx::SLAB_OTHER

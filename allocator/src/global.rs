@@ -19,7 +19,6 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use crate::size_class::{class_for, class_of_small, LUT_MAX, MAX_SMALL};
 use slabcg_accounting::hooks;
 
-use crate::size_class::CLASS_SIZES;
 use crate::{charge, classes, large, segment, sys, thread_cache};
 
 /// The slabcg global allocator. Install with
@@ -94,7 +93,9 @@ fn alloc_class(c: usize) -> *mut u8 {
 #[inline(always)]
 unsafe fn free_class(p: *mut u8, c: usize) {
     // Until some thread has entered a tenant scope no object can be accounted, so the free
-    // path does not even look at the segment header.
+    // path does not even look at the segment header. This also keeps a foreign pointer
+    // (an invalid free) from being dereferenced here: it reaches the bin flush, which
+    // validates every slot and reports it.
     if hooks::accounting_active() && charge::is_accounted(p) {
         // SAFETY: caller's contract; the segment says the slot is accounted.
         return unsafe { charge::free_small(p, c) };
@@ -224,7 +225,7 @@ pub fn init_once() {
             sys::fatal("the OS page size is larger than the 4 KiB slabcg was built for");
         }
         sys::thread::register_fork_handlers(fork_prepare, fork_parent, fork_child);
-        hooks::set_slab_class_sizes(&CLASS_SIZES);
+        classes::register_with_accounting();
         hooks::set_root_usage_source(root_usage);
         hooks::set_object_drain(crate::object_stock::drain_all);
         INIT.store(2, Ordering::Release);
