@@ -9,6 +9,12 @@
 //! ```
 //! (instructions per pair = total / (2 sizes x 4 x batches); the difference between the two
 //! runs is what accounting adds.) Without valgrind it prints ns per pair.
+//!
+//! `pair_probe alt ROUNDS BATCHES` interleaves short plain and tenant runs in one process
+//! (ROUNDS of BATCHES each) and prints the minimum and median ns/pair of each and the median
+//! of the per-round ratios (each tenant run against the plain run just before it), which
+//! survives a noisy machine better than a ratio of separate runs. Once a scope was entered the plain frees also check the
+//! segment header, as they do in any process that uses tenants.
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::hint::black_box;
@@ -39,8 +45,42 @@ fn run(size: usize, batches: usize) -> f64 {
     t.elapsed().as_nanos() as f64 / (batches * 4) as f64
 }
 
+fn alternate(rounds: usize, batches: usize) {
+    let tenant = Tenant::new("probe");
+    for size in [32, 4096] {
+        let (mut plain, mut scoped, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let p = run(size, batches);
+            let t = {
+                let _scope = tenant.enter();
+                run(size, batches)
+            };
+            plain.push(p);
+            scoped.push(t);
+            ratios.push(t / p);
+        }
+        for v in [&mut plain, &mut scoped, &mut ratios] {
+            v.sort_by(f64::total_cmp);
+        }
+        let (pm, tm) = (plain[0], scoped[0]);
+        let (pq, tq) = (plain[rounds / 2], scoped[rounds / 2]);
+        println!(
+            "{size} B: plain min {pm:.2} med {pq:.2} | tenant min {tm:.2} med {tq:.2} ns/pair | \
+             tenant/plain: of mins {:.3}, of medians {:.3}, median of round ratios {:.3}",
+            tm / pm,
+            tq / pq,
+            ratios[rounds / 2]
+        );
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
+    if std::env::args().nth(1).as_deref() == Some("alt") {
+        let rounds = args.nth(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+        let batches = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+        return alternate(rounds, batches);
+    }
     let batches: usize = args
         .next()
         .and_then(|s| s.parse().ok())

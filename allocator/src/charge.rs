@@ -44,14 +44,13 @@ pub static CHARGED_LARGE: AtomicUsize = AtomicUsize::new(0);
 pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
     let seg: *mut Segment = segment_of(p);
     // SAFETY: p lies in a live accounted segment; its header is immutable after creation,
-    // and the metadata address computed lies inside p's slab (slab.rs tests).
+    // and the metadata address computed lies inside p's slab (slab.rs and segment.rs tests).
     unsafe {
-        let l = &(*seg).layout;
-        let off = p as usize - seg as usize - (*seg).slabs_offset;
-        let slab_off = off & !(l.slab_bytes() - 1);
-        let idx = l.slot_index(off - slab_off);
-        let base = (seg as *mut u8).add((*seg).slabs_offset + slab_off + l.meta_offset);
-        base.add(idx * l.meta_stride) as *const AtomicU32
+        let h = &*seg;
+        debug_assert!(h.accounted && h.meta_offset == h.layout.meta_offset);
+        let in_slab = (p as usize - seg as usize - h.slabs_offset) & h.slab_mask;
+        let idx = ((in_slab as u64 * h.recip) >> 40) as usize;
+        p.sub(in_slab).add(h.meta_offset + idx * h.meta_stride) as *const AtomicU32
     }
 }
 
@@ -86,7 +85,7 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
     // SAFETY: p is a slot of the accounted cache of class c.
     unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
     thread_cache::with(|tc| {
-        if tc.tag.load(Ordering::Relaxed) != cg {
+        if tc.tag.load(Ordering::Relaxed) != u64::from(cg) {
             object_stock::note_miss(tc, cg);
         }
     });

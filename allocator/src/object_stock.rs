@@ -15,13 +15,19 @@
 //!   included) and uncharges them ([`drain_all`], registered with the accounting), so
 //!   `current_exact()` is exact and no charge fails while other threads sit on such objects.
 //!
-//! Protocol: the owner touches `tag` and the tagged bins only inside a critical section
-//! (`in_cs = 1`, compiler fence, check `steal`, ..., `in_cs = 0`); a drainer sets `steal`,
-//! runs a process-wide barrier (membarrier), waits for `in_cs == 0`, takes the bins and
-//! clears `steal`. The ordering argument is the accounting's (`accounting/src/drain.rs`).
+//! Protocol: `tag` holds the tenant (low 32 bits) and a drainer's `STEAL` bit. The owner
+//! touches the tagged bins only inside a critical section (`in_cs = 1`, compiler fence, load
+//! `tag` and compare it with the tenant, ..., `in_cs = 0`), so one compare tests both "same
+//! tenant" and "no drainer". A drainer sets `STEAL` with an atomic RMW, runs a process-wide
+//! barrier (membarrier), waits for `in_cs == 0`, takes the bins and stores `tag = NO_TAG`
+//! (clearing `STEAL`). The owner changes `tag` only by CAS inside its critical section, so
+//! it never overwrites a `STEAL` bit. Dekker-style ordering: the owner's `in_cs` store and
+//! its `tag` load are ordered by the barrier the drainer forces on every CPU, so either the
+//! owner sees `STEAL` or the drainer sees `in_cs == 1` (as in `accounting/src/drain.rs`).
 //!
-//! Invariant (outside a CS): `tag == NO_TAG  =>  every tagged bin is empty`, and every slot in
-//! a tagged bin is charged to `tag` with its class size and its owner word equals `tag`.
+//! Invariant (outside a CS, no drainer): `tag == NO_TAG  =>  every tagged bin is empty`, and
+//! every slot in a tagged bin is charged to `tag` with its class size and its owner word
+//! equals `tag`.
 
 use core::sync::atomic::{compiler_fence, Ordering};
 
@@ -33,7 +39,9 @@ use crate::size_class::{class_size, NUM_CLASSES};
 use crate::thread_cache::{self, bin_max, ThreadCache};
 
 /// `tag` when the tagged bins hold nothing. Never a real objcg id.
-pub const NO_TAG: ObjCgId = u32::MAX;
+pub const NO_TAG: u64 = u32::MAX as u64;
+/// Set in `tag` by a drainer: the owner must not touch its tagged bins.
+pub const STEAL: u64 = 1 << 32;
 
 /// Consecutive allocations under another tenant after which a thread retags (gives its
 /// tagged objects back and starts caching for the new tenant).
@@ -46,11 +54,14 @@ pub fn tagged_max(c: usize) -> u32 {
 }
 
 impl ThreadCache {
+    /// Enters the critical section and returns `tag` (with `STEAL` when a drainer wants the
+    /// bins: then the caller must not touch them).
     #[inline(always)]
-    fn enter(&self) -> bool {
+    fn enter(&self) -> u64 {
         self.in_cs.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
-        !self.steal.load(Ordering::Acquire)
+        // Acquire: pairs with the drainer's release store of NO_TAG after it emptied the bins.
+        self.tag.load(Ordering::Acquire)
     }
 
     #[inline(always)]
@@ -62,7 +73,7 @@ impl ThreadCache {
     #[inline(always)]
     pub fn tagged_pop(&self, c: usize, cg: ObjCgId) -> *mut u8 {
         let mut p = core::ptr::null_mut();
-        if self.enter() && self.tag.load(Ordering::Relaxed) == cg {
+        if self.enter() == u64::from(cg) {
             // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
             p = unsafe { self.tagged.get_unchecked(c) }.pop();
         }
@@ -78,7 +89,7 @@ impl ThreadCache {
     #[inline(always)]
     pub unsafe fn tagged_push(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
         let mut kept = false;
-        if self.enter() && self.tag.load(Ordering::Relaxed) == owner {
+        if self.enter() == u64::from(owner) {
             // SAFETY: c is valid; the caller gives up p, which stays charged to the tag.
             kept = unsafe { self.tagged.get_unchecked(c).push(p) };
         }
@@ -92,22 +103,29 @@ impl ThreadCache {
 #[cold]
 #[inline(never)]
 pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
-    if !thread_cache::is_live(tc) || tc.tag.load(Ordering::Relaxed) == cg {
+    if !thread_cache::is_live(tc) || tc.tag.load(Ordering::Relaxed) == u64::from(cg) {
         return;
     }
     let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
     let mut old = NO_TAG;
-    if tc.enter() {
+    let seen = tc.enter();
+    if seen & STEAL == 0 {
         let empty = tc.tagged.iter().all(|b| b.count() == 0);
         let misses = tc.tag_misses.get() + 1;
         if empty || misses >= RETAG_AFTER {
-            old = tc.tag.load(Ordering::Relaxed);
-            if !empty {
-                for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
-                    *t = b.take_all();
+            // The CAS fails only when a drainer set STEAL meanwhile; then the bins are its.
+            if tc
+                .tag
+                .compare_exchange(seen, u64::from(cg), Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                old = seen;
+                if !empty {
+                    for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
+                        *t = b.take_all();
+                    }
                 }
             }
-            tc.tag.store(cg, Ordering::Relaxed);
             tc.tag_misses.set(0);
         } else {
             tc.tag_misses.set(misses);
@@ -118,10 +136,11 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
 }
 
 /// Uncharges and returns to their caches the slots taken from tagged bins of `tag`.
-fn give_back(tag: ObjCgId, taken: &[(*mut FreeObj, u32); NUM_CLASSES]) {
+fn give_back(tag: u64, taken: &[(*mut FreeObj, u32); NUM_CLASSES]) {
     if tag == NO_TAG {
         return;
     }
+    let tag = tag as ObjCgId;
     for (c, &(head, n)) in taken.iter().enumerate() {
         if n == 0 {
             continue;
@@ -148,12 +167,18 @@ pub fn give_back_own(tc: &ThreadCache) {
     let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
     let old;
     loop {
-        if tc.enter() {
-            old = tc.tag.swap(NO_TAG, Ordering::Relaxed);
+        let seen = tc.enter();
+        if seen & STEAL == 0
+            && tc
+                .tag
+                .compare_exchange(seen, NO_TAG, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+        {
             for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
                 *t = b.take_all();
             }
             tc.leave();
+            old = seen;
             break;
         }
         tc.leave();
@@ -170,7 +195,7 @@ pub fn give_back_orphan(tc: &ThreadCache) {
         return;
     }
     let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
-    let old = tc.tag.swap(NO_TAG, Ordering::Relaxed);
+    let old = tc.tag.swap(NO_TAG, Ordering::Relaxed) & !STEAL;
     for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
         *t = b.take_all();
     }
@@ -184,7 +209,9 @@ pub fn drain_all() {
     // One lock hold for both passes: no thread joins or leaves between setting `steal` and
     // taking the bins.
     let threads = thread_cache::Threads::lock();
-    threads.for_each(|tc| tc.steal.store(true, Ordering::SeqCst));
+    threads.for_each(|tc| {
+        tc.tag.fetch_or(STEAL, Ordering::SeqCst);
+    });
     let remote = hooks::remote_barrier();
     threads.for_each(|tc| {
         let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
@@ -200,12 +227,17 @@ pub fn drain_all() {
                     crate::sys::yield_now();
                 }
             }
-            old = tc.tag.swap(NO_TAG, Ordering::Relaxed);
+            old = tc.tag.load(Ordering::Relaxed) & !STEAL;
             for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
                 *t = b.take_all();
             }
+            // Release: the owner that next loads NO_TAG (and later retags) sees empty bins.
+            tc.tag.store(NO_TAG, Ordering::Release);
+        } else {
+            // Not drained (no remote barrier): withdraw the request. While STEAL is set the
+            // owner never writes `tag`, so clearing the bit loses nothing.
+            tc.tag.fetch_and(!STEAL, Ordering::Release);
         }
-        tc.steal.store(false, Ordering::Release);
         give_back(old, &taken);
     });
 }

@@ -70,10 +70,18 @@ pub struct Segment {
     /// Whether slots carry owner metadata (a copy of the cache's flag, read by every free
     /// once accounting is in use).
     pub accounted: bool,
-    /// Copy of the cache's layout, so the free path reads one header.
-    pub layout: SlabLayout,
+    /// What the owner lookup of an accounted free reads, precomputed from `layout` and
+    /// kept in the header's first cache line next to `accounted`:
+    /// `slab_mask == slab_bytes - 1`, `recip == layout.recip`,
+    /// `meta_offset == layout.meta_offset`, `meta_stride == layout.meta_stride`.
+    pub slab_mask: usize,
+    pub recip: u64,
+    pub meta_offset: usize,
+    pub meta_stride: usize,
     /// Offset of slab 0 from the segment start.
     pub slabs_offset: usize,
+    /// Copy of the cache's layout, so the free path reads one header.
+    pub layout: SlabLayout,
     /// Slabs in this segment.
     pub nslabs: usize,
     /// Slabs `[fresh, nslabs)` have never been used.
@@ -99,6 +107,10 @@ impl Segment {
                 Segment {
                     cache,
                     accounted: cache.accounted,
+                    slab_mask: layout.slab_bytes() - 1,
+                    recip: layout.recip,
+                    meta_offset: layout.meta_offset,
+                    meta_stride: layout.meta_stride,
                     layout,
                     slabs_offset,
                     nslabs,

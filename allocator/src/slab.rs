@@ -126,7 +126,10 @@ impl SlabLayout {
             } else {
                 MetaPlacement::External
             };
-            (n, placement, n * stride, META_BYTES)
+            // The array ends the slab rather than following the last slot: for page-sized
+            // strides `n * stride` is page aligned, and owner loads at the same page offset
+            // as the slot stores just before them stall on 4 KiB aliasing.
+            (n, placement, slab_bytes - n * META_BYTES, META_BYTES)
         };
         Some(SlabLayout {
             object_size,

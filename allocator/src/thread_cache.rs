@@ -19,7 +19,7 @@
 
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::cache::CacheCore;
 use crate::classes;
@@ -133,9 +133,11 @@ pub struct ThreadCache {
     /// The object stock: free slots of the accounted caches still charged to `tag` (see
     /// `object_stock.rs`).
     pub(crate) tagged: [Bin; NUM_CLASSES],
-    pub(crate) tag: AtomicU32,
+    /// The tenant the tagged bins hold objects of (low 32 bits) and a drainer's steal
+    /// request (`object_stock::STEAL`), in one word so the fast path tests both with one
+    /// compare.
+    pub(crate) tag: AtomicU64,
     pub(crate) in_cs: AtomicBool,
-    pub(crate) steal: AtomicBool,
     pub(crate) tag_misses: Cell<u32>,
     /// Frees sent home per class while this thread had not yet allocated from the class
     /// (see `free_slow`).
@@ -151,9 +153,8 @@ impl ThreadCache {
             plain: [const { Bin::new() }; NUM_CLASSES],
             accounted: [const { Bin::new() }; NUM_CLASSES],
             tagged: [const { Bin::new() }; NUM_CLASSES],
-            tag: AtomicU32::new(crate::object_stock::NO_TAG),
+            tag: AtomicU64::new(crate::object_stock::NO_TAG),
             in_cs: AtomicBool::new(false),
-            steal: AtomicBool::new(false),
             tag_misses: Cell::new(0),
             home_frees: [const { Cell::new(0) }; NUM_CLASSES],
             state: Cell::new(UNINIT),
