@@ -44,6 +44,47 @@ fn sock(c: &mut Criterion) {
         })
     });
     g.finish();
+
+    // The same with two threads charging one tenant: the shared stat's cache line now
+    // bounces between the cores on every charge, which is what seed 001 measured.
+    let mut g = c.benchmark_group("sock_charge_uncharge_1500B_2threads");
+    g.throughput(Throughput::Elements(2));
+    for (name, shared) in [("batched_stat", false), ("shared_stat_every_charge", true)] {
+        let t = t.clone();
+        g.bench_function(name, move |b| {
+            let t = t.clone();
+            b.iter_custom(move |iters| sock_threads(&t, iters, shared))
+        });
+    }
+    g.finish();
+}
+
+/// Runs `iters` Sock charge+uncharge pairs on each of two threads (optionally with the shared
+/// stat update); returns the slowest thread's time.
+fn sock_threads(t: &Tenant, iters: u64, shared: bool) -> std::time::Duration {
+    static SHARED_STAT: AtomicI64 = AtomicI64::new(0);
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let hs: Vec<_> = (0..2)
+        .map(|_| {
+            let (t, barrier) = (t.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    t.charge(black_box(1500), StatItem::Sock).unwrap();
+                    if shared {
+                        SHARED_STAT.fetch_add(1500, Ordering::Relaxed);
+                    }
+                    t.uncharge(black_box(1500), StatItem::Sock);
+                    if shared {
+                        SHARED_STAT.fetch_sub(1500, Ordering::Relaxed);
+                    }
+                }
+                start.elapsed()
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).max().unwrap()
 }
 
 criterion_group! { name = benches; config = pairs::configure(); targets = accounting, sock }
