@@ -167,3 +167,10 @@ pub(crate) fn object_drain() {
 pub fn remote_barrier() -> bool {
     crate::sys::remote_barrier()
 }
+
+/// The owner's side of the same protocol: put it between the owner's `in_cs` store and its
+/// load of the drainer's request (a compiler fence; a real fence under Miri).
+#[inline(always)]
+pub fn light_barrier() {
+    crate::sys::light_barrier()
+}

@@ -12,7 +12,7 @@
 //! ```text
 //! hooks::charge(id, n, idx)                      #[inline(always)]
 //!   stock::consume: STOCK (TLS, const, no Drop)
-//!     in_cs = 1; compiler_fence; if steal -> miss
+//!     in_cs = 1; light_barrier (a compiler fence); if steal -> miss
 //!     the most recently used slot holds id? (else search the other 6, out of line)
 //!     bytes[i] >= n && stat delta stays small -> bytes[i] -= n; stats[i][idx] += n
 //!     in_cs = 0

@@ -24,8 +24,8 @@
 //! never mutated re-entrantly; a signal handler that allocates is outside the contract.
 
 use core::sync::atomic::{
-    compiler_fence, AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
-    Ordering::{Acquire, Relaxed, Release, SeqCst},
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
+    Ordering::{Acquire, Relaxed, Release},
 };
 
 use crate::hooks::StatIdx;
@@ -108,7 +108,7 @@ impl Stock {
     #[inline(always)]
     pub(crate) fn enter(&self) -> bool {
         self.in_cs.store(true, Relaxed);
-        compiler_fence(SeqCst);
+        crate::sys::light_barrier();
         // Acquire: pairs with the drainer's Release clear of `steal`, so we see its writes
         // to the slots.
         !self.steal.load(Acquire)

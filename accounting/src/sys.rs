@@ -18,14 +18,28 @@
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
+/// The cheap side of the asymmetric barrier: what a stock owner puts between its `in_cs`
+/// store and its `steal`/`tag` load. A compiler fence is enough because [`remote_barrier`]
+/// makes the drainer's side a full barrier on every CPU. Under Miri, which cannot run
+/// `membarrier`, both sides are real `SeqCst` fences, the same protocol in the language's
+/// own memory model, so Miri checks the rest of the code around it.
+#[inline(always)]
+pub fn light_barrier() {
+    #[cfg(not(miri))]
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    #[cfg(miri)]
+    core::sync::atomic::fence(Ordering::SeqCst);
+}
+
 const UNKNOWN: u8 = 0;
 const PRIVATE: u8 = 1;
 const GLOBAL: u8 = 2;
+#[cfg_attr(miri, allow(dead_code))]
 const UNAVAILABLE: u8 = 3;
 
 static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 mod imp {
     const CMD_QUERY: libc::c_int = 0;
     const CMD_GLOBAL: libc::c_int = 1;
@@ -69,7 +83,22 @@ mod imp {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(miri)]
+mod imp {
+    // Miri: the heavy side of the barrier is a SeqCst fence (see `light_barrier`).
+    pub(super) fn probe() -> u8 {
+        super::PRIVATE
+    }
+    pub(super) fn private_expedited() -> bool {
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+        true
+    }
+    pub(super) fn global() -> bool {
+        private_expedited()
+    }
+}
+
+#[cfg(all(not(target_os = "linux"), not(miri)))]
 mod imp {
     pub(super) fn probe() -> u8 {
         super::UNAVAILABLE

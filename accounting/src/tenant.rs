@@ -13,7 +13,7 @@
 
 use core::fmt;
 use core::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::charge::{self, Refused};
 use crate::counter::{self, Counter, Hierarchy};
@@ -31,6 +31,9 @@ pub(crate) struct Node {
     pub(crate) counter: Counter,
     pub(crate) stats: Stats,
     parent: Option<Arc<Node>>,
+    /// This node's own allocation, so that a `&Node` (all the charge paths have) can become
+    /// a handle again without rebuilding an `Arc` from a pointer that only covers the node.
+    this: Weak<Node>,
     name: Box<str>,
     /// This tenant's objcg (0 for the root, which is never charged through an objcg).
     objcg: AtomicU32,
@@ -70,10 +73,11 @@ static ROOT: OnceLock<Arc<Node>> = OnceLock::new();
 
 fn root_node() -> &'static Arc<Node> {
     ROOT.get_or_init(|| {
-        Arc::new(Node {
+        Arc::new_cyclic(|this| Node {
             counter: Counter::new(),
             stats: Stats::new(),
             parent: None,
+            this: this.clone(),
             name: "root".into(),
             objcg: AtomicU32::new(0),
             // The static's own handle: the root never dies.
@@ -143,10 +147,11 @@ impl Tenant {
         let _g = locked(&TREE);
         // The child keeps its parent alive.
         self.node.handles.fetch_add(1, Ordering::Relaxed);
-        let node = Arc::new(Node {
+        let node = Arc::new_cyclic(|this| Node {
             counter: Counter::new(),
             stats: Stats::new(),
             parent: Some(self.node.clone()),
+            this: this.clone(),
             name: name.into(),
             objcg: AtomicU32::new(0),
             handles: AtomicUsize::new(1),
@@ -318,12 +323,11 @@ pub(crate) fn upgrade(node: &Node) -> Option<Tenant> {
             Err(seen) => h = seen,
         }
     }
-    let p = node as *const Node;
-    // SAFETY: every Node is allocated by `Arc::new` (root_node, child) and `node` is alive
-    // (the caller holds a reference into it), so its strong count is >= 1.
-    let node = unsafe {
-        Arc::increment_strong_count(p);
-        Arc::from_raw(p)
+    // The caller holds a reference into the node, so its strong count is >= 1 and the
+    // upgrade cannot fail; if it ever did, give the handle count back.
+    let Some(node) = node.this.upgrade() else {
+        node.handles.fetch_sub(1, Ordering::Relaxed);
+        return None;
     };
     Some(Tenant { node })
 }

@@ -10,6 +10,8 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 
 const KIB: u64 = 1024;
+/// Iterations of the stress loops; fewer under Miri, which runs them ~1000x slower.
+const ITERS: usize = if cfg!(miri) { 300 } else { 20_000 };
 
 /// Several threads charge random amounts via the hooks inside nested scopes, and free each
 /// other's objects; at quiescence current_exact() equals the ledger, then 0.
@@ -29,7 +31,7 @@ fn exact_with_threads_and_remote_frees() {
             let mut rng = Rng::new(t as u64 + 1);
             barrier.wait();
             let _p = parent.enter();
-            for i in 0..20_000 {
+            for i in 0..ITERS {
                 let nested = (i / 100) % 2 == 1;
                 let _c = nested.then(|| child.enter());
                 let id = hooks::current_objcg();
@@ -129,7 +131,8 @@ fn current_never_exceeds_max() {
                 let id = hooks::current_objcg();
                 let mut rng = Rng::new(100 + k);
                 let mut held = Vec::new();
-                for _ in 0..20_000 {
+                // Every refusal drains all stocks; under Miri a few dozen are plenty.
+                for _ in 0..if cfg!(miri) { 40 } else { ITERS } {
                     let n = (rng.below(8192) + 1) as usize;
                     if hooks::charge(id, n, StatIdx::slab(1)) {
                         held.push(n);
