@@ -6,6 +6,7 @@
 //! cargo build --release --example pair_probe
 //! valgrind --tool=callgrind target/release/examples/pair_probe 1000000 plain
 //! valgrind --tool=callgrind target/release/examples/pair_probe 1000000 tenant
+//! valgrind --tool=callgrind target/release/examples/pair_probe 1000000 tenant 32   # one size
 //! ```
 //! (instructions per pair = total / (2 sizes x 4 x batches); the difference between the two
 //! runs is what accounting adds.) Without valgrind it prints ns per pair.
@@ -86,9 +87,14 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000_000);
     let mode = args.next().unwrap_or_else(|| "plain".into());
+    // An optional third argument restricts the run to one size.
+    let sizes: Vec<usize> = match args.next().and_then(|s| s.parse().ok()) {
+        Some(size) => vec![size],
+        None => vec![32, 4096],
+    };
     let tenant = Tenant::new("probe");
     let _scope = (mode == "tenant").then(|| tenant.enter());
-    for size in [32, 4096] {
+    for size in sizes {
         run(size, 1000);
         println!("{mode} {size} B: {:.2} ns/pair", run(size, batches));
     }

@@ -29,7 +29,7 @@
 //! every slot in a tagged bin is charged to `tag` with its class size and its owner word
 //! equals `tag`.
 
-use core::sync::atomic::{compiler_fence, Ordering};
+use core::sync::atomic::Ordering;
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
@@ -59,7 +59,7 @@ impl ThreadCache {
     #[inline(always)]
     fn enter(&self) -> u64 {
         self.in_cs.store(true, Ordering::Relaxed);
-        compiler_fence(Ordering::SeqCst);
+        hooks::light_barrier();
         // Acquire: pairs with the drainer's release store of NO_TAG after it emptied the bins.
         self.tag.load(Ordering::Acquire)
     }
