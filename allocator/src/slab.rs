@@ -152,10 +152,12 @@ impl SlabLayout {
         ((offset as u64 * self.recip) >> 40) as usize
     }
 
-    /// Metadata bytes per slab that cost memory (External placement only).
+    /// Bytes per slab that owner metadata costs (External placement only): the slots the
+    /// slab gave up for its array, not just the array's `4 * objects` bytes, so the figure
+    /// agrees with `owner_meta_paid` in the tenant stats.
     pub const fn meta_bytes_paid(&self) -> usize {
         match self.meta {
-            MetaPlacement::External => self.objects * META_BYTES,
+            MetaPlacement::External => self.meta_cost_slots * self.stride,
             _ => 0,
         }
     }

@@ -40,7 +40,8 @@ pub struct AllocStats {
     pub resident: usize,
     /// Bytes of address space mapped.
     pub mapped: usize,
-    /// Bytes of allocator metadata: segment headers and owner metadata arrays paid for.
+    /// Bytes of allocator metadata: segment headers, and the slots that accounted slabs give
+    /// up for owner-metadata arrays (External placement).
     pub metadata: usize,
     /// Bytes of `allocated` charged to tenants (objects in accounted slabs, charged large
     /// allocations).
