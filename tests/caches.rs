@@ -137,3 +137,36 @@ fn bulk_charges_a_run_at_once_and_is_all_or_nothing() {
     // SAFETY: allocated from c.
     unsafe { c.free(p) };
 }
+
+#[test]
+fn accounted_object_filling_the_largest_slab_is_refused() {
+    // A 1 MiB object fills the largest slab: unaccounted it fits, accounted its owner word
+    // does not, and the builder says so instead of creating a cache with no slots.
+    let mib = Layout::from_size_align(1 << 20, 8).unwrap();
+    let err = Cache::builder("big-acct", mib).account(true).try_build();
+    assert!(err.is_err());
+    assert!(err
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("does not fit a slab"));
+    let plain = Cache::builder("big", mib).build();
+    assert_eq!(plain.info().objects_per_slab, 1);
+    let p = plain.alloc().expect("1 MiB object");
+    // SAFETY: p came from this cache and is freed once.
+    unsafe { plain.free(p) };
+    // 8 bytes less leaves room for the owner word in the slab's tail.
+    let almost = Layout::from_size_align((1 << 20) - 8, 8).unwrap();
+    let c = Cache::builder("almost", almost).account(true).build();
+    assert_eq!(c.info().objects_per_slab, 1);
+    assert_eq!(c.info().meta, MetaPlacement::Leftover);
+    let t = Tenant::new("almost");
+    let p = {
+        let _g = t.enter();
+        c.alloc().expect("accounted object")
+    };
+    assert!(t.current_exact() >= (1 << 20) - 8);
+    // SAFETY: p came from this cache and is freed once.
+    unsafe { c.free(p) };
+    assert_eq!(t.current_exact(), 0);
+}

@@ -324,11 +324,11 @@ pub(crate) fn upgrade(node: &Node) -> Option<Tenant> {
         }
     }
     // The caller holds a reference into the node, so its strong count is >= 1 and the
-    // upgrade cannot fail; if it ever did, give the handle count back.
-    let Some(node) = node.this.upgrade() else {
-        node.handles.fetch_sub(1, Ordering::Relaxed);
-        return None;
-    };
+    // upgrade cannot fail (if it did, the handle count taken above would only keep the
+    // tenant alive).
+    let node = node.this.upgrade();
+    debug_assert!(node.is_some(), "a referenced node has a strong count");
+    let node = node?;
     Some(Tenant { node })
 }
 

@@ -43,11 +43,18 @@ pub static CHARGED_LARGE: AtomicUsize = AtomicUsize::new(0);
 #[inline(always)]
 pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
     let seg: *mut Segment = segment_of(p);
-    // SAFETY: p lies in a live accounted segment; its header is immutable after creation,
-    // and the metadata address computed lies inside p's slab (slab.rs and segment.rs tests).
+    // SAFETY: p lies in a live accounted segment; its header is immutable after creation
+    // (the copies below are made from `layout` in `Segment::create`), and for a slot start
+    // the metadata address lies inside p's slab (slab.rs: `metadata_fits_where_promised`).
     unsafe {
         let h = &*seg;
-        debug_assert!(h.accounted && h.meta_offset == h.layout.meta_offset);
+        debug_assert!(
+            h.accounted
+                && h.meta_offset == h.layout.meta_offset
+                && h.meta_stride == h.layout.meta_stride
+                && h.recip == h.layout.recip
+                && h.slab_mask == h.layout.slab_bytes() - 1
+        );
         let in_slab = (p as usize - seg as usize - h.slabs_offset) & h.slab_mask;
         let idx = ((in_slab as u64 * h.recip) >> 40) as usize;
         p.sub(in_slab).add(h.meta_offset + idx * h.meta_stride) as *const AtomicU32

@@ -41,8 +41,9 @@ pub struct CacheInfo {
     pub slab_bytes: usize,
     /// Objects per slab.
     pub objects_per_slab: usize,
-    /// Unused bytes at the end of each slab (after owner metadata placed there, if any, is
-    /// counted as used: `slab_bytes - objects * stride`).
+    /// Bytes after the last slot of each slab: `slab_bytes - objects * stride`. With
+    /// `Leftover` (and `External`) placement the owner metadata array lives in these bytes,
+    /// at the end of the slab.
     pub leftover_bytes: usize,
     /// Where owner metadata lives.
     pub meta: MetaPlacement,
@@ -120,7 +121,7 @@ impl core::fmt::Display for CacheError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(
             f,
-            "cache {:?}: layout of {} bytes aligned to {} does not fit a slab (alignment must be <= 4096, size <= 1 MiB)",
+            "cache {:?}: layout of {} bytes aligned to {} does not fit a slab (alignment must be <= 4096 and the object must fit a 1 MiB slab, with 4 more bytes for its owner when accounted and unpadded)",
             self.name,
             self.layout.size(),
             self.layout.align()
@@ -254,7 +255,18 @@ impl Cache {
             && crate::segment::is_segment(p)
             && core::ptr::eq(unsafe { (*seg).cache }, self.core)
         {
-            // SAFETY: p lies in a segment of this accounted cache.
+            // The owner address is computed from p: a pointer that is not a slot start (into
+            // the header, a slab's tail or the middle of a slot) would make it point outside
+            // the slab's metadata, so such a free is reported before anything is written.
+            // SAFETY: p lies in a segment of this cache, whose header is immutable.
+            let h = unsafe { &*seg };
+            let off = p as usize - seg as usize;
+            let in_slab = off.wrapping_sub(h.slabs_offset) & h.slab_mask;
+            let idx = h.layout.slot_index(in_slab);
+            if off < h.slabs_offset || idx >= h.layout.objects || idx * h.layout.stride != in_slab {
+                crate::sys::fatal("free of a pointer that is not a slot of this cache");
+            }
+            // SAFETY: p is a slot start of a segment of this accounted cache.
             let w = unsafe { &*owner_word(p) };
             let cg = w.swap(0, Ordering::Relaxed);
             self.uncharge(cg, self.core.layout.object_size);

@@ -90,6 +90,10 @@ pub struct Segment {
     pub next: *mut Segment,
 }
 
+// The owner lookup of every accounted free reads `accounted` through `slabs_offset`: keep
+// them in the header's first cache line (segments are 4 MiB aligned).
+const _: () = assert!(core::mem::offset_of!(Segment, slabs_offset) + 8 <= 64);
+
 impl Segment {
     /// Maps and initialises a segment for `cache`. Null when the OS refuses.
     pub fn create(cache: &CacheCore, layout: SlabLayout) -> *mut Segment {

@@ -121,6 +121,10 @@ impl SlabLayout {
             (natural, MetaPlacement::Padding, off, stride)
         } else {
             let n = slab_bytes / footprint;
+            if n == 0 {
+                // A stride of the largest slab leaves no room for the owner word.
+                return None;
+            }
             let placement = if n == natural {
                 MetaPlacement::Leftover
             } else {

@@ -196,3 +196,34 @@ fn invalid_free_is_reported() {
     }
     println!("not detected");
 }
+
+#[test]
+fn misaligned_free_to_accounted_cache_is_reported() {
+    if !is_child("misaligned_free_to_accounted_cache_is_reported") {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "misaligned_free_to_accounted_cache_is_reported",
+                "--nocapture",
+            ])
+            .env(
+                "SLABCG_CHILD",
+                "misaligned_free_to_accounted_cache_is_reported",
+            )
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains("not a slot of this cache"), "stderr: {err}");
+        return;
+    }
+    use std::alloc::Layout;
+    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(4096, 8).unwrap())
+        .account(true)
+        .build();
+    let p = c.alloc().unwrap();
+    // SAFETY: deliberately invalid: a pointer into the middle of a slot must be reported
+    // before its computed owner address (outside the slab's metadata) is written.
+    unsafe { c.free(std::ptr::NonNull::new_unchecked(p.as_ptr().add(8))) };
+    println!("not detected");
+}
