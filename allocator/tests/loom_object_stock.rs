@@ -7,6 +7,10 @@
 //! with a charge ledger checked at the end. `membarrier` is modelled as a `SeqCst` fence on
 //! both sides, which is what it guarantees (a full barrier on every running thread).
 //!
+//! Not modelled: thread exit (`give_back_own`) racing a drainer, where each side waits for
+//! the other in a loop that loom cannot bound (it may keep reading stale values), and the
+//! no-membarrier branch that withdraws the request.
+//!
 //! Run with `scripts/verify.sh` (or
 //! `RUSTFLAGS="--cfg loom" cargo test -p slabcg-allocator --test loom_object_stock --release`).
 #![cfg(loom)]
