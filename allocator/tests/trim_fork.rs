@@ -20,6 +20,18 @@ fn run_child(test: &str) {
     assert!(text.contains("CHILD-OK"), "{test} did not run:\n{text}");
 }
 
+/// Runs `test` in a child process that must die with `message` on stderr.
+fn run_child_expect_fatal(test: &str, message: &str) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env("SLABCG_CHILD", test)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{test}: the child survived");
+    assert!(err.contains(message), "{test}: stderr: {err}");
+}
+
 fn is_child(test: &str) -> bool {
     std::env::var("SLABCG_CHILD").as_deref() == Ok(test)
 }
@@ -174,15 +186,7 @@ fn fork_from_multithreaded_program() {
 #[test]
 fn invalid_free_is_reported() {
     if !is_child("invalid_free_is_reported") {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "invalid_free_is_reported", "--nocapture"])
-            .env("SLABCG_CHILD", "invalid_free_is_reported")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success());
-        assert!(err.contains("slabcg: fatal:"), "stderr: {err}");
-        return;
+        return run_child_expect_fatal("invalid_free_is_reported", "slabcg: fatal:");
     }
     use std::alloc::{GlobalAlloc, Layout};
     let l = Layout::from_size_align(64, 8).unwrap();
@@ -200,22 +204,10 @@ fn invalid_free_is_reported() {
 #[test]
 fn misaligned_free_to_accounted_cache_is_reported() {
     if !is_child("misaligned_free_to_accounted_cache_is_reported") {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "misaligned_free_to_accounted_cache_is_reported",
-                "--nocapture",
-            ])
-            .env(
-                "SLABCG_CHILD",
-                "misaligned_free_to_accounted_cache_is_reported",
-            )
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success());
-        assert!(err.contains("not a slot of this cache"), "stderr: {err}");
-        return;
+        return run_child_expect_fatal(
+            "misaligned_free_to_accounted_cache_is_reported",
+            "slabcg: fatal: free of a pointer that is not a slot of this cache",
+        );
     }
     use std::alloc::Layout;
     let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(4096, 8).unwrap())
