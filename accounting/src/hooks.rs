@@ -140,6 +140,27 @@ pub fn objcg_live(id: ObjCgId) -> bool {
     crate::objcg::is_live(id)
 }
 
+static ON_ACTIVATE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Registers what the allocator must do before the first charged allocation can exist. It is
+/// called in user context when the first tenant scope is entered; every `enter()` that starts
+/// before one call has finished makes the call itself, so it may run several times, even at
+/// once (it must be idempotent), and no scope is entered before it has finished. The
+/// allocator uses it to tell every thread that frees may now meet accounted objects. The
+/// function must not allocate or panic.
+pub fn set_on_activate(f: fn()) {
+    ON_ACTIVATE.store(f as *mut (), Ordering::Release);
+}
+
+pub(crate) fn on_activate() {
+    let p = ON_ACTIVATE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: the only non-null value ever stored is a `fn()` cast to a pointer.
+        let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(p) };
+        f();
+    }
+}
+
 static OBJECT_DRAIN: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Registers the allocator's drain of pre-charged objects it caches per thread (objects

@@ -14,6 +14,20 @@ thread_local! {
 
 /// Set once any non-root scope was entered; never cleared.
 pub(crate) static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Set once the allocator's activation hook (`hooks::set_on_activate`) has completed.
+static ACTIVATED: AtomicBool = AtomicBool::new(false);
+
+/// The first scope entries: raise `ACTIVE`, run the allocator's hook, then say so. Every
+/// entry that has not seen `ACTIVATED` runs the hook itself (it is idempotent), so none
+/// returns before one run has finished.
+#[cold]
+#[inline(never)]
+fn activate() {
+    ACTIVE.store(true, Ordering::SeqCst);
+    crate::hooks::on_activate();
+    // Release: a thread that sees it (Acquire below) sees everything the hook did.
+    ACTIVATED.store(true, Ordering::Release);
+}
 
 /// While alive, this thread's allocations are charged to the entered tenant. Dropping it
 /// restores the previous scope; guards must be dropped in reverse order of creation (they
@@ -27,8 +41,8 @@ pub struct ScopeGuard {
 }
 
 pub(crate) fn enter(tenant: Tenant, id: ObjCgId) -> ScopeGuard {
-    if id != 0 && !ACTIVE.load(Ordering::Relaxed) {
-        ACTIVE.store(true, Ordering::Relaxed);
+    if id != 0 && !ACTIVATED.load(Ordering::Acquire) {
+        activate();
     }
     let prev = CURRENT.with(|c| c.replace(id));
     ScopeGuard {

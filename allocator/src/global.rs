@@ -93,10 +93,10 @@ fn alloc_class(c: usize) -> *mut u8 {
 #[inline(always)]
 unsafe fn free_class(p: *mut u8, c: usize) {
     // Until some thread has entered a tenant scope no object can be accounted, so the free
-    // path does not even look at the segment header. This also keeps a foreign pointer
-    // (an invalid free) from being dereferenced here: it reaches the bin flush, which
-    // validates every slot and reports it.
-    if hooks::accounting_active() && charge::is_accounted(p) {
+    // path does not even look at the segment header (a per-thread flag, see
+    // `thread_cache::activate`). This also keeps a foreign pointer (an invalid free) from
+    // being dereferenced here: it reaches the bin flush, which validates every slot.
+    if thread_cache::with(|tc| tc.acct_seen.load(Ordering::Relaxed)) && charge::is_accounted(p) {
         // SAFETY: caller's contract; the segment says the slot is accounted.
         return unsafe { charge::free_small(p, c) };
     }
@@ -228,6 +228,12 @@ pub fn init_once() {
         classes::register_with_accounting();
         hooks::set_root_usage_source(root_usage);
         hooks::set_object_drain(crate::object_stock::drain_all);
+        hooks::set_on_activate(thread_cache::activate);
+        if hooks::accounting_active() {
+            // A scope was entered before the hook was registered (no allocation had been
+            // made yet): catch up.
+            thread_cache::activate();
+        }
         INIT.store(2, Ordering::Release);
     } else {
         while INIT.load(Ordering::Acquire) != 2 {

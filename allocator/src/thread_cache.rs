@@ -138,6 +138,10 @@ pub struct ThreadCache {
     /// compare.
     pub(crate) tag: AtomicU64,
     pub(crate) in_cs: AtomicBool,
+    /// Whether frees on this thread may meet accounted objects: false until the first tenant
+    /// scope of the process is entered ([`activate`]). A TLS flag, so the free path does not
+    /// read a global through the GOT.
+    pub(crate) acct_seen: AtomicBool,
     pub(crate) tag_misses: Cell<u32>,
     /// Frees sent home per class while this thread had not yet allocated from the class
     /// (see `free_slow`).
@@ -155,6 +159,7 @@ impl ThreadCache {
             tagged: [const { Bin::new() }; NUM_CLASSES],
             tag: AtomicU64::new(crate::object_stock::NO_TAG),
             in_cs: AtomicBool::new(false),
+            acct_seen: AtomicBool::new(false),
             tag_misses: Cell::new(0),
             home_frees: [const { Cell::new(0) }; NUM_CLASSES],
             state: Cell::new(UNINIT),
@@ -232,6 +237,16 @@ fn refill_one(cache: &CacheCore) -> *mut u8 {
 #[cold]
 #[inline(never)]
 pub unsafe fn free_slow(p: *mut u8, c: usize, accounted: bool) {
+    // A thread whose bins are closed (not yet registered, or exiting) does not check for
+    // accounted objects on its fast path; it does here.
+    if !accounted
+        && slabcg_accounting::hooks::accounting_active()
+        && crate::segment::is_segment(p)
+        && crate::charge::is_accounted(p)
+    {
+        // SAFETY: caller's contract; the segment says the slot is accounted.
+        return unsafe { crate::charge::free_small(p, c) };
+    }
     with(|tc| {
         if tc.state.get() == UNINIT {
             init(tc);
@@ -352,9 +367,27 @@ static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
     head: ptr::null_mut(),
 });
 
+/// Set by [`activate`], under the registry lock.
+static ACCT_SEEN_ALL: AtomicBool = AtomicBool::new(false);
+
+/// Registered with the accounting (`hooks::set_on_activate`): runs before the first scope is
+/// entered, so before any accounted object exists. Every registered thread learns that frees
+/// may meet accounted objects, and threads registering later read `ACCT_SEEN_ALL` under the
+/// same lock. A thread that frees an accounted object received from another thread has that
+/// object through a happens-before chain that starts after these stores, so it sees its flag
+/// set; unregistered and exiting threads have closed bins, so their frees reach `free_slow`,
+/// which checks the segment itself.
+pub(crate) fn activate() {
+    let threads = Threads::lock();
+    ACCT_SEEN_ALL.store(true, Ordering::Relaxed);
+    threads.for_each(|tc| tc.acct_seen.store(true, Ordering::Relaxed));
+}
+
 fn registry_insert(tc: &ThreadCache) {
     let me = tc as *const ThreadCache as *mut ThreadCache;
     let mut r = REGISTRY.lock();
+    tc.acct_seen
+        .store(ACCT_SEEN_ALL.load(Ordering::Relaxed), Ordering::Relaxed);
     tc.prev.store(ptr::null_mut(), Ordering::Relaxed);
     tc.next.store(r.head, Ordering::Relaxed);
     if !r.head.is_null() {
