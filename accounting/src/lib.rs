@@ -34,6 +34,9 @@
 //! - What the allocator registers about its slab stat indexes (stat.rs: class sizes, cache
 //!   names, owner-metadata geometry): written once each, at allocator init or when a
 //!   dedicated cache is built; read only by `stat()`, which derives `owner_meta` from it.
+//! - Activation (scope.rs): the first `enter()` of a non-root tenant runs the allocator's
+//!   hook (`hooks::set_on_activate`) before any scope is entered, so the allocator can tell
+//!   its threads that frees may meet accounted objects.
 //!
 //! Runtime paths (everything the hooks reach) never allocate through the global allocator,
 //! never panic, never unwind, and take only the registry spin lock, whose holders do
