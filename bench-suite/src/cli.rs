@@ -23,12 +23,18 @@ impl Outcome {
         self.allocs += o.allocs;
         self.frees += o.frees;
     }
+
+    /// Counts one free whose stamp check said `intact`; returns 1 for a damaged object, for
+    /// the caller's corruption tally.
+    pub fn freed(&mut self, intact: bool) -> u64 {
+        self.frees += 1;
+        u64::from(!intact)
+    }
 }
 
 /// Result of a workload: the counts, or what failed verification.
 pub type WorkResult = Result<Outcome, String>;
 
-/// Fold per-thread counts and corruption counts into a verdict.
 /// Joins worker threads that each return their counts and corruption tally, and adds them
 /// to `total` / `corrupt`. Panics (naming the workload) if a worker panicked.
 pub fn join_workers<'s>(
@@ -46,6 +52,24 @@ pub fn join_workers<'s>(
     }
 }
 
+/// Runs `worker(t)` for `t` in `0..threads`, each on its own scoped thread, and returns the
+/// summed counts and corruption tally. Panics (naming the workload) if a worker panicked.
+pub fn run_workers(
+    name: &str,
+    threads: usize,
+    worker: impl Fn(usize) -> (Outcome, u64) + Sync,
+) -> (Outcome, u64) {
+    let mut total = Outcome::default();
+    let mut corrupt = 0;
+    std::thread::scope(|s| {
+        let worker = &worker;
+        let hs: Vec<_> = (0..threads).map(|t| s.spawn(move || worker(t))).collect();
+        join_workers(name, hs, &mut total, &mut corrupt);
+    });
+    (total, corrupt)
+}
+
+/// Folds the summed counts and corruption tally into a verdict.
 pub fn verdict(o: Outcome, corrupt: u64) -> WorkResult {
     if corrupt != 0 {
         return Err(format!("{corrupt} objects had a damaged stamp"));

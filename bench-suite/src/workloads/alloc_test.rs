@@ -50,38 +50,27 @@ pub fn sizes(rng: &mut XorShift) -> SizeTable {
 /// Run it.
 pub fn run(cfg: &Config) -> WorkResult {
     assert!(cfg.threads > 0 && cfg.slots > 0);
-    let mut total = Outcome::default();
-    let mut corrupt = 0;
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..cfg.threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let mut rng = XorShift::new(cfg.seed + t as u64);
-                    let table = sizes(&mut rng);
-                    let mut slots: Vec<Option<Block>> = (0..cfg.slots).map(|_| None).collect();
-                    let mut o = Outcome::default();
-                    let mut bad = 0u64;
-                    for _ in 0..cfg.steps {
-                        let r = rng.next_u64();
-                        let i = (((r >> 32) * cfg.slots as u64) >> 32) as usize;
-                        if let Some(b) = slots[i].take() {
-                            o.frees += 1;
-                            bad += u64::from(!b.free());
-                        }
-                        if r & 3 != 0 {
-                            slots[i] = Some(Block::new(table.pick(&mut rng), super::tag(&mut rng)));
-                            o.allocs += 1;
-                        }
-                    }
-                    for b in slots.into_iter().flatten() {
-                        o.frees += 1;
-                        bad += u64::from(!b.free());
-                    }
-                    (o, bad)
-                })
-            })
-            .collect();
-        crate::cli::join_workers("alloc_test", hs, &mut total, &mut corrupt);
+    let (total, corrupt) = crate::cli::run_workers("alloc_test", cfg.threads, |t| {
+        let mut rng = XorShift::new(cfg.seed + t as u64);
+        let table = sizes(&mut rng);
+        let mut slots: Vec<Option<Block>> = (0..cfg.slots).map(|_| None).collect();
+        let mut o = Outcome::default();
+        let mut bad = 0u64;
+        for _ in 0..cfg.steps {
+            let r = rng.next_u64();
+            let i = (((r >> 32) * cfg.slots as u64) >> 32) as usize;
+            if let Some(b) = slots[i].take() {
+                bad += o.freed(b.free());
+            }
+            if r & 3 != 0 {
+                slots[i] = Some(Block::new(table.pick(&mut rng), super::tag(&mut rng)));
+                o.allocs += 1;
+            }
+        }
+        for b in slots.into_iter().flatten() {
+            bad += o.freed(b.free());
+        }
+        (o, bad)
     });
     verdict(total, corrupt)
 }

@@ -25,37 +25,28 @@ pub struct Config {
 /// Run it.
 pub fn run(cfg: &Config) -> WorkResult {
     assert!(cfg.threads > 0);
-    let mut total = Outcome::default();
-    let mut corrupt = 0;
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..cfg.threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let mut o = Outcome::default();
-                    let mut bad = 0u64;
-                    let mut live: Vec<Block> = Vec::with_capacity(*COUNTS.iter().max().unwrap());
-                    for it in 0..cfg.iterations {
-                        for &size in &SIZES {
-                            for &count in &COUNTS {
-                                for k in 0..count {
-                                    live.push(Block::new(
-                                        size,
-                                        ((it * 1000 + k) as u64) << 8 | t as u64 | 1,
-                                    ));
-                                }
-                                o.allocs += count as u64;
-                                o.frees += count as u64;
-                                for b in live.drain(..) {
-                                    bad += u64::from(!b.free());
-                                }
-                            }
-                        }
+    let (total, corrupt) = crate::cli::run_workers("glibc_simple", cfg.threads, |t| {
+        let mut o = Outcome::default();
+        let mut bad = 0u64;
+        let mut live: Vec<Block> = Vec::with_capacity(*COUNTS.iter().max().unwrap());
+        for it in 0..cfg.iterations {
+            for &size in &SIZES {
+                for &count in &COUNTS {
+                    for k in 0..count {
+                        live.push(Block::new(
+                            size,
+                            ((it * 1000 + k) as u64) << 8 | t as u64 | 1,
+                        ));
                     }
-                    (o, bad)
-                })
-            })
-            .collect();
-        crate::cli::join_workers("glibc_simple", hs, &mut total, &mut corrupt);
+                    o.allocs += count as u64;
+                    o.frees += count as u64;
+                    for b in live.drain(..) {
+                        bad += u64::from(!b.free());
+                    }
+                }
+            }
+        }
+        (o, bad)
     });
     verdict(total, corrupt)
 }

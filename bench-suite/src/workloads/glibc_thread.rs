@@ -35,35 +35,24 @@ pub fn sizes(rng: &mut XorShift) -> SizeTable {
 /// Run it.
 pub fn run(cfg: &Config) -> WorkResult {
     assert!(cfg.threads > 0);
-    let mut total = Outcome::default();
-    let mut corrupt = 0;
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..cfg.threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let mut rng = XorShift::new(cfg.seed + t as u64);
-                    let table = sizes(&mut rng);
-                    let mut slots: Vec<Option<Block>> = (0..WORKING_SET).map(|_| None).collect();
-                    let mut o = Outcome::default();
-                    let mut bad = 0u64;
-                    for _ in 0..cfg.iterations {
-                        let i = (rng.next_u64() as usize) & (WORKING_SET - 1);
-                        if let Some(b) = slots[i].take() {
-                            o.frees += 1;
-                            bad += u64::from(!b.free());
-                        }
-                        slots[i] = Some(Block::new(table.pick(&mut rng), super::tag(&mut rng)));
-                        o.allocs += 1;
-                    }
-                    for b in slots.into_iter().flatten() {
-                        o.frees += 1;
-                        bad += u64::from(!b.free());
-                    }
-                    (o, bad)
-                })
-            })
-            .collect();
-        crate::cli::join_workers("glibc_thread", hs, &mut total, &mut corrupt);
+    let (total, corrupt) = crate::cli::run_workers("glibc_thread", cfg.threads, |t| {
+        let mut rng = XorShift::new(cfg.seed + t as u64);
+        let table = sizes(&mut rng);
+        let mut slots: Vec<Option<Block>> = (0..WORKING_SET).map(|_| None).collect();
+        let mut o = Outcome::default();
+        let mut bad = 0u64;
+        for _ in 0..cfg.iterations {
+            let i = (rng.next_u64() as usize) & (WORKING_SET - 1);
+            if let Some(b) = slots[i].take() {
+                bad += o.freed(b.free());
+            }
+            slots[i] = Some(Block::new(table.pick(&mut rng), super::tag(&mut rng)));
+            o.allocs += 1;
+        }
+        for b in slots.into_iter().flatten() {
+            bad += o.freed(b.free());
+        }
+        (o, bad)
     });
     verdict(total, corrupt)
 }

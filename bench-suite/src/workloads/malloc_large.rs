@@ -90,34 +90,23 @@ impl Big {
 /// Run it.
 pub fn run(cfg: &Config) -> WorkResult {
     assert!(cfg.threads > 0 && cfg.live > 0 && cfg.min_size >= 8);
-    let mut total = Outcome::default();
-    let mut corrupt = 0;
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..cfg.threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let mut rng = XorShift::new(cfg.seed + t as u64);
-                    let mut ring: Vec<Option<Big>> = (0..cfg.live).map(|_| None).collect();
-                    let mut o = Outcome::default();
-                    let mut bad = 0u64;
-                    for i in 0..cfg.iterations {
-                        if let Some(b) = ring[i % cfg.live].take() {
-                            o.frees += 1;
-                            bad += u64::from(!b.free());
-                        }
-                        let size = rng.range(cfg.min_size, cfg.max_size);
-                        ring[i % cfg.live] = Some(Big::new(size, super::tag(&mut rng)));
-                        o.allocs += 1;
-                    }
-                    for b in ring.into_iter().flatten() {
-                        o.frees += 1;
-                        bad += u64::from(!b.free());
-                    }
-                    (o, bad)
-                })
-            })
-            .collect();
-        crate::cli::join_workers("malloc_large", hs, &mut total, &mut corrupt);
+    let (total, corrupt) = crate::cli::run_workers("malloc_large", cfg.threads, |t| {
+        let mut rng = XorShift::new(cfg.seed + t as u64);
+        let mut ring: Vec<Option<Big>> = (0..cfg.live).map(|_| None).collect();
+        let mut o = Outcome::default();
+        let mut bad = 0u64;
+        for i in 0..cfg.iterations {
+            if let Some(b) = ring[i % cfg.live].take() {
+                bad += o.freed(b.free());
+            }
+            let size = rng.range(cfg.min_size, cfg.max_size);
+            ring[i % cfg.live] = Some(Big::new(size, super::tag(&mut rng)));
+            o.allocs += 1;
+        }
+        for b in ring.into_iter().flatten() {
+            bad += o.freed(b.free());
+        }
+        (o, bad)
     });
     verdict(total, corrupt)
 }

@@ -64,83 +64,66 @@ pub fn run(cfg: &Config) -> WorkResult {
     let done: Vec<AtomicBool> = (0..cfg.threads).map(|_| AtomicBool::new(false)).collect();
     let inboxes: Vec<Mutex<Vec<Block>>> =
         (0..cfg.threads).map(|_| Mutex::new(Vec::new())).collect();
-    let mut total = Outcome::default();
-    let mut corrupt = 0;
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..cfg.threads)
-            .map(|t| {
-                let inboxes = &inboxes;
-                let done = &done;
-                s.spawn(move || {
-                    let mut rng = XorShift::new(cfg.seed + t as u64);
-                    let table = sizes(&mut rng);
-                    let mut o = Outcome::default();
-                    let mut bad = 0u64;
-                    let mut ws: Vec<Block> = (0..cfg.working_set)
-                        .map(|_| Block::new(table.pick(&mut rng), super::tag(&mut rng)))
-                        .collect();
-                    o.allocs += cfg.working_set as u64;
-                    let mut outgoing = Vec::new();
-                    let n = (t + 1) % cfg.threads;
-                    let next = &inboxes[n];
-                    for _ in 0..cfg.loops {
-                        for _ in 0..cfg.batch {
-                            let i = rng.below(ws.len());
-                            let nb = Block::new(table.pick(&mut rng), super::tag(&mut rng));
-                            o.allocs += 1;
-                            let old = std::mem::replace(&mut ws[i], nb);
-                            if rng.below(100) < cfg.cross_pct {
-                                outgoing.push(old);
-                            } else {
-                                o.frees += 1;
-                                bad += u64::from(!old.free());
-                            }
-                        }
-                        let incoming = std::mem::take(&mut *inboxes[t].lock().unwrap());
-                        for b in incoming {
-                            o.frees += 1;
-                            bad += u64::from(!b.free());
-                        }
-                        while !outgoing.is_empty() {
-                            {
-                                let mut ib = next.lock().unwrap();
-                                if ib.len() < cfg.inbox_limit || n == t {
-                                    ib.append(&mut outgoing);
-                                    break;
-                                }
-                            }
-                            if done[n].load(Ordering::Acquire) {
-                                for b in outgoing.drain(..) {
-                                    o.frees += 1;
-                                    bad += u64::from(!b.free());
-                                }
-                                break;
-                            }
-                            // drain our own inbox while waiting, so two full inboxes cannot
-                            // wait on each other
-                            let incoming = std::mem::take(&mut *inboxes[t].lock().unwrap());
-                            for b in incoming {
-                                o.frees += 1;
-                                bad += u64::from(!b.free());
-                            }
-                            std::thread::yield_now();
-                        }
-                    }
-                    done[t].store(true, Ordering::Release);
-                    for b in ws {
-                        o.frees += 1;
-                        bad += u64::from(!b.free());
-                    }
-                    (o, bad)
-                })
-            })
+    let (mut total, mut corrupt) = crate::cli::run_workers("rptest", cfg.threads, |t| {
+        let mut rng = XorShift::new(cfg.seed + t as u64);
+        let table = sizes(&mut rng);
+        let mut o = Outcome::default();
+        let mut bad = 0u64;
+        let mut ws: Vec<Block> = (0..cfg.working_set)
+            .map(|_| Block::new(table.pick(&mut rng), super::tag(&mut rng)))
             .collect();
-        crate::cli::join_workers("rptest", hs, &mut total, &mut corrupt);
+        o.allocs += cfg.working_set as u64;
+        let mut outgoing = Vec::new();
+        let n = (t + 1) % cfg.threads;
+        let next = &inboxes[n];
+        for _ in 0..cfg.loops {
+            for _ in 0..cfg.batch {
+                let i = rng.below(ws.len());
+                let nb = Block::new(table.pick(&mut rng), super::tag(&mut rng));
+                o.allocs += 1;
+                let old = std::mem::replace(&mut ws[i], nb);
+                if rng.below(100) < cfg.cross_pct {
+                    outgoing.push(old);
+                } else {
+                    bad += o.freed(old.free());
+                }
+            }
+            let incoming = std::mem::take(&mut *inboxes[t].lock().unwrap());
+            for b in incoming {
+                bad += o.freed(b.free());
+            }
+            while !outgoing.is_empty() {
+                {
+                    let mut ib = next.lock().unwrap();
+                    if ib.len() < cfg.inbox_limit || n == t {
+                        ib.append(&mut outgoing);
+                        break;
+                    }
+                }
+                if done[n].load(Ordering::Acquire) {
+                    for b in outgoing.drain(..) {
+                        bad += o.freed(b.free());
+                    }
+                    break;
+                }
+                // drain our own inbox while waiting, so two full inboxes cannot
+                // wait on each other
+                let incoming = std::mem::take(&mut *inboxes[t].lock().unwrap());
+                for b in incoming {
+                    bad += o.freed(b.free());
+                }
+                std::thread::yield_now();
+            }
+        }
+        done[t].store(true, Ordering::Release);
+        for b in ws {
+            bad += o.freed(b.free());
+        }
+        (o, bad)
     });
     for ib in inboxes {
         for b in ib.into_inner().unwrap() {
-            total.frees += 1;
-            corrupt += u64::from(!b.free());
+            corrupt += total.freed(b.free());
         }
     }
     verdict(total, corrupt)
