@@ -16,11 +16,15 @@
 //! - 004 packing: objects per 32 KiB for odd-sized structs, power-of-two kmalloc vs a
 //!   dedicated cache.
 
-use std::alloc::{alloc, dealloc, Layout};
+use std::alloc::Layout;
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
+
+#[path = "common/batch4.rs"]
+mod batch4;
+use batch4::batch4;
 
 use slabcg::{Cache, MetaPlacement, SlabAlloc, StatItem, Tenant};
 use slabcg_allocator::size_class::{class_size, NUM_CLASSES};
@@ -47,20 +51,6 @@ fn time_ns(units: u64, calls: u64, mut f: impl FnMut()) -> f64 {
         v.push(t.elapsed().as_nanos() as f64 / (units * calls) as f64);
     }
     median(v)
-}
-
-fn batch4(l: Layout) {
-    // SAFETY: valid layout; every block freed once with it.
-    unsafe {
-        let a = black_box(alloc(l));
-        let b = black_box(alloc(l));
-        let c = black_box(alloc(l));
-        let d = black_box(alloc(l));
-        dealloc(a, l);
-        dealloc(b, l);
-        dealloc(c, l);
-        dealloc(d, l);
-    }
 }
 
 fn row(

@@ -17,11 +17,14 @@
 //! survives a noisy machine better than a ratio of separate runs. Once a scope was entered the plain frees also check the
 //! segment header, as they do in any process that uses tenants.
 
-use std::alloc::{alloc, dealloc, Layout};
-use std::hint::black_box;
+use std::alloc::Layout;
 use std::time::Instant;
 
 use slabcg::{SlabAlloc, Tenant};
+
+#[path = "../benches/common/batch4.rs"]
+mod batch4;
+use batch4::batch4;
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
@@ -31,17 +34,7 @@ fn run(size: usize, batches: usize) -> f64 {
     let l = Layout::from_size_align(size, 8).unwrap();
     let t = Instant::now();
     for _ in 0..batches {
-        // SAFETY: valid layout; each block freed once with it.
-        unsafe {
-            let a = black_box(alloc(l));
-            let b = black_box(alloc(l));
-            let c = black_box(alloc(l));
-            let d = black_box(alloc(l));
-            dealloc(a, l);
-            dealloc(b, l);
-            dealloc(c, l);
-            dealloc(d, l);
-        }
+        batch4(l);
     }
     t.elapsed().as_nanos() as f64 / (batches * 4) as f64
 }

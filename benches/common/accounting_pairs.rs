@@ -2,27 +2,15 @@
 //! 4096-byte objects, one thread and two threads, optionally inside one tenant's scope.
 //! Included by `accounting.rs` (slabcg) and `accounting_cap.rs` (mimalloc + a shared atomic).
 
-use std::alloc::{alloc, dealloc, Layout};
-use std::hint::black_box;
+use std::alloc::Layout;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 
-#[inline(always)]
-pub fn batch4(l: Layout) {
-    // SAFETY: valid non-zero layout; each block freed once with its layout.
-    unsafe {
-        let a = black_box(alloc(l));
-        let b = black_box(alloc(l));
-        let c = black_box(alloc(l));
-        let d = black_box(alloc(l));
-        dealloc(a, l);
-        dealloc(b, l);
-        dealloc(c, l);
-        dealloc(d, l);
-    }
-}
+#[path = "batch4.rs"]
+mod batch4;
+pub use batch4::batch4;
 
 /// Runs `iters` batches on each of `threads` threads, each thread first calling `enter`
 /// (which returns a guard kept for the run); returns the wall time of the slowest thread.
