@@ -99,14 +99,7 @@ pub(crate) fn charge_slow(id: ObjCgId, n: u64, idx: StatIdx) -> Result<(), Refus
             d = n as i64;
         }
         s.leave();
-        if direct != 0 {
-            // SAFETY: we hold `got` bytes of refs.
-            if let Some(t) = unsafe { oc.tenant() } {
-                counter::uncharge(t, direct);
-            }
-        }
-        flush_stat(oc, idx, d);
-        oc.put(spare_ref + direct);
+        settle(oc, direct, idx, d, spare_ref + direct);
         release(&victim);
         Ok(())
     })
@@ -200,15 +193,22 @@ pub(crate) fn uncharge_slow(id: ObjCgId, n: u64, idx: StatIdx) {
             }
         }
         s.leave();
-        if excess != 0 {
-            // SAFETY: we still hold the `excess` bytes of refs that we put below.
-            if let Some(t) = unsafe { oc.tenant() } {
-                counter::uncharge(t, excess);
-            }
-        }
-        flush_stat(oc, idx, d);
-        oc.put(spare_ref + excess);
+        settle(oc, excess, idx, d, spare_ref + excess);
     })
+}
+
+/// The slow work after a stock critical section: give `uncharge` bytes back to the counter,
+/// flush the stat delta `d`, then drop `refs` refs on `oc` (which include the `uncharge`
+/// bytes, so the objcg and its tenant stay alive until the uncharge is done).
+fn settle(oc: &ObjCg, uncharge: u64, idx: StatIdx, d: i64, refs: u64) {
+    if uncharge != 0 {
+        // SAFETY: the caller holds `refs >= uncharge` refs on `oc`, put only below.
+        if let Some(t) = unsafe { oc.tenant() } {
+            counter::uncharge(t, uncharge);
+        }
+    }
+    flush_stat(oc, idx, d);
+    oc.put(refs);
 }
 
 /// Adds a stat delta to the objcg's tenant and its ancestors.

@@ -152,16 +152,7 @@ pub(crate) fn drain_all() {
         // SAFETY: as above.
         let s = unsafe { &*p };
         if remote || core::ptr::eq(p, own) {
-            let mut spins = 0u32;
-            // The owner's CS is a handful of instructions; it only lasts if it is preempted.
-            while s.in_cs.load(Ordering::Acquire) {
-                spins += 1;
-                if spins < 64 {
-                    core::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
+            wait_out(&s.in_cs);
             let taken: [_; NR_SLOTS] = s.take_all();
             s.steal.store(false, Ordering::Release);
             taken.iter().for_each(release);
@@ -237,4 +228,19 @@ pub(crate) fn registered_count() -> usize {
         p = unsafe { (*p).next.load(Ordering::Relaxed) };
     }
     n
+}
+
+/// See `hooks::wait_out`. Acquire: pairs with the owner's release store of `in_cs = 0`, so
+/// the drainer sees the owner's writes.
+pub(crate) fn wait_out(in_cs: &AtomicBool) {
+    let mut spins = 0u32;
+    // The owner's CS is a handful of instructions; it only lasts if it is preempted.
+    while in_cs.load(Ordering::Acquire) {
+        spins += 1;
+        if spins < 64 {
+            core::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
 }

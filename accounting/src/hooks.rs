@@ -7,7 +7,8 @@
 //! used directly). They never allocate, panic or unwind, except through a tenant's reclaim
 //! callback, which runs outside every stock critical section and never nests on a thread.
 
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use crate::charge;
 use crate::scope;
@@ -117,21 +118,19 @@ pub fn set_slab_meta(idx: StatIdx, meta: SlabMeta) -> bool {
 
 pub use crate::drain::{fork_child, fork_parent, fork_prepare};
 
-static ROOT_SOURCE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+// What the allocator registers, once, at its initialisation (the first registration of each
+// wins). Reading a `OnceLock` is one acquire load; neither reading nor setting allocates.
+static ROOT_SOURCE: OnceLock<fn() -> u64> = OnceLock::new();
+static ON_ACTIVATE: OnceLock<fn()> = OnceLock::new();
+static OBJECT_DRAIN: OnceLock<fn()> = OnceLock::new();
 
 /// Registers the allocator's count of unscoped bytes, added to `Tenant::root().current()`.
 pub fn set_root_usage_source(f: fn() -> u64) {
-    ROOT_SOURCE.store(f as *mut (), Ordering::Release);
+    let _ = ROOT_SOURCE.set(f);
 }
 
 pub(crate) fn root_usage() -> u64 {
-    let p = ROOT_SOURCE.load(Ordering::Acquire);
-    if p.is_null() {
-        return 0;
-    }
-    // SAFETY: the only non-null value ever stored is a `fn() -> u64` cast to a pointer.
-    let f: fn() -> u64 = unsafe { core::mem::transmute::<*mut (), fn() -> u64>(p) };
-    f()
+    ROOT_SOURCE.get().map_or(0, |f| f())
 }
 
 /// Whether `id` is currently an allocated objcg (false once it died and was freed). For
@@ -140,8 +139,6 @@ pub fn objcg_live(id: ObjCgId) -> bool {
     crate::objcg::is_live(id)
 }
 
-static ON_ACTIVATE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
-
 /// Registers what the allocator must do before the first charged allocation can exist. It is
 /// called in user context when the first tenant scope is entered; every `enter()` that starts
 /// before one call has finished makes the call itself, so it may run several times, even at
@@ -149,19 +146,14 @@ static ON_ACTIVATE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 /// allocator uses it to tell every thread that frees may now meet accounted objects. The
 /// function must not allocate or panic.
 pub fn set_on_activate(f: fn()) {
-    ON_ACTIVATE.store(f as *mut (), Ordering::Release);
+    let _ = ON_ACTIVATE.set(f);
 }
 
 pub(crate) fn on_activate() {
-    let p = ON_ACTIVATE.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: the only non-null value ever stored is a `fn()` cast to a pointer.
-        let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(p) };
+    if let Some(f) = ON_ACTIVATE.get() {
         f();
     }
 }
-
-static OBJECT_DRAIN: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Registers the allocator's drain of pre-charged objects it caches per thread (objects
 /// kept charged to a tenant between a free and the next allocation, an object stock). Every
@@ -169,14 +161,11 @@ static OBJECT_DRAIN: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 /// first, so those bytes are given back before the byte stocks are drained. The function must
 /// follow the hooks' rules: no allocation, no panic; it may call `uncharge`.
 pub fn set_object_drain(f: fn()) {
-    OBJECT_DRAIN.store(f as *mut (), Ordering::Release);
+    let _ = OBJECT_DRAIN.set(f);
 }
 
 pub(crate) fn object_drain() {
-    let p = OBJECT_DRAIN.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: the only non-null value ever stored is a `fn()` cast to a pointer.
-        let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(p) };
+    if let Some(f) = OBJECT_DRAIN.get() {
         f();
     }
 }
@@ -187,6 +176,13 @@ pub(crate) fn object_drain() {
 /// drained.
 pub fn remote_barrier() -> bool {
     crate::sys::remote_barrier()
+}
+
+/// The drainer's wait for an owner to leave its critical section (`in_cs`), after the
+/// barrier: spins briefly, since the section is a few instructions, then yields, since its
+/// owner may have been preempted inside it.
+pub fn wait_out(in_cs: &AtomicBool) {
+    crate::drain::wait_out(in_cs)
 }
 
 /// The owner's side of the same protocol: put it between the owner's `in_cs` store and its

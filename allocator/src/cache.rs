@@ -155,12 +155,7 @@ impl CacheCore {
         let mut l = self.lists.lock();
         let mut from_slabs = 0;
         if l.ntransfer > 0 && l.transfer[l.ntransfer - 1].1 <= most {
-            l.ntransfer -= 1;
-            let (head, count) = l.transfer[l.ntransfer];
-            l.transfer_objects -= count;
-            self.counters
-                .transfer
-                .store(l.transfer_objects, Ordering::Relaxed);
+            let (head, count) = self.pop_transfer(&mut l);
             // Slots in the transfer cache already count as handed out (`used`).
             chain = Chain { head, count };
         }
@@ -305,6 +300,19 @@ impl CacheCore {
         true
     }
 
+    /// Takes the newest batch out of the transfer cache (`l.ntransfer > 0`), keeping
+    /// `transfer_objects` and the stats counter in step.
+    fn pop_transfer(&self, l: &mut Lists) -> (*mut FreeObj, usize) {
+        debug_assert!(l.ntransfer > 0);
+        l.ntransfer -= 1;
+        let (head, count) = l.transfer[l.ntransfer];
+        l.transfer_objects -= count;
+        self.counters
+            .transfer
+            .store(l.transfer_objects, Ordering::Relaxed);
+        (head, count)
+    }
+
     /// Gives slots back to their slabs.
     ///
     /// # Safety
@@ -441,12 +449,7 @@ impl CacheCore {
             if l.ntransfer == 0 {
                 break;
             }
-            l.ntransfer -= 1;
-            let (head, count) = l.transfer[l.ntransfer];
-            l.transfer_objects -= count;
-            self.counters
-                .transfer
-                .store(l.transfer_objects, Ordering::Relaxed);
+            let (head, count) = self.pop_transfer(&mut l);
             drop(l);
             // SAFETY: a batch parked by try_transfer: count slots of this cache.
             unsafe { self.flush_to_slabs(head, count) };

@@ -217,16 +217,7 @@ pub fn drain_all() {
         let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
         let mut old = NO_TAG;
         if remote || core::ptr::eq(tc, own) {
-            let mut spins = 0u32;
-            // The owner's critical section is a few instructions unless it was preempted.
-            while tc.in_cs.load(Ordering::Acquire) {
-                spins += 1;
-                if spins < 64 {
-                    core::hint::spin_loop();
-                } else {
-                    crate::sys::yield_now();
-                }
-            }
+            hooks::wait_out(&tc.in_cs);
             old = tc.tag.load(Ordering::Relaxed) & !STEAL;
             for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
                 *t = b.take_all();
