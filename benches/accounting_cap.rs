@@ -18,6 +18,7 @@ struct CapAlloc {
     on: AtomicBool,
 }
 
+// SAFETY: every call is forwarded to mimalloc unchanged; the counter is bookkeeping only.
 unsafe impl GlobalAlloc for CapAlloc {
     #[inline]
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {

@@ -108,8 +108,10 @@ unsafe fn free_class(p: *mut u8, c: usize) {
     unsafe { thread_cache::free_slow(p, c, false) }
 }
 
+/// Allocates `size` bytes aligned to `align`; null when that cannot be served (including a
+/// non-power-of-two `align`).
 #[inline(always)]
-unsafe fn alloc_impl(size: usize, align: usize) -> *mut u8 {
+fn alloc_impl(size: usize, align: usize) -> *mut u8 {
     if let Some(c) = fast_class(size, align) {
         return alloc_class(c);
     }
@@ -128,6 +130,11 @@ fn alloc_other(size: usize, align: usize) -> *mut u8 {
     }
 }
 
+/// Frees `p`.
+///
+/// # Safety
+/// `p` must be a live allocation made by this allocator with `size` and `align` (or, after a
+/// `realloc`, with the layout it returned for), freed once.
 #[inline(always)]
 unsafe fn dealloc_impl(p: *mut u8, size: usize, align: usize) {
     if let Some(c) = fast_class(size, align) {
@@ -138,6 +145,11 @@ unsafe fn dealloc_impl(p: *mut u8, size: usize, align: usize) {
     unsafe { dealloc_other(p, size, align) }
 }
 
+/// The out-of-line part of [`dealloc_impl`]: layouts aligned above 8 or larger than a size
+/// class.
+///
+/// # Safety
+/// As [`dealloc_impl`].
 #[cold]
 #[inline(never)]
 unsafe fn dealloc_other(p: *mut u8, size: usize, align: usize) {
@@ -149,11 +161,13 @@ unsafe fn dealloc_other(p: *mut u8, size: usize, align: usize) {
     }
 }
 
+// SAFETY: every method returns null or a block of at least the layout's size and alignment
+// that no other live allocation overlaps (size classes, slabs and large mappings are
+// disjoint), never unwinds, and frees only what the caller hands back with its layout.
 unsafe impl GlobalAlloc for SlabAlloc {
     #[inline(always)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded GlobalAlloc contract.
-        unsafe { alloc_impl(layout.size(), layout.align()) }
+        alloc_impl(layout.size(), layout.align())
     }
 
     #[inline(always)]
@@ -169,8 +183,7 @@ unsafe impl GlobalAlloc for SlabAlloc {
             // A fresh mapping is already zero.
             return charge::alloc_large(size, align, true);
         }
-        // SAFETY: forwarded GlobalAlloc contract.
-        let p = unsafe { alloc_impl(size, align) };
+        let p = alloc_impl(size, align);
         if !p.is_null() {
             // SAFETY: p has at least size writable bytes.
             unsafe { ptr::write_bytes(p, 0, size) };
@@ -196,8 +209,7 @@ unsafe impl GlobalAlloc for SlabAlloc {
             }
             _ => {}
         }
-        // SAFETY: forwarded GlobalAlloc contract: new_size with align is a valid layout.
-        let q = unsafe { alloc_impl(new_size, align) };
+        let q = alloc_impl(new_size, align);
         if !q.is_null() {
             // SAFETY: both blocks are live and distinct, and each holds at least the bytes
             // copied; the old block is freed with the layout it was allocated with.
