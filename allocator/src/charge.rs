@@ -7,9 +7,9 @@
 //! - a free reaches it only when accounting was ever used and the object's segment says it is
 //!   accounted (one load from a header the free would touch anyway in the slow path).
 //!
-//! A same-thread, same-tenant alloc/free pair does no accounting work at all: the free keeps
-//! the slot charged in the thread's object stock (`object_stock.rs`) and the next allocation
-//! takes it back. Everything else goes through the byte stock (`slabcg-accounting`).
+//! A same-thread, same-tenant alloc/free pair neither charges nor uncharges: the free reads
+//! the owner word, keeps the slot charged in the thread's object stock (`object_stock.rs`)
+//! and the next allocation takes it back. Everything else goes through the byte stock (`slabcg-accounting`).
 //!
 //! Owner metadata of slot `i` of a slab is the u32 at
 //! `slab_start + meta_offset + i * meta_stride` (see `slab.rs`): one formula whatever the

@@ -2,10 +2,11 @@
 //!
 //! A thread that frees an accounted object whose owner is the thread's current `tag` keeps
 //! it, still charged, in a per-class `tagged` bin; the thread's next allocation in the same
-//! tenant takes it back with no accounting work at all (no stock update, no owner write).
-//! This is seed 003's object stock taken one step further: the kernel caches charged bytes
-//! per CPU; we cache the charged objects themselves, so the same-tenant alloc/free pair costs
-//! a tag compare on top of the unaccounted pair.
+//! tenant takes it back without charging (no stock update, no owner write). This is seed
+//! 003's object stock taken one step further: the kernel caches charged bytes per CPU; we
+//! cache the charged objects themselves, so what the same-tenant alloc/free pair adds to the
+//! unaccounted pair is the owner-word read on free and a short critical section with one tag
+//! compare on each side (29 instructions per pair, BENCHMARKS.md).
 //!
 //! Accounting consequences, the same as for the byte stocks:
 //! - objects in tagged bins count in their tenant's `current` and slab stats (pre-charged);
