@@ -4,8 +4,8 @@
 //!
 //! Charged objects live in the accounted twin of their size class (kmalloc-cg-N), so:
 //! - an allocation outside any tenant scope never reaches this file;
-//! - a free reaches it only when accounting was ever used and the object's segment says it is
-//!   accounted (one load from a header the free would touch anyway in the slow path).
+//! - a free reaches it only when accounting was ever used and the object's address says it is
+//!   accounted (a bit test, `segment::ACCOUNTED_BIT`: no header load).
 //!
 //! A same-thread, same-tenant alloc/free pair neither charges nor uncharges: the free reads
 //! the owner word, keeps the slot charged in the thread's object stock (`object_stock.rs`)
@@ -28,15 +28,16 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
-use crate::segment::{segment_of, Segment};
+use crate::segment::{segment_of, Segment, ACCOUNTED_BIT};
 use crate::size_class::class_size;
+use crate::slab::META_BYTES;
 use crate::{large, object_stock, thread_cache};
 
 /// Usable bytes of live large allocations that are charged to a tenant (for `stats()` and
 /// the root tenant's view). Updated on the large-allocation slow paths only.
 pub static CHARGED_LARGE: AtomicUsize = AtomicUsize::new(0);
 
-/// The owner word of slot `p`.
+/// The owner word of slot `p`, for any accounted cache (size class or dedicated).
 ///
 /// # Safety
 /// `p` must be a slot of an accounted segment.
@@ -48,17 +49,46 @@ pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
     // the metadata address lies inside p's slab (slab.rs: `metadata_fits_where_promised`).
     unsafe {
         let h = &*seg;
-        debug_assert!(
-            h.accounted
-                && h.meta_offset == h.layout.meta_offset
-                && h.meta_stride == h.layout.meta_stride
-                && h.recip == h.layout.recip
-                && h.slab_mask == h.layout.slab_bytes() - 1
-        );
-        let in_slab = (p as usize - seg as usize - h.slabs_offset) & h.slab_mask;
+        debug_assert_header(h);
+        // Segments are SEGMENT-aligned and slab sizes divide SEGMENT, so subtracting the
+        // offset of slab 0 from p itself gives the same offset in the slab.
+        let in_slab = (p as usize).wrapping_sub(h.slabs_offset) & h.slab_mask;
         let idx = ((in_slab as u64 * h.recip) >> 40) as usize;
         p.sub(in_slab).add(h.meta_offset + idx * h.meta_stride) as *const AtomicU32
     }
+}
+
+/// [`owner_word`] for a slot of a size class, whose owner words always form a 4-byte array
+/// (size classes are multiples of 8 aligned to 8, so their slots have no padding to hold
+/// one): the index scales in the address instead of a multiply.
+///
+/// # Safety
+/// `p` must be a slot of an accounted size-class segment.
+#[inline(always)]
+pub(crate) unsafe fn class_owner_word(p: *mut u8) -> *const AtomicU32 {
+    let seg: *mut Segment = segment_of(p);
+    // SAFETY: as in owner_word; size-class layouts never use Padding placement, so
+    // meta_stride == META_BYTES (checked in debug builds).
+    unsafe {
+        let h = &*seg;
+        debug_assert_header(h);
+        debug_assert!(h.meta_stride == META_BYTES);
+        let in_slab = (p as usize).wrapping_sub(h.slabs_offset) & h.slab_mask;
+        let idx = ((in_slab as u64 * h.recip) >> 40) as usize;
+        (p.sub(in_slab).add(h.meta_offset) as *const AtomicU32).add(idx)
+    }
+}
+
+/// Debug check that the header copies the owner lookups read agree with the layout.
+#[inline(always)]
+fn debug_assert_header(h: &Segment) {
+    debug_assert!(
+        h.accounted
+            && h.meta_offset == h.layout.meta_offset
+            && h.meta_stride == h.layout.meta_stride
+            && h.recip == h.layout.recip
+            && h.slab_mask == h.layout.slab_bytes() - 1
+    );
 }
 
 /// Allocates a slot of class `c` charged to `cg` (non-zero): from the object stock when it
@@ -90,7 +120,7 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
         }
     }
     // SAFETY: p is a slot of the accounted cache of class c.
-    unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
+    unsafe { (*class_owner_word(p)).store(cg, Ordering::Relaxed) };
     thread_cache::with(|tc| {
         if tc.tag.load(Ordering::Relaxed) != u64::from(cg) {
             object_stock::note_miss(tc, cg);
@@ -99,12 +129,14 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
     p
 }
 
-/// True when slot `p` belongs to an accounted segment. Only meaningful for slots (small
-/// classes).
+/// True when slot `p` belongs to an accounted segment: one bit of its address
+/// (`segment::ACCOUNTED_BIT`), no load. Only meaningful for slots (size classes).
 #[inline(always)]
 pub fn is_accounted(p: *mut u8) -> bool {
-    // SAFETY: a slot lies in a live segment whose header is immutable after creation.
-    unsafe { (*segment_of(p)).accounted }
+    let acct = p as usize & ACCOUNTED_BIT != 0;
+    // SAFETY (debug check only): a slot lies in a live segment whose header is immutable.
+    debug_assert!(acct == unsafe { (*segment_of(p)).accounted });
+    acct
 }
 
 /// Frees an accounted slot of class `c`: kept charged in the object stock when its owner is
@@ -115,7 +147,7 @@ pub fn is_accounted(p: *mut u8) -> bool {
 #[inline(always)]
 pub unsafe fn free_small(p: *mut u8, c: usize) {
     // SAFETY: caller's contract.
-    let owner = unsafe { (*owner_word(p)).load(Ordering::Relaxed) };
+    let owner = unsafe { (*class_owner_word(p)).load(Ordering::Relaxed) };
     // SAFETY: caller's contract; the slot is charged to `owner`.
     if unsafe { thread_cache::with(|tc| tc.tagged_push(c, owner, p)) } {
         return;
@@ -131,7 +163,7 @@ pub unsafe fn free_small(p: *mut u8, c: usize) {
 #[inline(never)]
 unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
     // SAFETY: caller's contract.
-    let w = unsafe { &*owner_word(p) };
+    let w = unsafe { &*class_owner_word(p) };
     let owner = w.load(Ordering::Relaxed);
     if owner == 0 {
         crate::sys::fatal("double free of an accounted object (owner already cleared)");

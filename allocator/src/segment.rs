@@ -8,6 +8,12 @@
 //!   slab k starts at  segment + slabs_offset + (k << slab_shift)
 //! ```
 //!
+//! Whether a segment's slots are accounted is written in its address: accounted segments start
+//! at odd multiples of `SEGMENT`, plain ones at even multiples, so bit [`ACCOUNTED_BIT`] of any
+//! slot says which it is. The free path tests that bit instead of loading the header, so a
+//! plain free in a process that uses tenants touches no segment header, and an accounted free
+//! reads the header only for its owner lookup.
+//!
 //! Segments are never unmapped (their slabs are released to the OS with madvise instead), so
 //! a header stays readable for the life of the process; a global bitmap records which 4 MiB
 //! address ranges are segments, so a pointer we did not hand out is recognised as such.
@@ -21,6 +27,8 @@ use crate::sys::{self, PAGE};
 
 pub const SEGMENT_SHIFT: u32 = 22;
 pub const SEGMENT: usize = 1 << SEGMENT_SHIFT;
+/// Set in the address of every slot of an accounted segment, clear in every plain one.
+pub const ACCOUNTED_BIT: usize = SEGMENT;
 
 /// A free slot: the link of a free list lives in the slot's first word.
 #[repr(C)]
@@ -98,7 +106,9 @@ impl Segment {
     /// Maps and initialises a segment for `cache`. Null when the OS refuses.
     pub fn create(cache: &CacheCore, layout: SlabLayout) -> *mut Segment {
         let (slabs_offset, nslabs) = geometry(layout.slab_shift);
-        let seg = sys::map_aligned(SEGMENT, SEGMENT) as *mut Segment;
+        // Odd multiples of SEGMENT for accounted segments (ACCOUNTED_BIT).
+        let offset = if cache.accounted { ACCOUNTED_BIT } else { 0 };
+        let seg = sys::map_aligned_at(SEGMENT, 2 * SEGMENT, offset) as *mut Segment;
         if seg.is_null() {
             return seg;
         }

@@ -180,3 +180,31 @@ fn std_collections_heavy() {
     }
     assert!(s.len() > 400_000);
 }
+
+/// The free path tells accounted slots from plain ones by one address bit
+/// (`segment::ACCOUNTED_BIT`): it must agree with the segment header for every class.
+#[test]
+fn accounted_slots_carry_the_address_bit() {
+    use slabcg_allocator::segment::{segment_of, ACCOUNTED_BIT};
+    use slabcg_allocator::size_class::CLASS_SIZES;
+    let tenant = slabcg_accounting::Tenant::new("address-bit");
+    for (c, &size) in CLASS_SIZES.iter().enumerate() {
+        let l = Layout::from_size_align(size as usize, 8).unwrap();
+        // SAFETY: valid layouts; each block freed once with its layout.
+        unsafe {
+            let p = GLOBAL.alloc(l);
+            let q = {
+                let _scope = tenant.enter();
+                GLOBAL.alloc(l)
+            };
+            assert!(!p.is_null() && !q.is_null());
+            assert_eq!(p as usize & ACCOUNTED_BIT, 0, "plain slot of class {c}");
+            assert_ne!(q as usize & ACCOUNTED_BIT, 0, "accounted slot of class {c}");
+            assert!(!(*segment_of(p)).accounted);
+            assert!((*segment_of(q)).accounted);
+            GLOBAL.dealloc(q, l);
+            GLOBAL.dealloc(p, l);
+        }
+    }
+    assert_eq!(tenant.current_exact(), 0);
+}

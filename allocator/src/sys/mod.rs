@@ -35,6 +35,14 @@ pub fn map(len: usize) -> *mut u8 {
 /// Maps `len` bytes whose start is a multiple of `align` (a power of two >= PAGE), by mapping
 /// `len + align` and unmapping the unaligned head and the tail. Null on failure.
 pub fn map_aligned(len: usize, align: usize) -> *mut u8 {
+    map_aligned_at(len, align, 0)
+}
+
+/// Maps `len` bytes starting at `offset` past a multiple of `align` (a power of two >= PAGE;
+/// `offset` a page multiple below `align`), by mapping `len + align` and unmapping what lies
+/// before and after. Null on failure.
+pub fn map_aligned_at(len: usize, align: usize, offset: usize) -> *mut u8 {
+    debug_assert!(align.is_power_of_two() && offset < align && offset.is_multiple_of(PAGE));
     let Some(total) = len.checked_add(align) else {
         return ptr::null_mut();
     };
@@ -42,7 +50,10 @@ pub fn map_aligned(len: usize, align: usize) -> *mut u8 {
     if raw.is_null() {
         return raw;
     }
-    let start = (raw as usize + align - 1) & !(align - 1);
+    // The first address >= raw that is `offset` past a multiple of `align`: at most
+    // `align - PAGE` bytes in, so `len` bytes from it stay inside the mapping.
+    let start = (raw as usize).wrapping_sub(offset).wrapping_add(align - 1) & !(align - 1);
+    let start = start.wrapping_add(offset);
     let head = start - raw as usize;
     let tail = total - head - len;
     // SAFETY: both ranges lie inside the mapping just made and are page multiples, since raw,
@@ -184,3 +195,26 @@ pub fn resident_bytes() -> usize {
 }
 
 pub mod thread;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_aligned_at_lands_on_the_offset() {
+        const ALIGN: usize = 8 << 20;
+        for offset in [0, 4 << 20, PAGE] {
+            for _ in 0..8 {
+                let p = map_aligned_at(4 << 20, ALIGN, offset);
+                assert!(!p.is_null());
+                assert_eq!(p as usize % ALIGN, offset);
+                // SAFETY: p..p+4 MiB is the fresh writable mapping just made; unmapped once.
+                unsafe {
+                    *p = 1;
+                    *p.add((4 << 20) - 1) = 2;
+                    unmap(p, 4 << 20);
+                }
+            }
+        }
+    }
+}
