@@ -406,12 +406,13 @@ impl CacheCore {
         }
     }
 
-    /// The descriptor of the slab holding slot `p`, after checking that `p` is the start of a
-    /// slot of this cache; aborts with a message otherwise.
+    /// Checks that `p` is the start of a slot of this cache (in a segment we mapped, of this
+    /// cache, not in a header, a slab's tail or the middle of a slot) and returns its segment,
+    /// slab index and slot index; aborts with a message otherwise. What it does not check is
+    /// whether the slot is allocated.
     ///
-    /// # Safety
-    /// Only reads segment headers, which stay mapped for the life of the process.
-    unsafe fn desc_of_checked(&self, p: *mut u8) -> *mut SlabDesc {
+    /// Safe: it only reads segment headers, which stay mapped for the life of the process.
+    pub(crate) fn check_slot_start(&self, p: *mut u8) -> (*mut Segment, usize, usize) {
         if !is_segment(p) {
             sys::fatal("free of a pointer that slabcg did not allocate");
         }
@@ -419,7 +420,9 @@ impl CacheCore {
         // SAFETY: is_segment says seg is a live segment header.
         unsafe {
             if !ptr::eq((*seg).cache, self) {
-                sys::fatal("free with a layout that does not match the allocation's size class");
+                sys::fatal(
+                    "free of a pointer of another cache or size class (layout does not match)",
+                );
             }
             let off = p as usize - seg as usize;
             if off < (*seg).slabs_offset {
@@ -429,8 +432,27 @@ impl CacheCore {
             let k = off >> self.layout.slab_shift;
             let within = off & (self.layout.slab_bytes() - 1);
             let idx = self.layout.slot_index(within);
-            if k >= (*seg).fresh || idx * self.layout.stride != within || idx >= self.layout.objects
+            if k >= (*seg).nslabs
+                || idx * self.layout.stride != within
+                || idx >= self.layout.objects
             {
+                sys::fatal("free of a pointer that is not the start of a slot");
+            }
+            (seg, k, idx)
+        }
+    }
+
+    /// The descriptor of the slab holding slot `p`, after checking that `p` is the start of a
+    /// slot of this cache in a slab in use; aborts with a message otherwise.
+    ///
+    /// # Safety
+    /// Only reads segment headers, which stay mapped for the life of the process. Called
+    /// under the cache's lock (the descriptor's fields it reads are mutated under it).
+    unsafe fn desc_of_checked(&self, p: *mut u8) -> *mut SlabDesc {
+        let (seg, k, idx) = self.check_slot_start(p);
+        // SAFETY: check_slot_start says seg is a live segment of this cache and k < nslabs.
+        unsafe {
+            if k >= (*seg).fresh {
                 sys::fatal("free of a pointer that is not the start of a live slot");
             }
             let d = Segment::desc(seg, k);

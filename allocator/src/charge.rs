@@ -162,7 +162,11 @@ pub unsafe fn free_small(p: *mut u8, c: usize) {
 /// As [`free_small`].
 #[inline(never)]
 unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
-    // SAFETY: caller's contract.
+    // Before anything is written through the owner address computed from p, make sure p is
+    // a slot of this accounted class: an invalid free (a foreign pointer, the middle of a
+    // slot, the wrong layout) is reported instead of clearing some other slot's owner.
+    crate::classes::cache(c, true).check_slot_start(p);
+    // SAFETY: caller's contract, just checked.
     let w = unsafe { &*class_owner_word(p) };
     let owner = w.load(Ordering::Relaxed);
     if owner == 0 {

@@ -248,24 +248,12 @@ impl Cache {
 
     /// Clears the owner of `p` and uncharges it.
     pub(crate) fn release_owner(&self, p: *mut u8) {
-        let seg = crate::segment::segment_of(p);
-        // SAFETY: a segment header is readable once is_segment says p lies in one. A pointer
-        // of another cache is left alone here; flush reports it.
-        if self.core.accounted
-            && crate::segment::is_segment(p)
-            && core::ptr::eq(unsafe { (*seg).cache }, self.core)
-        {
-            // The owner address is computed from p: a pointer that is not a slot start (into
-            // the header, a slab's tail or the middle of a slot) would make it point outside
-            // the slab's metadata, so such a free is reported before anything is written.
-            // SAFETY: p lies in a segment of this cache, whose header is immutable.
-            let h = unsafe { &*seg };
-            let off = p as usize - seg as usize;
-            let in_slab = off.wrapping_sub(h.slabs_offset) & h.slab_mask;
-            let idx = h.layout.slot_index(in_slab);
-            if off < h.slabs_offset || idx >= h.layout.objects || idx * h.layout.stride != in_slab {
-                crate::sys::fatal("free of a pointer that is not a slot of this cache");
-            }
+        if self.core.accounted {
+            // The owner address is computed from p: a pointer that is not a slot start of
+            // this cache (another cache's, into a header, a slab's tail or the middle of a
+            // slot) would make it point outside the slab's metadata, so such a free is
+            // reported before anything is written.
+            self.core.check_slot_start(p);
             // SAFETY: p is a slot start of a segment of this accounted cache.
             let w = unsafe { &*owner_word(p) };
             let cg = w.swap(0, Ordering::Relaxed);

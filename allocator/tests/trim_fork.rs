@@ -206,7 +206,7 @@ fn misaligned_free_to_accounted_cache_is_reported() {
     if !is_child("misaligned_free_to_accounted_cache_is_reported") {
         return run_child_expect_fatal(
             "misaligned_free_to_accounted_cache_is_reported",
-            "slabcg: fatal: free of a pointer that is not a slot of this cache",
+            "slabcg: fatal: free of a pointer that is not the start of a slot",
         );
     }
     use std::alloc::Layout;
@@ -218,4 +218,45 @@ fn misaligned_free_to_accounted_cache_is_reported() {
     // before its computed owner address (outside the slab's metadata) is written.
     unsafe { c.free(std::ptr::NonNull::new_unchecked(p.as_ptr().add(8))) };
     println!("not detected");
+}
+
+/// An uncharging free computes the owner address from the pointer: a pointer into the middle
+/// of an accounted slot must be reported before that address (another slot's owner word) is
+/// cleared and its tenant uncharged. The free runs on a thread whose object stock does not
+/// hold the tenant, so it takes the uncharging path.
+#[test]
+fn misaligned_free_of_accounted_size_class_object_is_reported() {
+    const NAME: &str = "misaligned_free_of_accounted_size_class_object_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: free of a pointer that is not the start of a slot",
+        );
+    }
+    use std::alloc::{GlobalAlloc, Layout};
+    let l = Layout::from_size_align(64, 8).unwrap();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let p = {
+        let _scope = tenant.enter();
+        // SAFETY: valid layout.
+        unsafe { GLOBAL.alloc(l) as usize }
+    };
+    std::thread::spawn(move || {
+        // Open this thread's accounted bin of the class first (under another tenant, so the
+        // object stock does not hold `victim`), so the free below can take the fast path: a
+        // closed bin sends frees straight to the validating flush.
+        let other = slabcg_accounting::Tenant::new("other");
+        {
+            let _scope = other.enter();
+            drop(std::hint::black_box(vec![0u8; 64]));
+        }
+        // SAFETY: deliberately invalid: the middle of a live accounted slot.
+        unsafe { GLOBAL.dealloc((p + 8) as *mut u8, l) };
+        // Exit before this thread's bins are flushed (the flush would catch the pointer
+        // too, but only after the wrong owner word was cleared).
+        println!("not detected");
+        std::process::exit(0);
+    })
+    .join()
+    .ok();
 }
