@@ -176,3 +176,42 @@ fn uncharged_and_unaccounted_objects_have_no_owner_meta() {
     t.uncharge(4096, slabcg::StatItem::Slab);
     check(&t.stat(), 0, 0);
 }
+
+/// A process with a few dozen accounted dedicated caches (more than the dozen the stats
+/// once had room for) sees each in its own `slab_<name>` line and in `owner_meta`.
+#[test]
+fn dozens_of_dedicated_caches_each_get_a_line() {
+    let t = Tenant::new("meta-many");
+    let caches: Vec<Cache> = (0..40)
+        .map(|k| {
+            let size = 48 + 8 * k;
+            Cache::builder(
+                &format!("meta-many-{k}"),
+                Layout::from_size_align(size, 8).unwrap(),
+            )
+            .account(true)
+            .build()
+        })
+        .collect();
+    // Allocated outside the scope: only the cache objects are charged to t.
+    let mut ptrs = Vec::with_capacity(caches.len());
+    {
+        let _g = t.enter();
+        for c in &caches {
+            ptrs.push(c.alloc().unwrap());
+        }
+    }
+    let st = t.stat();
+    for (k, c) in caches.iter().enumerate() {
+        assert_eq!(
+            line(&st, &format!("slab_meta-many-{k}")),
+            c.info().object_size as u64
+        );
+    }
+    assert_eq!(st.owner_meta, (caches.len() * META_BYTES) as u64, "{st}");
+    for (c, p) in caches.iter().zip(ptrs) {
+        // SAFETY: allocated from c, freed once.
+        unsafe { c.free(p) };
+    }
+    check(&t.stat(), 0, 0);
+}

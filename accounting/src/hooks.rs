@@ -17,8 +17,10 @@ use crate::stock;
 /// An objcg id as stored in owner metadata. 0 = root / uncharged, never a real objcg.
 pub type ObjCgId = u32;
 
-/// Number of slab size classes the stats can tell apart.
-pub const MAX_SLAB_CLASSES: usize = 64;
+/// Number of slab stat indices the stats can tell apart: the allocator's size classes, then
+/// one per accounted dedicated cache (the first `MAX_SLAB_CLASSES - 52` of them with the
+/// global allocator's 52 classes).
+pub const MAX_SLAB_CLASSES: usize = 128;
 
 /// Stat index: `0..MAX_SLAB_CLASSES` = slab class i, then `LARGE`, `SOCK`, `SLAB_OTHER`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

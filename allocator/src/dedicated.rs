@@ -9,7 +9,7 @@
 //!
 //! With `.account(true)` every slot carries owner metadata (placement reported by
 //! [`Cache::info`]) and objects allocated inside a tenant scope are charged to it; objects
-//! allocated outside any scope carry owner 0 and are not charged. The first 12 accounted
+//! allocated outside any scope carry owner 0 and are not charged. The first 76 accounted
 //! caches get their own line in `tenant.stat()` (`slab_<name>`); later ones are counted in
 //! `slab` only.
 //!
