@@ -1,7 +1,8 @@
 //! The caches behind the size classes: for every class a plain cache (kmalloc-N) and an
 //! accounted twin (kmalloc-cg-N) whose slabs carry owner metadata. Keeping charged objects on
 //! their own slabs, as the kernel does, means slabs of unaccounted objects never pay for
-//! metadata and the free path learns whether an object is charged from its segment header.
+//! metadata and the free path learns whether an object is charged from one bit of its address
+//! (accounted segments sit at odd multiples of 4 MiB, `segment::ACCOUNTED_BIT`).
 
 use slabcg_accounting::hooks::{self, SlabMeta, StatIdx};
 

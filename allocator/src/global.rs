@@ -92,12 +92,13 @@ fn alloc_class(c: usize) -> *mut u8 {
 /// `p` must be a live slot of class `c` (plain or accounted).
 #[inline(always)]
 unsafe fn free_class(p: *mut u8, c: usize) {
-    // Until some thread has entered a tenant scope no object can be accounted, so the free
-    // path does not even look at the segment header (a per-thread flag, see
-    // `thread_cache::activate`). This also keeps a foreign pointer (an invalid free) from
-    // being dereferenced here: it reaches the bin flush, which validates every slot.
+    // An accounted slot has `segment::ACCOUNTED_BIT` set in its address. Until some thread
+    // has entered a tenant scope no object can be accounted, so that bit alone does not send
+    // a free to the owner lookup (a per-thread flag, see `thread_cache::activate`): a foreign
+    // pointer (an invalid free) with the bit set is then not dereferenced here but reaches the
+    // bin flush, which validates every slot.
     if thread_cache::with(|tc| tc.acct_seen.load(Ordering::Relaxed)) && charge::is_accounted(p) {
-        // SAFETY: caller's contract; the segment says the slot is accounted.
+        // SAFETY: caller's contract; the address says the slot is accounted.
         return unsafe { charge::free_small(p, c) };
     }
     // SAFETY: caller's contract.
