@@ -76,7 +76,7 @@ impl ThreadCache {
         let mut p = core::ptr::null_mut();
         if self.enter() == u64::from(cg) {
             // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
-            p = unsafe { self.tagged.get_unchecked(c) }.pop();
+            p = unsafe { &self.bins.get_unchecked(c).tagged }.pop();
         }
         self.leave();
         p
@@ -92,7 +92,7 @@ impl ThreadCache {
         let mut kept = false;
         if self.enter() == u64::from(owner) {
             // SAFETY: c is valid; the caller gives up p, which stays charged to the tag.
-            kept = unsafe { self.tagged.get_unchecked(c).push(p) };
+            kept = unsafe { self.bins.get_unchecked(c).tagged.push(p) };
         }
         self.leave();
         kept
@@ -111,7 +111,7 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
     let mut old = NO_TAG;
     let seen = tc.enter();
     if seen & STEAL == 0 {
-        let empty = tc.tagged.iter().all(|b| b.count() == 0);
+        let empty = tc.bins.iter().map(|b| &b.tagged).all(|b| b.count() == 0);
         let misses = tc.tag_misses.get() + 1;
         if empty || misses >= RETAG_AFTER {
             // The CAS fails only when a drainer set STEAL meanwhile; then the bins are its.
@@ -122,7 +122,7 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
             {
                 old = seen;
                 if !empty {
-                    for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
+                    for (t, b) in taken.iter_mut().zip(tc.bins.iter().map(|b| &b.tagged)) {
                         *t = b.take_all();
                     }
                 }
@@ -175,7 +175,7 @@ pub fn give_back_own(tc: &ThreadCache) {
                 .compare_exchange(seen, NO_TAG, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
         {
-            for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
+            for (t, b) in taken.iter_mut().zip(tc.bins.iter().map(|b| &b.tagged)) {
                 *t = b.take_all();
             }
             tc.leave();
@@ -197,7 +197,7 @@ pub fn give_back_orphan(tc: &ThreadCache) {
     }
     let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
     let old = tc.tag.swap(NO_TAG, Ordering::Relaxed) & !STEAL;
-    for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
+    for (t, b) in taken.iter_mut().zip(tc.bins.iter().map(|b| &b.tagged)) {
         *t = b.take_all();
     }
     give_back(old, &taken);
@@ -220,7 +220,7 @@ pub fn drain_all() {
         if remote || core::ptr::eq(tc, own) {
             hooks::wait_out(&tc.in_cs);
             old = tc.tag.load(Ordering::Relaxed) & !STEAL;
-            for (t, b) in taken.iter_mut().zip(tc.tagged.iter()) {
+            for (t, b) in taken.iter_mut().zip(tc.bins.iter().map(|b| &b.tagged)) {
                 *t = b.take_all();
             }
             // Release: the owner that next loads NO_TAG (and later retags) sees empty bins.

@@ -126,13 +126,19 @@ impl Bin {
     }
 }
 
+/// The plain bin and the object-stock bin of one class, side by side: the fast paths address
+/// both from the same `class * 32` offset, so the tagged bin costs no extra address add.
+pub struct ClassBins {
+    pub plain: Bin,
+    pub(crate) tagged: Bin,
+}
+
 pub struct ThreadCache {
-    pub plain: [Bin; NUM_CLASSES],
+    /// Per class: free slots of the plain cache, and the object stock (free slots of the
+    /// accounted cache still charged to `tag`, see `object_stock.rs`).
+    pub bins: [ClassBins; NUM_CLASSES],
     /// Free slots of the accounted caches, uncharged (their owner word is rewritten on reuse).
     pub accounted: [Bin; NUM_CLASSES],
-    /// The object stock: free slots of the accounted caches still charged to `tag` (see
-    /// `object_stock.rs`).
-    pub(crate) tagged: [Bin; NUM_CLASSES],
     /// The tenant the tagged bins hold objects of (low 32 bits) and a drainer's steal
     /// request (`object_stock::STEAL`), in one word so the fast path tests both with one
     /// compare.
@@ -154,9 +160,13 @@ pub struct ThreadCache {
 impl ThreadCache {
     const fn new() -> ThreadCache {
         ThreadCache {
-            plain: [const { Bin::new() }; NUM_CLASSES],
+            bins: [const {
+                ClassBins {
+                    plain: Bin::new(),
+                    tagged: Bin::new(),
+                }
+            }; NUM_CLASSES],
             accounted: [const { Bin::new() }; NUM_CLASSES],
-            tagged: [const { Bin::new() }; NUM_CLASSES],
             tag: AtomicU64::new(crate::object_stock::NO_TAG),
             in_cs: AtomicBool::new(false),
             acct_seen: AtomicBool::new(false),
@@ -172,13 +182,14 @@ impl ThreadCache {
     #[inline(always)]
     pub fn bin(&self, c: usize, accounted: bool) -> &Bin {
         debug_assert!(c < NUM_CLASSES);
-        let bins = if accounted {
-            &self.accounted
-        } else {
-            &self.plain
-        };
         // SAFETY: every class index comes from size_class, which only yields c < NUM_CLASSES.
-        unsafe { bins.get_unchecked(c) }
+        unsafe {
+            if accounted {
+                self.accounted.get_unchecked(c)
+            } else {
+                &self.bins.get_unchecked(c).plain
+            }
+        }
     }
 }
 
@@ -321,7 +332,10 @@ fn init(tc: &ThreadCache) {
     // Plain and accounted bins open (get a capacity) when the thread first allocates from
     // their class; see free_slow for why.
     for c in 0..NUM_CLASSES {
-        tc.tagged[c].max.set(crate::object_stock::tagged_max(c));
+        tc.bins[c]
+            .tagged
+            .max
+            .set(crate::object_stock::tagged_max(c));
     }
     registry_insert(tc);
     tc.state.set(LIVE);
@@ -347,9 +361,9 @@ fn teardown(tc: &ThreadCache) {
     // goes straight to the shared caches.
     tc.state.set(DEAD);
     for c in 0..NUM_CLASSES {
-        tc.plain[c].max.set(0);
+        tc.bins[c].plain.max.set(0);
         tc.accounted[c].max.set(0);
-        tc.tagged[c].max.set(0);
+        tc.bins[c].tagged.max.set(0);
     }
     crate::object_stock::give_back_own(tc);
     flush_all(tc);
@@ -455,11 +469,11 @@ pub fn for_each_bin_count(mut f: impl FnMut(usize, bool, u32)) {
         // lock we hold.
         unsafe {
             for c in 0..NUM_CLASSES {
-                f(c, false, (*tc).plain[c].count());
+                f(c, false, (*tc).bins[c].plain.count());
                 f(
                     c,
                     true,
-                    (*tc).accounted[c].count() + (*tc).tagged[c].count(),
+                    (*tc).accounted[c].count() + (*tc).bins[c].tagged.count(),
                 );
             }
             tc = (*tc).next.load(Ordering::Relaxed);
