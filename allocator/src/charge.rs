@@ -50,9 +50,8 @@ pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
     unsafe {
         let h = &*seg;
         debug_assert_header(h);
-        // Segments are SEGMENT-aligned and slab sizes divide SEGMENT, so subtracting the
-        // offset of slab 0 from p itself gives the same offset in the slab.
-        let in_slab = (p as usize).wrapping_sub(h.slabs_offset) & h.slab_mask;
+        // Slabs are aligned to their size (segment::geometry).
+        let in_slab = p as usize & h.slab_mask;
         let idx = ((in_slab as u64 * h.recip) >> 40) as usize;
         p.sub(in_slab).add(h.meta_offset + idx * h.meta_stride) as *const AtomicU32
     }
@@ -73,7 +72,7 @@ pub(crate) unsafe fn class_owner_word(p: *mut u8) -> *const AtomicU32 {
         let h = &*seg;
         debug_assert_header(h);
         debug_assert!(h.meta_stride == META_BYTES);
-        let in_slab = (p as usize).wrapping_sub(h.slabs_offset) & h.slab_mask;
+        let in_slab = p as usize & h.slab_mask;
         let idx = ((in_slab as u64 * h.recip) >> 40) as usize;
         (p.sub(in_slab).add(h.meta_offset) as *const AtomicU32).add(idx)
     }
@@ -88,6 +87,7 @@ fn debug_assert_header(h: &Segment) {
             && h.meta_stride == h.layout.meta_stride
             && h.recip == h.layout.recip
             && h.slab_mask == h.layout.slab_bytes() - 1
+            && h.slabs_offset & h.slab_mask == 0
     );
 }
 

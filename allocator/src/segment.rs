@@ -5,7 +5,8 @@
 //!
 //! ```text
 //!   segment: [ header: Segment + SlabDesc[nslabs] | slab 0 | slab 1 | ... | slab nslabs-1 | tail ]
-//!   slab k starts at  segment + slabs_offset + (k << slab_shift)
+//!   slab k starts at  segment + slabs_offset + (k << slab_shift)   (slabs_offset: a multiple
+//!                                                                    of the slab size)
 //! ```
 //!
 //! Whether a segment's slots are accounted is written in its address: accounted segments start
@@ -75,18 +76,18 @@ pub struct SlabDesc {
 pub struct Segment {
     /// The cache every slab in this segment belongs to.
     pub cache: *const CacheCore,
-    /// Whether slots carry owner metadata (a copy of the cache's flag, read by every free
-    /// once accounting is in use).
+    /// Whether slots carry owner metadata (a copy of the cache's flag; the free path reads
+    /// the same fact from the slot's address, `ACCOUNTED_BIT`).
     pub accounted: bool,
     /// What the owner lookup of an accounted free reads, precomputed from `layout` and
-    /// kept in the header's first cache line next to `accounted`:
+    /// kept in the header's first cache line:
     /// `slab_mask == slab_bytes - 1`, `recip == layout.recip`,
     /// `meta_offset == layout.meta_offset`, `meta_stride == layout.meta_stride`.
     pub slab_mask: usize,
     pub recip: u64,
     pub meta_offset: usize,
     pub meta_stride: usize,
-    /// Offset of slab 0 from the segment start.
+    /// Offset of slab 0 from the segment start: a multiple of the slab size (`geometry`).
     pub slabs_offset: usize,
     /// Copy of the cache's layout, so the free path reads one header.
     pub layout: SlabLayout,
@@ -98,14 +99,14 @@ pub struct Segment {
     pub next: *mut Segment,
 }
 
-// The owner lookup of every accounted free reads `accounted` through `slabs_offset`: keep
-// them in the header's first cache line (segments are 4 MiB aligned).
-const _: () = assert!(core::mem::offset_of!(Segment, slabs_offset) + 8 <= 64);
+// The owner lookup of every accounted free reads `slab_mask` through `meta_stride`: keep them
+// in the header's first cache line (segments are 4 MiB aligned).
+const _: () = assert!(core::mem::offset_of!(Segment, meta_stride) + 8 <= 64);
 
 impl Segment {
     /// Maps and initialises a segment for `cache`. Null when the OS refuses.
     pub fn create(cache: &CacheCore, layout: SlabLayout) -> *mut Segment {
-        let (slabs_offset, nslabs) = geometry(layout.slab_shift);
+        let (_, slabs_offset, nslabs) = geometry(layout.slab_shift);
         // Odd multiples of SEGMENT for accounted segments (ACCOUNTED_BIT).
         let offset = if cache.accounted { ACCOUNTED_BIT } else { 0 };
         let seg = sys::map_aligned_at(SEGMENT, 2 * SEGMENT, offset) as *mut Segment;
@@ -178,14 +179,33 @@ pub fn segment_of(p: *const u8) -> *mut Segment {
     (p as usize & !(SEGMENT - 1)) as *mut Segment
 }
 
-/// Header size (page rounded) and slab count for slabs of `2^slab_shift` bytes.
-pub const fn geometry(slab_shift: u32) -> (usize, usize) {
+/// Header size (page rounded), offset of slab 0, and slab count for slabs of `2^slab_shift`
+/// bytes.
+///
+/// Slab 0 starts at the first multiple of the slab size after the header, so every slab is
+/// aligned to its size and the offset of `p` in its slab is just `p & (slab_bytes - 1)` (one
+/// instruction less in the owner lookup of every accounted free). The alignment costs no
+/// slab: `(SEGMENT - h) / slab` rounded down equals `SEGMENT / slab - ceil(h / slab)` for
+/// any header size `h`, since the slab size divides SEGMENT. The bytes between the header and
+/// slab 0 are never touched.
+pub const fn geometry(slab_shift: u32) -> (usize, usize, usize) {
     let slab = 1usize << slab_shift;
     let max_slabs = SEGMENT / slab;
     let header = core::mem::size_of::<Segment>() + max_slabs * core::mem::size_of::<SlabDesc>();
     let header = (header + PAGE - 1) & !(PAGE - 1);
-    (header, (SEGMENT - header) / slab)
+    let slabs_offset = (header + slab - 1) & !(slab - 1);
+    (header, slabs_offset, (SEGMENT - slabs_offset) / slab)
 }
+
+// Aligning slab 0 keeps every slab count of a page-aligned header.
+const _: () = {
+    let mut shift = 12;
+    while shift <= crate::slab::MAX_SLAB_SHIFT {
+        let (header, _, nslabs) = geometry(shift);
+        assert!(nslabs == (SEGMENT - header) >> shift && nslabs > 0);
+        shift += 1;
+    }
+};
 
 // One bit per 4 MiB of a 47-bit address space: 2^25 bits in 2^19 words (4 MiB of zero-filled
 // .bss that costs nothing until touched).

@@ -96,7 +96,7 @@ pub fn stats() -> AllocStats {
             let segs = k.segments.load(Ordering::Relaxed);
             out.active_slabs += active;
             out.empty_slabs += empty;
-            let header = geometry(cache.layout.slab_shift).0;
+            let (header, _, _) = geometry(cache.layout.slab_shift);
             s.active += active * slab;
             s.resident += (active + empty) * slab + segs * header;
             s.mapped += segs * SEGMENT;
