@@ -94,10 +94,11 @@ fn alloc_class(c: usize) -> *mut u8 {
 unsafe fn free_class(p: *mut u8, c: usize) {
     // An accounted slot has `segment::ACCOUNTED_BIT` set in its address. Until some thread
     // has entered a tenant scope no object can be accounted, so that bit alone does not send
-    // a free to the owner lookup (a per-thread flag, see `thread_cache::activate`): a foreign
-    // pointer (an invalid free) with the bit set is then not dereferenced here but reaches the
-    // bin flush, which validates every slot.
-    if thread_cache::with(|tc| tc.acct_seen.load(Ordering::Relaxed)) && charge::is_accounted(p) {
+    // a free to the owner lookup: the per-thread mask is 0 until then (see
+    // `thread_cache::activate`), and a foreign pointer (an invalid free) with the bit set is
+    // not dereferenced here but reaches the bin flush, which validates every slot.
+    if p as usize & thread_cache::with(|tc| tc.acct_mask.load(Ordering::Relaxed)) != 0 {
+        debug_assert!(charge::is_accounted(p));
         // SAFETY: caller's contract; the address says the slot is accounted.
         return unsafe { charge::free_small(p, c) };
     }

@@ -19,12 +19,12 @@
 
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::cache::CacheCore;
 use crate::classes;
 use crate::lock::{SpinGuard, SpinLock};
-use crate::segment::FreeObj;
+use crate::segment::{FreeObj, ACCOUNTED_BIT};
 use crate::size_class::{class_size, NUM_CLASSES};
 use crate::sys;
 
@@ -144,10 +144,11 @@ pub struct ThreadCache {
     /// compare.
     pub(crate) tag: AtomicU64,
     pub(crate) in_cs: AtomicBool,
-    /// Whether frees on this thread may meet accounted objects: false until the first tenant
-    /// scope of the process is entered ([`activate`]). A TLS flag, so the free path does not
-    /// read a global through the GOT.
-    pub(crate) acct_seen: AtomicBool,
+    /// `segment::ACCOUNTED_BIT` once frees on this thread may meet accounted objects, 0
+    /// until the first tenant scope of the process is entered ([`activate`]). The free path
+    /// tests `p & acct_mask`: one test against TLS decides both "accounting in use" and
+    /// "this slot is accounted", and no global is read through the GOT.
+    pub(crate) acct_mask: AtomicUsize,
     pub(crate) tag_misses: Cell<u32>,
     /// Frees sent home per class while this thread had not yet allocated from the class
     /// (see `free_slow`).
@@ -169,7 +170,7 @@ impl ThreadCache {
             accounted: [const { Bin::new() }; NUM_CLASSES],
             tag: AtomicU64::new(crate::object_stock::NO_TAG),
             in_cs: AtomicBool::new(false),
-            acct_seen: AtomicBool::new(false),
+            acct_mask: AtomicUsize::new(0),
             tag_misses: Cell::new(0),
             home_frees: [const { Cell::new(0) }; NUM_CLASSES],
             state: Cell::new(UNINIT),
@@ -394,14 +395,18 @@ static ACCT_SEEN_ALL: AtomicBool = AtomicBool::new(false);
 pub(crate) fn activate() {
     let threads = Threads::lock();
     ACCT_SEEN_ALL.store(true, Ordering::Relaxed);
-    threads.for_each(|tc| tc.acct_seen.store(true, Ordering::Relaxed));
+    threads.for_each(|tc| tc.acct_mask.store(ACCOUNTED_BIT, Ordering::Relaxed));
 }
 
 fn registry_insert(tc: &ThreadCache) {
     let me = tc as *const ThreadCache as *mut ThreadCache;
     let mut r = REGISTRY.lock();
-    tc.acct_seen
-        .store(ACCT_SEEN_ALL.load(Ordering::Relaxed), Ordering::Relaxed);
+    let mask = if ACCT_SEEN_ALL.load(Ordering::Relaxed) {
+        ACCOUNTED_BIT
+    } else {
+        0
+    };
+    tc.acct_mask.store(mask, Ordering::Relaxed);
     tc.prev.store(ptr::null_mut(), Ordering::Relaxed);
     tc.next.store(r.head, Ordering::Relaxed);
     if !r.head.is_null() {
