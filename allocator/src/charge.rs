@@ -30,7 +30,6 @@ use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
 use crate::segment::{segment_of, Segment, ACCOUNTED_BIT};
 use crate::size_class::class_size;
-use crate::slab::META_BYTES;
 use crate::{large, object_stock, thread_cache};
 
 /// Usable bytes of live large allocations that are charged to a tenant (for `stats()` and
@@ -57,25 +56,28 @@ pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
     }
 }
 
-/// [`owner_word`] for a slot of a size class, whose owner words always form a 4-byte array
-/// (size classes are multiples of 8 aligned to 8, so their slots have no padding to hold
-/// one): the index scales in the address instead of a multiply.
+/// [`owner_word`] for a slot of size class `c`, from the class's geometry in the thread
+/// cache (`ClassBins::owner`, the same cache line as the bins the free touches next) instead
+/// of the segment header: size classes are multiples of 8 aligned to 8, so their slots have no
+/// padding and their owner words always form a 4-byte array, whose index scales in the
+/// address.
 ///
 /// # Safety
-/// `p` must be a slot of an accounted size-class segment.
+/// `p` must be a slot of the accounted cache of class `c`.
 #[inline(always)]
-pub(crate) unsafe fn class_owner_word(p: *mut u8) -> *const AtomicU32 {
-    let seg: *mut Segment = segment_of(p);
-    // SAFETY: as in owner_word; size-class layouts never use Padding placement, so
-    // meta_stride == META_BYTES (checked in debug builds).
-    unsafe {
-        let h = &*seg;
-        debug_assert_header(h);
-        debug_assert!(h.meta_stride == META_BYTES);
-        let in_slab = p as usize & h.slab_mask;
-        let idx = ((in_slab as u64 * h.recip) >> 40) as usize;
-        (p.sub(in_slab).add(h.meta_offset) as *const AtomicU32).add(idx)
-    }
+pub(crate) unsafe fn class_owner_word(p: *mut u8, c: usize) -> *const AtomicU32 {
+    thread_cache::with(|tc| {
+        // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
+        let g = unsafe { &tc.bins.get_unchecked(c).owner };
+        let in_slab = p as usize & g.slab_mask;
+        let idx = ((in_slab as u64 * g.recip) >> 40) as usize;
+        // SAFETY: p is a slot of an accounted segment of class c, whose slabs are aligned to
+        // their size; for a slot start the owner word lies inside p's slab
+        // (slab.rs: `metadata_fits_where_promised`).
+        let w = unsafe { (p.sub(in_slab).add(g.meta_offset) as *const AtomicU32).add(idx) };
+        debug_assert!(core::ptr::eq(w, unsafe { owner_word(p) }));
+        w
+    })
 }
 
 /// Debug check that the header copies the owner lookups read agree with the layout.
@@ -120,7 +122,7 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
         }
     }
     // SAFETY: p is a slot of the accounted cache of class c.
-    unsafe { (*class_owner_word(p)).store(cg, Ordering::Relaxed) };
+    unsafe { (*class_owner_word(p, c)).store(cg, Ordering::Relaxed) };
     thread_cache::with(|tc| {
         if tc.tag.load(Ordering::Relaxed) != u64::from(cg) {
             object_stock::note_miss(tc, cg);
@@ -147,7 +149,7 @@ pub fn is_accounted(p: *mut u8) -> bool {
 #[inline(always)]
 pub unsafe fn free_small(p: *mut u8, c: usize) {
     // SAFETY: caller's contract.
-    let owner = unsafe { (*class_owner_word(p)).load(Ordering::Relaxed) };
+    let owner = unsafe { (*class_owner_word(p, c)).load(Ordering::Relaxed) };
     // SAFETY: caller's contract; the slot is charged to `owner`.
     if unsafe { thread_cache::with(|tc| tc.tagged_push(c, owner, p)) } {
         return;
@@ -167,7 +169,7 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
     // slot, the wrong layout) is reported instead of clearing some other slot's owner.
     crate::classes::cache(c, true).check_slot_start(p);
     // SAFETY: caller's contract, just checked.
-    let w = unsafe { &*class_owner_word(p) };
+    let w = unsafe { &*class_owner_word(p, c) };
     let owner = w.load(Ordering::Relaxed);
     if owner == 0 {
         crate::sys::fatal("double free of an accounted object (owner already cleared)");

@@ -14,14 +14,20 @@ const fn build(accounted: bool) -> [CacheCore; NUM_CLASSES] {
     let mut caches = [const { CacheCore::new(placeholder_layout(), 0, false) }; NUM_CLASSES];
     let mut c = 0;
     while c < NUM_CLASSES {
-        let layout = match SlabLayout::new(CLASS_SIZES[c] as usize, 8, accounted, false) {
-            Some(l) => l,
-            None => panic!("size class does not fit a slab"),
-        };
-        caches[c] = CacheCore::new(layout, c as u32, accounted);
+        caches[c] = CacheCore::new(class_layout(c, accounted), c as u32, accounted);
         c += 1;
     }
     caches
+}
+
+/// The layout of class `c`'s plain cache or accounted twin (what `PLAIN[c].layout` and
+/// `ACCOUNTED[c].layout` hold), usable in const contexts such as the thread cache's
+/// initialiser.
+pub const fn class_layout(c: usize, accounted: bool) -> SlabLayout {
+    match SlabLayout::new(CLASS_SIZES[c] as usize, 8, accounted, false) {
+        Some(l) => l,
+        None => panic!("size class does not fit a slab"),
+    }
 }
 
 const fn placeholder_layout() -> SlabLayout {

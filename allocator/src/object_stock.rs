@@ -154,7 +154,7 @@ fn give_back(tag: u64, taken: &[(*mut FreeObj, u32); NUM_CLASSES]) {
         while !o.is_null() {
             // SAFETY: o is a free slot of the accounted cache of class c (the chain).
             unsafe {
-                (*crate::charge::class_owner_word(o as *mut u8)).store(0, Ordering::Relaxed);
+                (*crate::charge::class_owner_word(o as *mut u8, c)).store(0, Ordering::Relaxed);
                 o = (*o).next;
             }
         }
