@@ -6,7 +6,7 @@
 //! 003's object stock taken one step further: the kernel caches charged bytes per CPU; we
 //! cache the charged objects themselves, so what the same-tenant alloc/free pair adds to the
 //! unaccounted pair is the owner-word read on free and a short critical section with one tag
-//! compare on each side (27 instructions per pair, BENCHMARKS.md).
+//! compare on each side (19 instructions per pair, BENCHMARKS.md).
 //!
 //! Accounting consequences, the same as for the byte stocks:
 //! - objects in tagged bins count in their tenant's `current` and slab stats (pre-charged);
