@@ -5,7 +5,9 @@
 //! Charged objects live in the accounted twin of their size class (kmalloc-cg-N), so:
 //! - an allocation outside any tenant scope never reaches this file;
 //! - a free reaches it only when accounting was ever used and the object's address says it is
-//!   accounted (a bit test, `segment::ACCOUNTED_BIT`: no header load).
+//!   accounted (a bit test, `segment::ACCOUNTED_BIT`: no header load). A free that keeps the
+//!   slot charged reads no segment header at all (the class geometry is in the thread
+//!   cache); one that uncharges checks the slot against its header first.
 //!
 //! A same-thread, same-tenant alloc/free pair neither charges nor uncharges: the free reads
 //! the owner word, keeps the slot charged in the thread's object stock (`object_stock.rs`)
@@ -75,7 +77,13 @@ pub(crate) unsafe fn class_owner_word(p: *mut u8, c: usize) -> *const AtomicU32 
         // their size; for a slot start the owner word lies inside p's slab
         // (slab.rs: `metadata_fits_where_promised`).
         let w = unsafe { (p.sub(in_slab).add(g.meta_offset) as *const AtomicU32).add(idx) };
-        debug_assert!(core::ptr::eq(w, unsafe { owner_word(p) }));
+        // Checked against the header only where there is one of this class to read: an
+        // invalid free (foreign pointer, wrong layout) must reach the fatal checks, not panic.
+        debug_assert!(
+            !is_slot_of(p, crate::classes::cache(c, true))
+                // SAFETY: p lies in a segment of the accounted cache of class c.
+                || core::ptr::eq(w, unsafe { owner_word(p) })
+        );
         w
     })
 }
@@ -136,9 +144,20 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
 #[inline(always)]
 pub fn is_accounted(p: *mut u8) -> bool {
     let acct = p as usize & ACCOUNTED_BIT != 0;
-    // SAFETY (debug check only): a slot lies in a live segment whose header is immutable.
-    debug_assert!(acct == unsafe { (*segment_of(p)).accounted });
+    debug_assert!(
+        !crate::segment::is_segment(p)
+            // SAFETY: is_segment says p lies in a live segment, whose header is immutable.
+            || acct == unsafe { (*segment_of(p)).accounted }
+    );
     acct
+}
+
+/// Whether `p` lies in a segment of `cache` (for debug checks that must not read the header
+/// of a pointer the allocator never handed out).
+fn is_slot_of(p: *mut u8, cache: &crate::cache::CacheCore) -> bool {
+    crate::segment::is_segment(p)
+        // SAFETY: is_segment says p lies in a live segment, whose header is immutable.
+        && core::ptr::eq(unsafe { (*segment_of(p)).cache }, cache)
 }
 
 /// Frees an accounted slot of class `c`: kept charged in the object stock when its owner is

@@ -95,8 +95,12 @@ unsafe fn free_class(p: *mut u8, c: usize) {
     // An accounted slot has `segment::ACCOUNTED_BIT` set in its address. Until some thread
     // has entered a tenant scope no object can be accounted, so that bit alone does not send
     // a free to the owner lookup: the per-thread mask is 0 until then (see
-    // `thread_cache::activate`), and a foreign pointer (an invalid free) with the bit set is
-    // not dereferenced here but reaches the bin flush, which validates every slot.
+    // `thread_cache::activate`), and a foreign pointer (an invalid free) with the bit set
+    // reaches the bin flush, which validates every slot. After that, such a pointer goes to
+    // the owner lookup, which reads the word it computes (possibly faulting on unmapped
+    // memory); the uncharging path validates the slot before writing anything, while one kept
+    // in the object stock (its word happened to equal this thread's tag) is caught only when
+    // the stock is flushed.
     if p as usize & thread_cache::with(|tc| tc.acct_mask.load(Ordering::Relaxed)) != 0 {
         debug_assert!(charge::is_accounted(p));
         // SAFETY: caller's contract; the address says the slot is accounted.

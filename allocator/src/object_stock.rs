@@ -39,8 +39,10 @@ use crate::segment::FreeObj;
 use crate::size_class::{class_size, NUM_CLASSES};
 use crate::thread_cache::{self, bin_max, ThreadCache};
 
-/// `tag` when the tagged bins hold nothing. Never a real objcg id.
-pub const NO_TAG: u64 = u32::MAX as u64;
+/// `tag` when the tagged bins hold nothing. Above every u32, so no owner word (a real objcg
+/// id, or garbage read for an invalid free) ever equals it and gets kept in an untagged bin;
+/// distinct from `STEAL`, so `tag & !STEAL` keeps it.
+pub const NO_TAG: u64 = 1 << 33;
 /// Set in `tag` by a drainer: the owner must not touch its tagged bins.
 pub const STEAL: u64 = 1 << 32;
 
@@ -139,6 +141,8 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
 /// Uncharges and returns to their caches the slots taken from tagged bins of `tag`.
 fn give_back(tag: u64, taken: &[(*mut FreeObj, u32); NUM_CLASSES]) {
     if tag == NO_TAG {
+        // Invariant: untagged bins are empty (no owner word equals NO_TAG).
+        debug_assert!(taken.iter().all(|&(_, n)| n == 0));
         return;
     }
     let tag = tag as ObjCgId;

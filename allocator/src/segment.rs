@@ -4,16 +4,21 @@
 //! finds its segment by masking (`ptr & !(SEGMENT - 1)`) and its slab by a shift:
 //!
 //! ```text
-//!   segment: [ header: Segment + SlabDesc[nslabs] | slab 0 | slab 1 | ... | slab nslabs-1 | tail ]
-//!   slab k starts at  segment + slabs_offset + (k << slab_shift)   (slabs_offset: a multiple
-//!                                                                    of the slab size)
+//!   segment: [ header: Segment + SlabDesc[nslabs] | gap | slab 0 | slab 1 | ... | slab nslabs-1 ]
+//!   slab k starts at  segment + slabs_offset + (k << slab_shift)
 //! ```
+//!
+//! `slabs_offset` is the first multiple of the slab size after the header, so every slab is
+//! aligned to its size and the last one ends at the segment's end; the gap (less than one
+//! slab) is never touched.
 //!
 //! Whether a segment's slots are accounted is written in its address: accounted segments start
 //! at odd multiples of `SEGMENT`, plain ones at even multiples, so bit [`ACCOUNTED_BIT`] of any
 //! slot says which it is. The free path tests that bit instead of loading the header, so a
-//! plain free in a process that uses tenants touches no segment header, and an accounted free
-//! reads the header only for its owner lookup.
+//! plain free in a process that uses tenants touches no segment header; nor does an accounted
+//! free that keeps its slot charged (the class's owner geometry is in the thread cache). An
+//! uncharging free checks the slot against its header, and dedicated caches read the owner
+//! geometry from it.
 //!
 //! Segments are never unmapped (their slabs are released to the OS with madvise instead), so
 //! a header stays readable for the life of the process; a global bitmap records which 4 MiB
@@ -99,8 +104,8 @@ pub struct Segment {
     pub next: *mut Segment,
 }
 
-// The owner lookup of every accounted free reads `slab_mask` through `meta_stride`: keep them
-// in the header's first cache line (segments are 4 MiB aligned).
+// The owner lookup of dedicated-cache frees (`charge::owner_word`) reads `slab_mask` through
+// `meta_stride`: keep them in the header's first cache line (segments are 4 MiB aligned).
 const _: () = assert!(core::mem::offset_of!(Segment, meta_stride) + 8 <= 64);
 
 impl Segment {

@@ -20,7 +20,7 @@ use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-const NO_TAG: u64 = u32::MAX as u64;
+const NO_TAG: u64 = 1 << 33;
 const STEAL: u64 = 1 << 32;
 const A: u64 = 7;
 const B: u64 = 9;

@@ -260,3 +260,58 @@ fn misaligned_free_of_accounted_size_class_object_is_reported() {
     .join()
     .ok();
 }
+
+/// After the first tenant scope, a foreign pointer whose address has the accounted bit set
+/// goes to the accounted free path. It must end in the fatal report (the uncharging path
+/// validates the slot before writing), not in a debug assertion that reads a header the
+/// allocator never wrote, and not in a write to the foreign memory. `fill` is what the
+/// foreign memory holds, so what the free reads as the owner word: 0, or all ones (which
+/// once equalled the "no tag" value of an idle object stock, and got the pointer kept).
+fn foreign_pointer_with_the_accounted_bit(name: &str, fill: u8) {
+    if !is_child(name) {
+        return run_child_expect_fatal(
+            name,
+            "slabcg: fatal: free of a pointer that slabcg did not allocate",
+        );
+    }
+    use std::alloc::{GlobalAlloc, Layout};
+    let tenant = slabcg_accounting::Tenant::new("activate");
+    drop(tenant.enter());
+    // 16 MiB the allocator did not map, and in it a pointer 4 KiB past an odd multiple of
+    // 4 MiB: its 4 MiB "header" and its computed owner word are readable, so the free gets
+    // as far as the owner comparison.
+    let len = 16 << 20;
+    // SAFETY: an anonymous private mapping; never unmapped (the process ends in the fatal).
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    } as usize;
+    assert_ne!(base, libc::MAP_FAILED as usize);
+    // SAFETY: base..base+len is the writable mapping just made.
+    unsafe { std::ptr::write_bytes(base as *mut u8, fill, len) };
+    let p = ((base + (8 << 20) - 1) & !((8 << 20) - 1)) + (4 << 20) + 4096;
+    assert!(p + (1 << 20) < base + len);
+    let l = Layout::from_size_align(64, 8).unwrap();
+    // SAFETY: deliberately invalid: a pointer slabcg never handed out.
+    unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+    println!("not detected");
+}
+
+#[test]
+fn foreign_pointer_with_the_accounted_bit_is_reported() {
+    foreign_pointer_with_the_accounted_bit("foreign_pointer_with_the_accounted_bit_is_reported", 0);
+}
+
+#[test]
+fn foreign_pointer_reading_as_owner_all_ones_is_reported() {
+    foreign_pointer_with_the_accounted_bit(
+        "foreign_pointer_reading_as_owner_all_ones_is_reported",
+        0xff,
+    );
+}
