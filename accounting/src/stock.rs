@@ -208,12 +208,28 @@ impl Stock {
 
     /// Moves slot `i`'s contents out, leaving it empty. Only in the owner's CS, or by a
     /// drainer after it saw `in_cs == 0` with `steal` set.
+    ///
+    /// Whoever takes has the slot to itself (that is the protocol), so plain loads and stores
+    /// do: no read-modify-write. An empty slot holds nothing (invariant above), so a drain of
+    /// an idle thread costs one load per empty slot, not one per stat index.
     pub(crate) fn take(&self, i: usize) -> Contents {
         let mut c = Contents::EMPTY;
-        c.id = self.ids[i].swap(0, Relaxed);
-        c.bytes = self.bytes[i].swap(0, Relaxed);
+        c.id = self.ids[i].load(Relaxed);
+        if c.id == 0 {
+            debug_assert!(
+                self.bytes[i].load(Relaxed) == 0
+                    && self.stats[i].iter().all(|s| s.load(Relaxed) == 0)
+            );
+            return c;
+        }
+        self.ids[i].store(0, Relaxed);
+        c.bytes = self.bytes[i].load(Relaxed);
+        self.bytes[i].store(0, Relaxed);
         for (d, s) in c.stats.iter_mut().zip(self.stats[i].iter()) {
-            *d = s.swap(0, Relaxed);
+            *d = s.load(Relaxed);
+            if *d != 0 {
+                s.store(0, Relaxed);
+            }
         }
         c
     }

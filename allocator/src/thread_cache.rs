@@ -113,10 +113,18 @@ impl Bin {
         head
     }
 
-    /// Detaches the whole list: (head, count).
+    /// Detaches the whole list: (head, count). The caller has the bin to itself (the owner,
+    /// or a drainer under the object-stock protocol), so plain loads and stores do; an empty
+    /// bin is only read.
     pub(crate) fn take_all(&self) -> (*mut FreeObj, u32) {
-        let head = self.head.swap(ptr::null_mut(), Ordering::Relaxed);
-        let n = self.count.swap(0, Ordering::Relaxed);
+        let n = self.count.load(Ordering::Relaxed);
+        if n == 0 {
+            debug_assert!(self.head.load(Ordering::Relaxed).is_null());
+            return (ptr::null_mut(), 0);
+        }
+        let head = self.head.load(Ordering::Relaxed);
+        self.head.store(ptr::null_mut(), Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
         (head, n)
     }
 
