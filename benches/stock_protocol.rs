@@ -77,11 +77,13 @@ fn op_none(id: u64, n: u64) -> bool {
     STOCK.with(|s| consume(s, s.tag.load(Ordering::Relaxed), id, n))
 }
 
+/// The Dekker-style protocol the real stocks use: `in_cs` set, `barrier`, load of the
+/// drainer's request with the tag, the operation, `in_cs` cleared.
 #[inline(always)]
-fn op_asymmetric(id: u64, n: u64) -> bool {
+fn op_in_cs(id: u64, n: u64, barrier: impl Fn()) -> bool {
     STOCK.with(|s| {
         s.in_cs.store(true, Ordering::Relaxed);
-        compiler_fence(Ordering::SeqCst);
+        barrier();
         let ok = consume(s, s.tag.load(Ordering::Acquire), id, n);
         s.in_cs.store(false, Ordering::Release);
         ok
@@ -89,14 +91,13 @@ fn op_asymmetric(id: u64, n: u64) -> bool {
 }
 
 #[inline(always)]
+fn op_asymmetric(id: u64, n: u64) -> bool {
+    op_in_cs(id, n, || compiler_fence(Ordering::SeqCst))
+}
+
+#[inline(always)]
 fn op_seqcst_fence(id: u64, n: u64) -> bool {
-    STOCK.with(|s| {
-        s.in_cs.store(true, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        let ok = consume(s, s.tag.load(Ordering::Acquire), id, n);
-        s.in_cs.store(false, Ordering::Release);
-        ok
-    })
+    op_in_cs(id, n, || fence(Ordering::SeqCst))
 }
 
 #[inline(always)]

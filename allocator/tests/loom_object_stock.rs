@@ -36,6 +36,17 @@ struct Stock {
 }
 
 impl Stock {
+    /// A stock tagged A with an empty bin, and the tenants' charged object counts.
+    fn tagged_a(charged_a: u64, charged_b: u64) -> Stock {
+        Stock {
+            tag: AtomicU64::new(A),
+            in_cs: AtomicBool::new(false),
+            bin: UnsafeCell::new(0),
+            charged_a: AtomicU64::new(charged_a),
+            charged_b: AtomicU64::new(charged_b),
+        }
+    }
+
     fn charged(&self, t: u64) -> &AtomicU64 {
         if t == A {
             &self.charged_a
@@ -165,14 +176,8 @@ impl Stock {
 #[test]
 fn drain_races_owner() {
     loom::model(|| {
-        let s = Arc::new(Stock {
-            tag: AtomicU64::new(A),
-            in_cs: AtomicBool::new(false),
-            bin: UnsafeCell::new(0),
-            // Two live objects of A, one of B, all charged.
-            charged_a: AtomicU64::new(2),
-            charged_b: AtomicU64::new(1),
-        });
+        // Two live objects of A, one of B, all charged.
+        let s = Arc::new(Stock::tagged_a(2, 1));
         let owner = {
             let s = s.clone();
             thread::spawn(move || {
@@ -231,14 +236,8 @@ fn drain_races_owner() {
 fn exit_races_drainer() {
     const SPINS: u32 = 3;
     loom::model(|| {
-        let s = Arc::new(Stock {
-            tag: AtomicU64::new(A),
-            in_cs: AtomicBool::new(false),
-            bin: UnsafeCell::new(0),
-            // Two live objects of A, charged.
-            charged_a: AtomicU64::new(2),
-            charged_b: AtomicU64::new(0),
-        });
+        // Two live objects of A, charged.
+        let s = Arc::new(Stock::tagged_a(2, 0));
         let owner = {
             let s = s.clone();
             thread::spawn(move || {
