@@ -20,41 +20,14 @@
 //! survives a noisy machine better than a ratio of separate runs. Once a scope was entered the plain frees also check the
 //! segment header, as they do in any process that uses tenants.
 
-use std::alloc::Layout;
-use std::time::Instant;
-
 use slabcg::{SlabAlloc, Tenant};
 
-#[path = "../benches/common/batch4.rs"]
-mod batch4;
-use batch4::batch4;
+#[path = "../benches/common/probe_loops.rs"]
+mod probe_loops;
+use probe_loops::{run, run_mode};
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
-
-#[inline(never)]
-fn run(size: usize, batches: usize) -> f64 {
-    let l = Layout::from_size_align(size, 8).unwrap();
-    let t = Instant::now();
-    for _ in 0..batches {
-        batch4(l);
-    }
-    t.elapsed().as_nanos() as f64 / (batches * 4) as f64
-}
-
-/// `run` with the layout a compile-time constant: with the release profile's thin LTO the
-/// allocator's fast path is inlined into the loop and folded for the size (as for a `Box` of
-/// a sized type, and as in the seeds bench), so the plain pair is much shorter than through
-/// the `__rust_alloc` call that `run` makes, while accounting adds the same instructions.
-#[inline(never)]
-fn run_const<const SIZE: usize>(batches: usize) -> f64 {
-    let l = Layout::from_size_align(SIZE, 8).unwrap();
-    let t = Instant::now();
-    for _ in 0..batches {
-        batch4(l);
-    }
-    t.elapsed().as_nanos() as f64 / (batches * 4) as f64
-}
 
 fn alternate(rounds: usize, batches: usize) {
     let tenant = Tenant::new("probe");
@@ -107,13 +80,10 @@ fn main() {
     let tenant = Tenant::new("probe");
     let _scope = (mode == "tenant").then(|| tenant.enter());
     for size in sizes {
-        let f = |batches| match (constant, size) {
-            (true, 32) => run_const::<32>(batches),
-            (true, 4096) => run_const::<4096>(batches),
-            (true, _) => panic!("const mode takes 32 or 4096"),
-            (false, _) => run(size, batches),
-        };
-        f(1000);
-        println!("{mode} {size} B: {:.2} ns/pair", f(batches));
+        run_mode(constant, size, 1000);
+        println!(
+            "{mode} {size} B: {:.2} ns/pair",
+            run_mode(constant, size, batches)
+        );
     }
 }
