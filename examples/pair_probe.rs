@@ -11,14 +11,15 @@
 //! ```
 //! (`const`: the layout is a compile-time constant, so the allocator's fast path is inlined
 //! into the loop and folded for the size, as in the seeds bench; see `run_const`.)
-//! (instructions per pair = total / (2 sizes x 4 x batches); the difference between the two
+//! (instructions per pair = total / (sizes x 4 x batches); the difference between the two
 //! runs is what accounting adds.) Without valgrind it prints ns per pair.
 //!
 //! `pair_probe alt ROUNDS BATCHES` interleaves short plain and tenant runs in one process
 //! (ROUNDS of BATCHES each) and prints the minimum and median ns/pair of each and the median
 //! of the per-round ratios (each tenant run against the plain run just before it), which
-//! survives a noisy machine better than a ratio of separate runs. Once a scope was entered the plain frees also check the
-//! segment header, as they do in any process that uses tenants.
+//! survives a noisy machine better than a ratio of separate runs. The plain rounds run after
+//! a scope was entered, as plain allocations do in any process that uses tenants (their frees
+//! test the accounted address bit either way).
 
 use slabcg::{SlabAlloc, Tenant};
 
