@@ -70,8 +70,10 @@ const fn build_lut() -> [u8; LUT_MAX / 8 + 1] {
     t
 }
 
-/// `LUT[(size + 7) / 8]` is the class of `size` for `size <= LUT_MAX`.
-static LUT: [u8; LUT_MAX / 8 + 1] = build_lut();
+/// `LUT[(size + 7) / 8]` is the class of `size` for `size <= LUT_MAX`. A `const`, not a
+/// `static`: each user gets a crate-local copy addressed RIP-relative, so the fast path does
+/// not first load the table's address from the GOT.
+const LUT: [u8; LUT_MAX / 8 + 1] = build_lut();
 
 /// Class of a request whose size (rounded up to its alignment where that exceeds 8) is
 /// at most [`LUT_MAX`]. One table load.
