@@ -11,7 +11,8 @@
 //!
 //! A same-thread, same-tenant alloc/free pair neither charges nor uncharges: the free reads
 //! the owner word, keeps the slot charged in the thread's object stock (`object_stock.rs`)
-//! and the next allocation takes it back. Everything else goes through the byte stock (`slabcg-accounting`).
+//! and the next allocation takes it back. Everything else goes through the byte stock
+//! (`slabcg-accounting`).
 //!
 //! Owner metadata of slot `i` of a slab is the u32 at
 //! `slab_start + meta_offset + i * meta_stride` (see `slab.rs`): one formula whatever the
@@ -45,16 +46,17 @@ pub static CHARGED_LARGE: AtomicUsize = AtomicUsize::new(0);
 #[inline(always)]
 pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
     let seg: *mut Segment = segment_of(p);
-    // SAFETY: p lies in a live accounted segment; its header is immutable after creation
-    // (the copies below are made from `layout` in `Segment::create`), and for a slot start
-    // the metadata address lies inside p's slab (slab.rs: `metadata_fits_where_promised`).
+    // SAFETY: p lies in a live accounted segment; its header is immutable after creation,
+    // and for a slot start the metadata address lies inside p's slab (slab.rs:
+    // `metadata_fits_where_promised`).
     unsafe {
         let h = &*seg;
-        debug_assert_header(h);
+        let l = &h.layout;
         // Slabs are aligned to their size (segment::geometry).
-        let in_slab = p as usize & h.slab_mask;
-        let idx = ((in_slab as u64 * h.recip) >> 40) as usize;
-        p.sub(in_slab).add(h.meta_offset + idx * h.meta_stride) as *const AtomicU32
+        debug_assert!(h.accounted && h.slabs_offset.is_multiple_of(l.slab_bytes()));
+        let in_slab = p as usize & (l.slab_bytes() - 1);
+        p.sub(in_slab)
+            .add(l.meta_offset + l.slot_index(in_slab) * l.meta_stride) as *const AtomicU32
     }
 }
 
@@ -86,19 +88,6 @@ pub(crate) unsafe fn class_owner_word(p: *mut u8, c: usize) -> *const AtomicU32 
         );
         w
     })
-}
-
-/// Debug check that the header copies the owner lookups read agree with the layout.
-#[inline(always)]
-fn debug_assert_header(h: &Segment) {
-    debug_assert!(
-        h.accounted
-            && h.meta_offset == h.layout.meta_offset
-            && h.meta_stride == h.layout.meta_stride
-            && h.recip == h.layout.recip
-            && h.slab_mask == h.layout.slab_bytes() - 1
-            && h.slabs_offset & h.slab_mask == 0
-    );
 }
 
 /// Allocates a slot of class `c` charged to `cg` (non-zero): from the object stock when it

@@ -8,7 +8,7 @@ use slabcg_accounting::hooks::{self, SlabMeta, StatIdx};
 
 use crate::cache::CacheCore;
 use crate::size_class::{CLASS_SIZES, NUM_CLASSES};
-use crate::slab::{MetaPlacement, SlabLayout};
+use crate::slab::SlabLayout;
 
 const fn build(accounted: bool) -> [CacheCore; NUM_CLASSES] {
     let mut caches = [const { CacheCore::new(placeholder_layout(), 0, false) }; NUM_CLASSES];
@@ -59,10 +59,7 @@ pub fn cache(c: usize, accounted: bool) -> &'static CacheCore {
 pub(crate) fn owner_meta(l: &SlabLayout) -> SlabMeta {
     SlabMeta {
         object_size: l.object_size,
-        paid_per_slab: match l.meta {
-            MetaPlacement::External => l.meta_cost_slots * l.stride,
-            MetaPlacement::None | MetaPlacement::Leftover | MetaPlacement::Padding => 0,
-        },
+        paid_per_slab: l.meta_bytes_paid(),
         objects_per_slab: l.objects,
     }
 }

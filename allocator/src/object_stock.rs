@@ -109,7 +109,7 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
     if !thread_cache::is_live(tc) || tc.tag.load(Ordering::Relaxed) == u64::from(cg) {
         return;
     }
-    let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
+    let mut taken = NOTHING_TAKEN;
     let mut old = NO_TAG;
     let seen = tc.enter();
     if seen & STEAL == 0 {
@@ -123,11 +123,7 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
                 .is_ok()
             {
                 old = seen;
-                if !empty {
-                    for (t, b) in taken.iter_mut().zip(tc.bins.iter().map(|b| &b.tagged)) {
-                        *t = b.take_all();
-                    }
-                }
+                taken = take_tagged(tc);
             }
             tc.tag_misses.set(0);
         } else {
@@ -138,8 +134,18 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
     give_back(old, &taken);
 }
 
+/// The chains taken from a thread's tagged bins, per class: (head, count).
+type Taken = [(*mut FreeObj, u32); NUM_CLASSES];
+const NOTHING_TAKEN: Taken = [(core::ptr::null_mut(), 0); NUM_CLASSES];
+
+/// Empties every tagged bin of `tc`. The caller must hold the bins: the owner inside its
+/// critical section having seen no `STEAL`, a drainer after `wait_out`, or a fork child.
+fn take_tagged(tc: &ThreadCache) -> Taken {
+    core::array::from_fn(|c| tc.bins[c].tagged.take_all())
+}
+
 /// Uncharges and returns to their caches the slots taken from tagged bins of `tag`.
-fn give_back(tag: u64, taken: &[(*mut FreeObj, u32); NUM_CLASSES]) {
+fn give_back(tag: u64, taken: &Taken) {
     if tag == NO_TAG {
         // Invariant: untagged bins are empty (no owner word equals NO_TAG).
         debug_assert!(taken.iter().all(|&(_, n)| n == 0));
@@ -169,7 +175,7 @@ fn give_back(tag: u64, taken: &[(*mut FreeObj, u32); NUM_CLASSES]) {
 
 /// Gives back this thread's own tagged objects (thread exit, trim). Waits out a drainer.
 pub fn give_back_own(tc: &ThreadCache) {
-    let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
+    let taken;
     let old;
     loop {
         let seen = tc.enter();
@@ -179,9 +185,7 @@ pub fn give_back_own(tc: &ThreadCache) {
                 .compare_exchange(seen, NO_TAG, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
         {
-            for (t, b) in taken.iter_mut().zip(tc.bins.iter().map(|b| &b.tagged)) {
-                *t = b.take_all();
-            }
+            taken = take_tagged(tc);
             tc.leave();
             old = seen;
             break;
@@ -199,12 +203,8 @@ pub fn give_back_orphan(tc: &ThreadCache) {
     if tc.in_cs.load(Ordering::Relaxed) {
         return;
     }
-    let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
     let old = tc.tag.swap(NO_TAG, Ordering::Relaxed) & !STEAL;
-    for (t, b) in taken.iter_mut().zip(tc.bins.iter().map(|b| &b.tagged)) {
-        *t = b.take_all();
-    }
-    give_back(old, &taken);
+    give_back(old, &take_tagged(tc));
 }
 
 /// Takes every thread's tagged objects (idle threads included) and uncharges them.
@@ -219,14 +219,12 @@ pub fn drain_all() {
     });
     let remote = hooks::remote_barrier();
     threads.for_each(|tc| {
-        let mut taken = [(core::ptr::null_mut(), 0u32); NUM_CLASSES];
+        let mut taken = NOTHING_TAKEN;
         let mut old = NO_TAG;
         if remote || core::ptr::eq(tc, own) {
             hooks::wait_out(&tc.in_cs);
             old = tc.tag.load(Ordering::Relaxed) & !STEAL;
-            for (t, b) in taken.iter_mut().zip(tc.bins.iter().map(|b| &b.tagged)) {
-                *t = b.take_all();
-            }
+            taken = take_tagged(tc);
             // Release: the owner that next loads NO_TAG (and later retags) sees empty bins.
             tc.tag.store(NO_TAG, Ordering::Release);
         } else {

@@ -84,14 +84,6 @@ pub struct Segment {
     /// Whether slots carry owner metadata (a copy of the cache's flag; the free path reads
     /// the same fact from the slot's address, `ACCOUNTED_BIT`).
     pub accounted: bool,
-    /// What the owner lookup of an accounted free reads, precomputed from `layout` and
-    /// kept in the header's first cache line:
-    /// `slab_mask == slab_bytes - 1`, `recip == layout.recip`,
-    /// `meta_offset == layout.meta_offset`, `meta_stride == layout.meta_stride`.
-    pub slab_mask: usize,
-    pub recip: u64,
-    pub meta_offset: usize,
-    pub meta_stride: usize,
     /// Offset of slab 0 from the segment start: a multiple of the slab size (`geometry`).
     pub slabs_offset: usize,
     /// Copy of the cache's layout, so the free path reads one header.
@@ -103,10 +95,6 @@ pub struct Segment {
     /// Next segment of the same cache.
     pub next: *mut Segment,
 }
-
-// The owner lookup of dedicated-cache frees (`charge::owner_word`) reads `slab_mask` through
-// `meta_stride`: keep them in the header's first cache line (segments are 4 MiB aligned).
-const _: () = assert!(core::mem::offset_of!(Segment, meta_stride) + 8 <= 64);
 
 impl Segment {
     /// Maps and initialises a segment for `cache`. Null when the OS refuses.
@@ -127,10 +115,6 @@ impl Segment {
                 Segment {
                     cache,
                     accounted: cache.accounted,
-                    slab_mask: layout.slab_bytes() - 1,
-                    recip: layout.recip,
-                    meta_offset: layout.meta_offset,
-                    meta_stride: layout.meta_stride,
                     layout,
                     slabs_offset,
                     nslabs,

@@ -321,7 +321,7 @@ pub unsafe fn free_slow(p: *mut u8, c: usize, accounted: bool) {
         && crate::segment::is_segment(p)
         && crate::charge::is_accounted(p)
     {
-        // SAFETY: caller's contract; the segment says the slot is accounted.
+        // SAFETY: caller's contract; p lies in a segment and its address says accounted.
         return unsafe { crate::charge::free_small(p, c) };
     }
     with(|tc| {
@@ -447,31 +447,28 @@ static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
     head: ptr::null_mut(),
 });
 
-/// Set by [`activate`], under the registry lock.
-static ACCT_SEEN_ALL: AtomicBool = AtomicBool::new(false);
+/// The `acct_mask` every thread gets: 0, then `ACCOUNTED_BIT` from [`activate`] on. Written
+/// and read under the registry lock.
+static ACCT_MASK: AtomicUsize = AtomicUsize::new(0);
 
 /// Registered with the accounting (`hooks::set_on_activate`): runs before the first scope is
 /// entered, so before any accounted object exists. Every registered thread learns that frees
-/// may meet accounted objects, and threads registering later read `ACCT_SEEN_ALL` under the
-/// same lock. A thread that frees an accounted object received from another thread has that
-/// object through a happens-before chain that starts after these stores, so it sees its flag
-/// set; unregistered and exiting threads have closed bins, so their frees reach `free_slow`,
-/// which checks the segment itself.
+/// may meet accounted objects (its `acct_mask`), and threads registering later copy
+/// `ACCT_MASK` under the same lock. A thread that frees an accounted object received from
+/// another thread has that object through a happens-before chain that starts after these
+/// stores, so it sees its mask set; unregistered and exiting threads have closed bins, so
+/// their frees reach `free_slow`, which checks the address itself.
 pub(crate) fn activate() {
     let threads = Threads::lock();
-    ACCT_SEEN_ALL.store(true, Ordering::Relaxed);
+    ACCT_MASK.store(ACCOUNTED_BIT, Ordering::Relaxed);
     threads.for_each(|tc| tc.acct_mask.store(ACCOUNTED_BIT, Ordering::Relaxed));
 }
 
 fn registry_insert(tc: &ThreadCache) {
     let me = tc as *const ThreadCache as *mut ThreadCache;
     let mut r = REGISTRY.lock();
-    let mask = if ACCT_SEEN_ALL.load(Ordering::Relaxed) {
-        ACCOUNTED_BIT
-    } else {
-        0
-    };
-    tc.acct_mask.store(mask, Ordering::Relaxed);
+    tc.acct_mask
+        .store(ACCT_MASK.load(Ordering::Relaxed), Ordering::Relaxed);
     tc.prev.store(ptr::null_mut(), Ordering::Relaxed);
     tc.next.store(r.head, Ordering::Relaxed);
     if !r.head.is_null() {
