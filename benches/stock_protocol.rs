@@ -34,12 +34,11 @@ use slabcg::{SlabAlloc, StatItem, Tenant};
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
-const STEAL: u64 = 1 << 32;
 const IDLE: u32 = 0;
 const BUSY: u32 = 1;
 
-/// One slot of a per-thread stock: the tenant it caches (and a drainer's steal request), the
-/// bytes pre-charged, and the flag or claim word of the protection being measured.
+/// One slot of a per-thread stock: the tenant it caches, the bytes pre-charged, and the flag
+/// or claim word of the protection being measured.
 struct Stock {
     tag: AtomicU64,
     in_cs: AtomicBool,
@@ -104,11 +103,11 @@ fn op_seqcst_fence(id: u64, n: u64) -> bool {
 fn op_rmw_claim(id: u64, n: u64) -> bool {
     STOCK.with(|s| {
         if s.claim.swap(BUSY, Ordering::Acquire) != IDLE {
-            // A drainer holds the slot (put its claim back; it releases it when done).
-            s.claim.store(BUSY, Ordering::Relaxed);
+            // A drainer holds the slot (the swap wrote BUSY over its BUSY: nothing changed);
+            // it releases the slot when done.
             return false;
         }
-        let ok = consume(s, s.tag.load(Ordering::Relaxed) & !STEAL, id, n);
+        let ok = consume(s, s.tag.load(Ordering::Relaxed), id, n);
         s.claim.store(IDLE, Ordering::Release);
         ok
     })
