@@ -14,31 +14,32 @@
 //! (instructions per pair = total / (sizes x 4 x batches); the difference between the two
 //! runs is what accounting adds.) Without valgrind it prints ns per pair.
 //!
-//! `pair_probe alt ROUNDS BATCHES` interleaves short plain and tenant runs in one process
-//! (ROUNDS of BATCHES each) and prints the minimum and median ns/pair of each and the median
+//! `pair_probe alt ROUNDS BATCHES [const]` interleaves short plain and tenant runs in one
+//! process (ROUNDS of BATCHES each) and prints the minimum and median ns/pair of each and the median
 //! of the per-round ratios (each tenant run against the plain run just before it), which
 //! survives a noisy machine better than a ratio of separate runs. The plain rounds run after
 //! a scope was entered, as plain allocations do in any process that uses tenants (their frees
-//! test the accounted address bit either way).
+//! test the accounted address bit either way). `scripts/acct-overhead.sh` repeats it and
+//! summarises the ratios.
 
 use slabcg::{SlabAlloc, Tenant};
 
 #[path = "../benches/common/probe_loops.rs"]
 mod probe_loops;
-use probe_loops::{run, run_mode};
+use probe_loops::run_mode;
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
-fn alternate(rounds: usize, batches: usize) {
+fn alternate(rounds: usize, batches: usize, constant: bool) {
     let tenant = Tenant::new("probe");
     for size in [32, 4096] {
         let (mut plain, mut scoped, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
-            let p = run(size, batches);
+            let p = run_mode(constant, size, batches);
             let t = {
                 let _scope = tenant.enter();
-                run(size, batches)
+                run_mode(constant, size, batches)
             };
             plain.push(p);
             scoped.push(t);
@@ -64,7 +65,8 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some("alt") {
         let rounds = args.nth(1).and_then(|s| s.parse().ok()).unwrap_or(200);
         let batches = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
-        return alternate(rounds, batches);
+        let constant = args.next().as_deref() == Some("const");
+        return alternate(rounds, batches, constant);
     }
     let batches: usize = args
         .next()
