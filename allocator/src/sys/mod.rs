@@ -4,6 +4,10 @@
 //! allocation-free (nothing here calls the Rust global allocator), never panics, and reports
 //! failure by a null pointer or `false` instead of unwinding. Linux (and other Unix systems with
 //! `mmap`) only.
+//!
+//! Under Miri (`cfg(miri)`, scripts/verify.sh) some calls have narrow fallbacks, because Miri
+//! models `mmap`/`munmap` only as malloc/free of whole mappings and has no `madvise` or
+//! `mremap`; each fallback says what it gives up. Only the interpreter ever runs them.
 
 use core::ptr;
 
@@ -11,6 +15,14 @@ use core::ptr;
 /// (see [`check_page_size`]); a kernel with bigger pages still works because every mapping we
 /// make is a multiple of this and `mmap` rounds up.
 pub const PAGE: usize = 4096;
+
+/// `mmap` flags of every mapping. Miri accepts exactly `MAP_PRIVATE | MAP_ANONYMOUS`;
+/// `MAP_NORESERVE` only tells the kernel not to reserve swap for the range, which changes
+/// nothing the program can observe short of running out of memory.
+#[cfg(not(miri))]
+const MAP_FLAGS: libc::c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+#[cfg(miri)]
+const MAP_FLAGS: libc::c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
 
 /// Maps `len` bytes of fresh, zeroed, read-write anonymous memory. Null on failure.
 pub fn map(len: usize) -> *mut u8 {
@@ -20,7 +32,7 @@ pub fn map(len: usize) -> *mut u8 {
             ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            MAP_FLAGS,
             -1,
             0,
         )
@@ -74,9 +86,49 @@ pub fn map_aligned_at(len: usize, align: usize, offset: usize) -> *mut u8 {
 /// # Safety
 /// `p..p+len` must be a page-aligned range this crate mapped and no longer uses.
 pub unsafe fn unmap(p: *mut u8, len: usize) {
+    #[cfg(not(miri))]
     // SAFETY: the caller guarantees the range is ours and dead.
     unsafe {
         libc::munmap(p.cast(), len);
+    }
+    // Miri can only munmap a whole mapping, exactly as mmap returned it, while this crate
+    // unmaps parts (the unaligned head and tail in `map_aligned_at`, a shrunk large block's
+    // tail, pieces of split cached mappings). So under Miri the range stays allocated (Miri
+    // does not report mmap memory as leaked) and is made uninitialised instead: any later read
+    // of it, which on Linux would fault, is reported by Miri as a read of uninitialised
+    // memory. What this gives up: a write after unmap goes unnoticed.
+    #[cfg(miri)]
+    // SAFETY: the caller guarantees the range is ours, mapped and dead, so overwriting it
+    // (with uninitialised bytes) affects nothing anybody may still read.
+    unsafe {
+        forget_contents(p, len)
+    }
+}
+
+/// Makes `p..p+len` uninitialised, a page at a time (one typed copy each in the interpreter).
+///
+/// # Safety
+/// `p..p+len` must be writable memory nobody may read any more.
+#[cfg(miri)]
+unsafe fn forget_contents(p: *mut u8, len: usize) {
+    use core::mem::MaybeUninit;
+    let mut off = 0;
+    while off < len {
+        // SAFETY: off < len, so the chunk lies in the caller's writable range; MaybeUninit
+        // has alignment 1.
+        unsafe {
+            if len - off >= PAGE {
+                p.add(off)
+                    .cast::<MaybeUninit<[u8; PAGE]>>()
+                    .write(MaybeUninit::uninit());
+                off += PAGE;
+            } else {
+                p.add(off)
+                    .cast::<MaybeUninit<u8>>()
+                    .write(MaybeUninit::uninit());
+                off += 1;
+            }
+        }
     }
 }
 
@@ -86,10 +138,18 @@ pub unsafe fn unmap(p: *mut u8, len: usize) {
 /// # Safety
 /// `p..p+len` must be a page-aligned range this crate mapped whose contents nobody needs.
 pub unsafe fn release(p: *mut u8, len: usize) {
+    #[cfg(not(miri))]
     // SAFETY: the caller guarantees the range is ours and its contents are dead; MADV_DONTNEED
     // on a private anonymous mapping only drops the pages.
     unsafe {
         libc::madvise(p.cast(), len, libc::MADV_DONTNEED);
+    }
+    // Miri has no madvise. What MADV_DONTNEED does to a private anonymous mapping, as far as
+    // the program can tell, is that the range reads back as zero: write the zeros.
+    #[cfg(miri)]
+    // SAFETY: the caller guarantees the range is ours, writable and its contents dead.
+    unsafe {
+        ptr::write_bytes(p, 0, len)
     }
 }
 
@@ -100,12 +160,13 @@ pub unsafe fn release(p: *mut u8, len: usize) {
 /// # Safety
 /// `p..p+len` must be a page-aligned range this crate mapped.
 pub unsafe fn advise_huge(p: *mut u8, len: usize) {
-    #[cfg(target_os = "linux")]
+    // Not under Miri, which has no madvise: the hint changes no contents.
+    #[cfg(all(target_os = "linux", not(miri)))]
     // SAFETY: the caller guarantees the range is ours; MADV_HUGEPAGE changes no contents.
     unsafe {
         libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(any(not(target_os = "linux"), miri))]
     let _ = (p, len);
 }
 
@@ -114,7 +175,7 @@ pub unsafe fn advise_huge(p: *mut u8, len: usize) {
 ///
 /// # Safety
 /// `p..p+old_len` must be a whole mapping this crate made.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 pub unsafe fn remap(p: *mut u8, old_len: usize, new_len: usize) -> *mut u8 {
     // SAFETY: the caller guarantees the mapping is ours; MREMAP_MAYMOVE keeps the contents.
     let q = unsafe { libc::mremap(p.cast(), old_len, new_len, libc::MREMAP_MAYMOVE) };
@@ -125,11 +186,13 @@ pub unsafe fn remap(p: *mut u8, old_len: usize, new_len: usize) -> *mut u8 {
     }
 }
 
-/// Without `mremap`, the caller falls back to allocate-copy-free.
+/// Without `mremap`, the caller falls back to allocate-copy-free. Also the Miri version:
+/// Miri's mapping model cannot resize the pieces of split mappings this crate remaps, and
+/// a refused remap is a path the callers already handle.
 ///
 /// # Safety
 /// As the Linux version.
-#[cfg(not(target_os = "linux"))]
+#[cfg(any(not(target_os = "linux"), miri))]
 pub unsafe fn remap(_p: *mut u8, _old_len: usize, _new_len: usize) -> *mut u8 {
     ptr::null_mut()
 }
@@ -165,6 +228,10 @@ pub fn fatal(msg: &str) -> ! {
 /// Resident set size of this process in bytes, from /proc/self/statm (0 when unavailable).
 /// Allocation-free: reads into a stack buffer.
 pub fn resident_bytes() -> usize {
+    // Miri's isolation forbids opening files; 0 is this function's "unavailable".
+    if cfg!(miri) {
+        return 0;
+    }
     let path = b"/proc/self/statm\0";
     let mut buf = [0u8; 128];
     // SAFETY: path is NUL-terminated; buf is a valid writable buffer of its length.
@@ -204,7 +271,8 @@ mod tests {
     fn map_aligned_at_lands_on_the_offset() {
         const ALIGN: usize = 8 << 20;
         for offset in [0, 4 << 20, PAGE] {
-            for _ in 0..8 {
+            // Each try maps 12 MiB, which Miri cannot give back (see `unmap`): one there.
+            for _ in 0..if cfg!(miri) { 1 } else { 8 } {
                 let p = map_aligned_at(4 << 20, ALIGN, offset);
                 assert!(!p.is_null());
                 assert_eq!(p as usize % ALIGN, offset);
