@@ -6,8 +6,8 @@
 //! `mmap`) only.
 //!
 //! Under Miri (`cfg(miri)`, scripts/verify.sh) some calls have narrow fallbacks, because Miri
-//! models `mmap`/`munmap` only as malloc/free of whole mappings and has no `madvise` or
-//! `mremap`; each fallback says what it gives up. Only the interpreter ever runs them.
+//! models `mmap`/`munmap`/`mremap` only as malloc/free/realloc of whole mappings and has no
+//! `madvise`; each fallback says what it gives up. Only the interpreter ever runs them.
 
 use core::ptr;
 
@@ -187,8 +187,9 @@ pub unsafe fn remap(p: *mut u8, old_len: usize, new_len: usize) -> *mut u8 {
 }
 
 /// Without `mremap`, the caller falls back to allocate-copy-free. Also the Miri version:
-/// Miri's mapping model cannot resize the pieces of split mappings this crate remaps, and
-/// a refused remap is a path the callers already handle.
+/// Miri's `mremap` resizes only a whole mapping as `mmap` returned it, while this crate
+/// remaps pieces of them (the aligned middle of a `map_aligned` mapping, the parts of a split
+/// cached mapping); a refused remap is a path the callers already handle.
 ///
 /// # Safety
 /// As the Linux version.

@@ -50,15 +50,6 @@ pub fn register_fork_handlers(
     parent: unsafe extern "C" fn(),
     child: unsafe extern "C" fn(),
 ) -> bool {
-    #[cfg(not(miri))]
     // SAFETY: the handlers are plain C-ABI functions that live for the whole program.
-    unsafe {
-        libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) == 0
-    }
-    // Miri cannot fork, so the handlers could never run: registering nothing is exact.
-    #[cfg(miri)]
-    {
-        let _ = (prepare, parent, child);
-        true
-    }
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) == 0 }
 }
