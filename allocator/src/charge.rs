@@ -53,7 +53,7 @@ pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
         let h = &*seg;
         let l = &h.layout;
         // Slabs are aligned to their size (segment::geometry).
-        debug_assert!(h.accounted && h.slabs_offset.is_multiple_of(l.slab_bytes()));
+        debug_assert!((*h.cache).accounted && h.slabs_offset.is_multiple_of(l.slab_bytes()));
         let in_slab = p as usize & (l.slab_bytes() - 1);
         p.sub(in_slab)
             .add(l.meta_offset + l.slot_index(in_slab) * l.meta_stride) as *const AtomicU32
@@ -135,8 +135,9 @@ pub fn is_accounted(p: *mut u8) -> bool {
     let acct = p as usize & ACCOUNTED_BIT != 0;
     debug_assert!(
         !crate::segment::is_segment(p)
-            // SAFETY: is_segment says p lies in a live segment, whose header is immutable.
-            || acct == unsafe { (*segment_of(p)).accounted }
+            // SAFETY: is_segment says p lies in a live segment, whose header is immutable and
+            // names its cache, a static.
+            || acct == unsafe { (*(*segment_of(p)).cache).accounted }
     );
     acct
 }

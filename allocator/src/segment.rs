@@ -81,12 +81,10 @@ pub struct SlabDesc {
 pub struct Segment {
     /// The cache every slab in this segment belongs to.
     pub cache: *const CacheCore,
-    /// Whether slots carry owner metadata (a copy of the cache's flag; the free path reads
-    /// the same fact from the slot's address, `ACCOUNTED_BIT`).
-    pub accounted: bool,
     /// Offset of slab 0 from the segment start: a multiple of the slab size (`geometry`).
     pub slabs_offset: usize,
-    /// Copy of the cache's layout, so the free path reads one header.
+    /// Copy of the cache's layout, so code that starts from a slot address (`usable_size`,
+    /// slot checks, dedicated-cache frees) finds it in this one header.
     pub layout: SlabLayout,
     /// Slabs in this segment.
     pub nslabs: usize,
@@ -114,7 +112,6 @@ impl Segment {
                 seg,
                 Segment {
                     cache,
-                    accounted: cache.accounted,
                     layout,
                     slabs_offset,
                     nslabs,

@@ -146,6 +146,9 @@ pub struct ClassBins {
     pub(crate) owner: OwnerGeom,
 }
 
+// The fast paths count on one line per class (the `class * 64` offset).
+const _: () = assert!(core::mem::size_of::<ClassBins>() == 64);
+
 /// Where the owner words of an accounted size class's slots are: the owner word of slot `p`
 /// is the u32 at `(p & !slab_mask) + meta_offset + 4 * ((p & slab_mask) * recip >> 40)`
 /// (slabs are aligned to their size; size classes have no padding, so their owner words

@@ -200,8 +200,8 @@ fn accounted_slots_carry_the_address_bit() {
             assert!(!p.is_null() && !q.is_null());
             assert_eq!(p as usize & ACCOUNTED_BIT, 0, "plain slot of class {c}");
             assert_ne!(q as usize & ACCOUNTED_BIT, 0, "accounted slot of class {c}");
-            assert!(!(*segment_of(p)).accounted);
-            assert!((*segment_of(q)).accounted);
+            assert!(!(*(*segment_of(p)).cache).accounted);
+            assert!((*(*segment_of(q)).cache).accounted);
             GLOBAL.dealloc(q, l);
             GLOBAL.dealloc(p, l);
         }
