@@ -20,26 +20,15 @@ use std::thread;
 use slabcg_accounting::{drain_all_stocks, Tenant};
 use slabcg_allocator::{Cache, SlabAlloc};
 
+#[path = "common/pattern.rs"]
+mod pattern;
+use pattern::{check, fill};
+
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
 /// Blocks handed between threads (raw pointers are not `Send`).
 struct Blocks(Vec<(usize, Layout)>);
-
-fn fill(p: *mut u8, n: usize, seed: u8) {
-    for i in 0..n {
-        // SAFETY: p has n writable bytes.
-        unsafe { *p.add(i) = seed.wrapping_add(i as u8) };
-    }
-}
-
-fn check(p: *const u8, n: usize, seed: u8) {
-    for i in 0..n {
-        // SAFETY: p has n readable bytes.
-        let b = unsafe { *p.add(i) };
-        assert_eq!(b, seed.wrapping_add(i as u8), "byte {i} of {n}");
-    }
-}
 
 /// Bytes of a block worth filling and checking: the first and last 64 (the interpreter is
 /// slow; the ends are where an overlap would show).

@@ -11,29 +11,14 @@ use slabcg_allocator::SlabAlloc;
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
 mod common;
+#[path = "common/pattern.rs"]
+mod pattern;
 use common::Rng;
+use pattern::{check, fill};
 
 struct Live {
     layout: Layout,
     tag: u8,
-}
-
-fn byte(tag: u8, i: usize) -> u8 {
-    tag.wrapping_add((i % 251) as u8)
-}
-
-fn fill(p: *mut u8, n: usize, tag: u8) {
-    for i in 0..n {
-        // SAFETY: p has n writable bytes.
-        unsafe { *p.add(i) = byte(tag, i) };
-    }
-}
-
-fn check(p: *const u8, n: usize, tag: u8) {
-    for i in 0..n {
-        // SAFETY: p has n readable bytes.
-        assert_eq!(unsafe { *p.add(i) }, byte(tag, i), "byte {i} of {n}");
-    }
 }
 
 /// No live region may overlap [start, end).

@@ -8,15 +8,21 @@ use std::time::Instant;
 mod batch4;
 use batch4::batch4;
 
-/// The layout known only at run time: every allocation goes through the `__rust_alloc` call.
-#[inline(never)]
-pub fn run(size: usize, batches: usize) -> f64 {
-    let l = Layout::from_size_align(size, 8).unwrap();
+/// ns per pair of `batches` batches of `l`. Always inlined, so each caller below gets its own
+/// copy: one with the layout known only at run time, one with it a constant.
+#[inline(always)]
+fn timed(l: Layout, batches: usize) -> f64 {
     let t = Instant::now();
     for _ in 0..batches {
         batch4(l);
     }
     t.elapsed().as_nanos() as f64 / (batches * 4) as f64
+}
+
+/// The layout known only at run time: every allocation goes through the `__rust_alloc` call.
+#[inline(never)]
+pub fn run(size: usize, batches: usize) -> f64 {
+    timed(Layout::from_size_align(size, 8).unwrap(), batches)
 }
 
 /// `run` with the layout a compile-time constant: with the release profile's thin LTO the
@@ -25,12 +31,7 @@ pub fn run(size: usize, batches: usize) -> f64 {
 /// the `__rust_alloc` call that `run` makes, while accounting adds the same instructions.
 #[inline(never)]
 pub fn run_const<const SIZE: usize>(batches: usize) -> f64 {
-    let l = Layout::from_size_align(SIZE, 8).unwrap();
-    let t = Instant::now();
-    for _ in 0..batches {
-        batch4(l);
-    }
-    t.elapsed().as_nanos() as f64 / (batches * 4) as f64
+    timed(Layout::from_size_align(SIZE, 8).unwrap(), batches)
 }
 
 /// `run` or, with `constant`, `run_const` (32 or 4096 bytes only).
