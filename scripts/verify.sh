@@ -14,7 +14,7 @@
 #      interleave, which costs ~16 ms under Stacked Borrows (Tree Borrows is no faster): the
 #      test harness with no test selected did not finish in 6 minutes. Everything else Miri
 #      checks stays on: use after free, out of bounds, uninitialised reads (including reads
-#      of memory the allocator unmapped), alignment, data races, leaks. About 4 minutes.
+#      of memory the allocator unmapped), alignment, data races, leaks. About 5 minutes.
 #   3. The loom model of the object-stock protocol (allocator/tests/loom_object_stock.rs).
 # Needs: `rustup toolchain install nightly --component miri` (Miri), network for the loom crate.
 set -euo pipefail
