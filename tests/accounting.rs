@@ -355,6 +355,97 @@ fn object_stock_retags_and_stays_exact() {
 }
 
 #[test]
+fn drains_race_object_stock_churn() {
+    // Two threads churn same-tenant alloc/free pairs (object-stock hits), switch tenants now
+    // and then (retags) and keep some objects, while a third drains every stock in a loop.
+    // Each drain uncharges the workers' tagged bins without touching them, and the workers
+    // settle on their next miss. At the end the tenants must be exact, and a tenant whose
+    // limit is its ledger must still be able to allocate (nothing stays charged twice).
+    let tenants = [Tenant::new("churn-a"), Tenant::new("churn-b")];
+    let stop = Arc::new(AtomicBool::new(false));
+    let drainer = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                slabcg::drain_all_stocks();
+                n += 1;
+            }
+            n
+        })
+    };
+    let workers: Vec<_> = (0..2)
+        .map(|i| {
+            let tenants = tenants.clone();
+            thread::spawn(move || {
+                let mut rng = Rng(0xC4u64 + i);
+                let mut kept: Vec<Obj> = Vec::new();
+                for round in 0..400 {
+                    let t = (round / 50 + i as usize) % 2;
+                    let _g = tenants[t].enter();
+                    for _ in 0..50 {
+                        let size = [16usize, 32, 48, 256, 4096][(rng.next() % 5) as usize];
+                        let layout = Layout::from_size_align(size, 8).unwrap();
+                        let mut batch = [core::ptr::null_mut::<u8>(); 4];
+                        for p in batch.iter_mut() {
+                            // SAFETY: valid layout.
+                            *p = unsafe { GLOBAL.alloc(layout) };
+                            assert!(!p.is_null());
+                        }
+                        for (k, &p) in batch.iter().enumerate() {
+                            if k == 0 && rng.next().is_multiple_of(8) {
+                                // SAFETY: p is live.
+                                let usable = unsafe { SlabAlloc::usable_size(p) } as u64;
+                                kept.push(Obj {
+                                    p: p as usize,
+                                    layout,
+                                    usable,
+                                    t,
+                                });
+                            } else {
+                                // SAFETY: live, allocated with layout, freed once.
+                                unsafe { GLOBAL.dealloc(p, layout) };
+                            }
+                        }
+                    }
+                }
+                kept
+            })
+        })
+        .collect();
+    let mut kept: Vec<Obj> = Vec::new();
+    for w in workers {
+        kept.extend(w.join().unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(drainer.join().unwrap() > 0);
+    let ledger = |t: usize| -> u64 { kept.iter().filter(|o| o.t == t).map(|o| o.usable).sum() };
+    for (t, tenant) in tenants.iter().enumerate() {
+        assert_eq!(
+            tenant.current_exact(),
+            ledger(t),
+            "tenant {}",
+            tenant.name()
+        );
+    }
+    // With the limit at the ledger plus one 4 KiB object, that object must fit: the
+    // workers' exited threads and the drains left nothing else charged.
+    let a = &tenants[0];
+    a.set_max(ledger(0) + 4096);
+    let p = alloc_in(a, Layout::from_size_align(4096, 8).unwrap());
+    assert!(!p.is_null(), "a charge left behind by a drain");
+    // SAFETY: live, allocated with this layout.
+    unsafe { GLOBAL.dealloc(p, Layout::from_size_align(4096, 8).unwrap()) };
+    a.set_max(u64::MAX);
+    for o in kept {
+        free(o);
+    }
+    for tenant in &tenants {
+        assert_eq!(tenant.current_exact(), 0, "tenant {}", tenant.name());
+    }
+}
+
+#[test]
 fn refused_large_growth_fails_the_realloc() {
     let t = Tenant::new("realloc-limit");
     t.set_max(1 << 20);

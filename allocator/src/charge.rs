@@ -31,6 +31,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
+use crate::object_stock::Pop;
 use crate::segment::{segment_of, Segment, ACCOUNTED_BIT};
 use crate::size_class::class_size;
 use crate::{large, object_stock, thread_cache};
@@ -95,10 +96,24 @@ pub(crate) unsafe fn class_owner_word(p: *mut u8, c: usize) -> *const AtomicU32 
 /// exhausted (then nothing stays charged).
 #[inline(always)]
 pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
-    let p = thread_cache::with(|tc| tc.tagged_pop(c, cg));
-    if !p.is_null() {
-        return p;
+    match thread_cache::with(|tc| tc.tagged_pop(c, cg)) {
+        Pop::Hit(p) => p,
+        Pop::Empty => alloc_small_charging(c, cg),
+        // SAFETY: p is what tagged_pop(c, cg) just returned as Foreign.
+        Pop::Foreign(p) => unsafe { alloc_small_put_back(c, cg, p) },
     }
+}
+
+/// The tagged bin held a slot of another tenant (or a drainer has been at it): put it back
+/// and charge.
+///
+/// # Safety
+/// As [`ThreadCache::put_back`].
+#[cold]
+#[inline(never)]
+unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
+    // SAFETY: caller's contract.
+    thread_cache::with(|tc| unsafe { tc.put_back(c, p) });
     alloc_small_charging(c, cg)
 }
 
@@ -191,6 +206,12 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
             thread_cache::free_slow(p, c, true);
         }
     }
+    // A drainer may be why the slot was not kept: give back what it left in the bins.
+    thread_cache::with(|tc| {
+        if tc.must_settle() {
+            object_stock::settle(tc);
+        }
+    });
 }
 
 /// A large allocation charged to the current tenant (if any).

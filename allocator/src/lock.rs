@@ -64,6 +64,15 @@ impl<T> SpinLock<T> {
         }
     }
 
+    /// Takes the lock if it is free (a fork child uses it to leave alone what a thread that
+    /// did not survive the fork was changing).
+    pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(SpinGuard { lock: self })
+    }
+
     /// Takes the lock and leaks the guard; used by the fork handlers, which lock everything
     /// before `fork` and release it in both processes afterwards.
     pub fn lock_raw(&self) {

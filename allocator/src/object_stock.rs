@@ -5,30 +5,62 @@
 //! tenant takes it back without charging (no stock update, no owner write). This is seed
 //! 003's object stock taken one step further: the kernel caches charged bytes per CPU; we
 //! cache the charged objects themselves, so what the same-tenant alloc/free pair adds to the
-//! unaccounted pair is the owner-word read on free and a short critical section with one tag
-//! compare on each side (19 instructions per pair, BENCHMARKS.md).
+//! unaccounted pair is the owner-word read on free and one load and compare of the tag word
+//! on each side (BENCHMARKS.md).
 //!
 //! Accounting consequences, the same as for the byte stocks:
 //! - objects in tagged bins count in their tenant's `current` and slab stats (pre-charged);
 //!   at most `tagged_max(c)` per class per thread (at most 64 KiB per class per thread, or
 //!   one object for the classes above 64 KiB);
-//! - every drain of all stocks first takes every thread's tagged bins (idle threads
-//!   included) and uncharges them ([`drain_all`], registered with the accounting), so
-//!   `current_exact()` is exact and no charge fails while other threads sit on such objects.
+//! - every drain of all stocks first uncharges every thread's tagged bins (idle threads
+//!   included; [`drain_all`], registered with the accounting), so `current_exact()` is exact
+//!   and no charge fails while other threads sit on such objects.
 //!
-//! Protocol: `tag` holds the tenant (low 32 bits) and a drainer's `STEAL` bit. The owner
-//! touches the tagged bins only inside a critical section (`in_cs = 1`, compiler fence, load
-//! `tag` and compare it with the tenant, ..., `in_cs = 0`), so one compare tests both "same
-//! tenant" and "no drainer". A drainer sets `STEAL` with an atomic RMW, runs a process-wide
-//! barrier (membarrier), waits for `in_cs == 0`, takes the bins and stores `tag = NO_TAG`
-//! (clearing `STEAL`). The owner changes `tag` only by CAS inside its critical section, so
-//! it never overwrites a `STEAL` bit. Dekker-style ordering: the owner's `in_cs` store and
-//! its `tag` load are ordered by the barrier the drainer forces on every CPU, so either the
-//! owner sees `STEAL` or the drainer sees `in_cs == 1` (as in `accounting/src/drain.rs`).
+//! Protocol. `tag` holds the tenant whose objects the tagged bins hold (low 32 bits), or
+//! `NO_TAG` (bins empty), with a drainer's `STEAL` or `DRAINED` bit. The owner's fast paths
+//! read `tag`, never write it, and store nothing but the bin itself:
+//! - the free checks first: it pushes a slot only when `tag` equals the slot's owner;
+//! - the allocation checks after: it pops, then (compiler fence) loads `tag`, and puts the
+//!   slot back when `tag` is not its tenant.
 //!
-//! Invariant (outside a CS, no drainer): `tag == NO_TAG  =>  every tagged bin is empty`, and
-//! every slot in a tagged bin is charged to `tag` with its class size and its owner word
-//! equals `tag`.
+//! Every other change of `tag` or of the tagged bins (retagging, giving back, a drainer's
+//! work) happens under the thread's `stock` lock.
+//!
+//! A drainer never touches another thread's bins and never waits for their owner, who may be
+//! idle or preempted. It only uncharges what the bins hold and writes down how much. Per
+//! thread, under `stock`:
+//! 1. it sets `STEAL`;
+//! 2. after a process-wide barrier (membarrier), it reads each tagged bin's `count`,
+//!    uncharges that many objects from the tenant, records the counts (`Drained::rec`) and
+//!    sets `DRAINED`.
+//!
+//! The slots stay in the bins, uncharged, until the owner next leaves its fast path
+//! ([`settle`]): then it takes the bins, uncharges `count - rec` more and frees the slots to
+//! their cache.
+//!
+//! Why the counts add up. The barrier pairs with each owner operation, Dekker style: the
+//! owner's bin store, a compiler fence and its load of `tag`, against the drainer's store of
+//! `STEAL`, membarrier and its load of `count`.
+//! - An allocation whose check after the pop saw no `STEAL` is visible to the drainer, so
+//!   its object (live now, and still charged) is not in the count it reads. One whose check
+//!   saw `STEAL` puts the slot back before it settles: whichever count the drainer read,
+//!   the owner then takes at least that many.
+//! - A free that read `tag` before `STEAL` was set may push after the drainer read `count`.
+//!   Then the bin holds one more than `rec`, and that slot stays charged until the owner
+//!   settles or the next drain, which reads `count` again for a `DRAINED` thread and
+//!   uncharges the growth. Every later free sees `STEAL` or `DRAINED` and does not push.
+//!
+//! So `rec <= count` at all times, except while an allocation puts its pop back. No live
+//! object is ever uncharged, so no correction ever charges and `current <= max` holds. The
+//! tenant is exact once the owner settles, or once a drain finds the thread quiet (at a
+//! quiescent point, every drain does).
+//!
+//! Invariants (under `stock`):
+//! - `tag == NO_TAG  =>  every tagged bin is empty`;
+//! - `tag == T` or `T | STEAL  =>  every slot in a tagged bin is charged to T with its class
+//!   size, and its owner word is T`;
+//! - `tag == T | DRAINED  =>  the bin of class c holds count slots whose owner word is T, of
+//!   which count - rec[c] are still charged to T`.
 
 use core::sync::atomic::Ordering;
 
@@ -40,11 +72,16 @@ use crate::size_class::{class_size, NUM_CLASSES};
 use crate::thread_cache::{self, bin_max, ThreadCache};
 
 /// `tag` when the tagged bins hold nothing. Above every u32, so no owner word (a real objcg
-/// id, or garbage read for an invalid free) ever equals it and gets kept in an untagged bin;
-/// distinct from `STEAL`, so `tag & !STEAL` keeps it.
+/// id, or garbage read for an invalid free) ever equals it and gets kept in an untagged bin.
 pub const NO_TAG: u64 = 1 << 33;
-/// Set in `tag` by a drainer: the owner must not touch its tagged bins.
+/// Set in `tag` by a drainer between its two passes: the owner must settle before it keeps
+/// or reuses anything in its tagged bins.
 pub const STEAL: u64 = 1 << 32;
+/// Set in `tag` by a drainer that uncharged the tagged bins (`Drained::rec` says how much):
+/// the owner must settle before it keeps or reuses anything in them.
+pub const DRAINED: u64 = 1 << 34;
+/// The bits of `tag` that name the tenant.
+const TENANT: u64 = u32::MAX as u64;
 
 /// Consecutive allocations under another tenant after which a thread retags (gives its
 /// tagged objects back and starts caching for the new tenant).
@@ -56,32 +93,43 @@ pub fn tagged_max(c: usize) -> u32 {
     (bin_max(c) / 2).max(1)
 }
 
+/// What a drainer uncharged from a thread's tagged bins, per class (meaningful while `tag`
+/// has `DRAINED`; all zero otherwise). Guarded by the thread's `stock` lock.
+pub struct Drained {
+    rec: [u32; NUM_CLASSES],
+}
+
+impl Drained {
+    pub const NONE: Drained = Drained {
+        rec: [0; NUM_CLASSES],
+    };
+}
+
 impl ThreadCache {
-    /// Enters the critical section and returns `tag` (with `STEAL` when a drainer wants the
-    /// bins: then the caller must not touch them).
+    /// Pops a slot of class `c` already charged to `cg`.
     #[inline(always)]
-    fn enter(&self) -> u64 {
-        self.in_cs.store(true, Ordering::Relaxed);
-        hooks::light_barrier();
-        // Acquire: pairs with the drainer's release store of NO_TAG after it emptied the bins.
-        self.tag.load(Ordering::Acquire)
-    }
-
-    #[inline(always)]
-    fn leave(&self) {
-        self.in_cs.store(false, Ordering::Release);
-    }
-
-    /// Pops a slot of class `c` already charged to `cg`, or null.
-    #[inline(always)]
-    pub fn tagged_pop(&self, c: usize, cg: ObjCgId) -> *mut u8 {
-        let mut p = core::ptr::null_mut();
-        if self.enter() == u64::from(cg) {
-            // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
-            p = unsafe { &self.bins.get_unchecked(c).tagged }.pop();
+    pub fn tagged_pop(&self, c: usize, cg: ObjCgId) -> Pop {
+        // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
+        let p = unsafe { &self.bins.get_unchecked(c).tagged }.pop();
+        if p.is_null() {
+            return Pop::Empty;
         }
-        self.leave();
-        p
+        // The check follows the pop, so that a drainer either sees the pop or is seen here
+        // (module docs).
+        hooks::light_barrier();
+        if self.tag.load(Ordering::Relaxed) != u64::from(cg) {
+            return Pop::Foreign(p);
+        }
+        Pop::Hit(p)
+    }
+
+    /// Undoes the pop of [`Pop::Foreign`].
+    ///
+    /// # Safety
+    /// `p` must be what `tagged_pop(c, _)` just returned as `Pop::Foreign`.
+    pub unsafe fn put_back(&self, c: usize, p: *mut u8) {
+        // SAFETY: caller's contract.
+        unsafe { self.bins[c].tagged.unpop(p) }
     }
 
     /// Keeps slot `p` of class `c`, whose owner word says `owner`, charged in the tagged
@@ -91,75 +139,106 @@ impl ThreadCache {
     /// `p` must be a live accounted slot of class `c` charged to `owner`, given up.
     #[inline(always)]
     pub unsafe fn tagged_push(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
-        let mut kept = false;
-        if self.enter() == u64::from(owner) {
-            // SAFETY: c is valid; the caller gives up p, which stays charged to the tag.
-            kept = unsafe { self.bins.get_unchecked(c).tagged.push(p) };
+        if self.tag.load(Ordering::Relaxed) != u64::from(owner) {
+            return false;
         }
-        self.leave();
-        kept
+        // SAFETY: c is valid; the caller gives up p, which stays charged to the tag.
+        unsafe { self.bins.get_unchecked(c).tagged.push(p) }
+    }
+
+    /// Whether a drainer has been at this thread's tagged bins since the owner last settled.
+    #[inline]
+    pub(crate) fn must_settle(&self) -> bool {
+        self.tag.load(Ordering::Relaxed) & (STEAL | DRAINED) != 0
     }
 }
 
-/// Called after an allocation under `cg` missed the tagged bins: start caching for `cg`
-/// when the bins are empty, or after `RETAG_AFTER` misses give the cached objects back.
+/// What [`ThreadCache::tagged_pop`] found.
+pub enum Pop {
+    /// A slot charged to the tenant, now the caller's.
+    Hit(*mut u8),
+    /// The tagged bin of the class was empty.
+    Empty,
+    /// The bin held a slot but the tag is not the tenant (or a drainer has been here): the
+    /// caller must [`put_back`](ThreadCache::put_back) the slot.
+    Foreign(*mut u8),
+}
+
+/// Called after an allocation under `cg` missed the tagged bins: settle if a drainer has
+/// been here, then start caching for `cg` when the bins are empty, or after `RETAG_AFTER`
+/// misses give the cached objects back.
 #[cold]
 #[inline(never)]
 pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
     if !thread_cache::is_live(tc) || tc.tag.load(Ordering::Relaxed) == u64::from(cg) {
         return;
     }
-    let mut taken = NOTHING_TAKEN;
-    let mut old = NO_TAG;
-    let seen = tc.enter();
-    if seen & STEAL == 0 {
-        let empty = tc.bins.iter().map(|b| &b.tagged).all(|b| b.count() == 0);
+    let mut taken = NOTHING;
+    {
+        let mut d = tc.stock.lock();
+        let t = tc.tag.load(Ordering::Relaxed);
         let misses = tc.tag_misses.get() + 1;
-        if empty || misses >= RETAG_AFTER {
-            // The CAS fails only when a drainer set STEAL meanwhile; then the bins are its.
-            if tc
-                .tag
-                .compare_exchange(seen, u64::from(cg), Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
-            {
-                old = seen;
-                taken = take_tagged(tc);
-            }
+        let empty = tc.bins.iter().all(|b| b.tagged.count() == 0);
+        if t & (STEAL | DRAINED) != 0 || empty || misses >= RETAG_AFTER {
+            taken = take_own(tc, &mut d);
+            tc.tag.store(u64::from(cg), Ordering::Relaxed);
             tc.tag_misses.set(0);
         } else {
             tc.tag_misses.set(misses);
         }
     }
-    tc.leave();
-    give_back(old, &taken);
+    give_back(&taken);
 }
 
-/// The chains taken from a thread's tagged bins, per class: (head, count).
-type Taken = [(*mut FreeObj, u32); NUM_CLASSES];
-const NOTHING_TAKEN: Taken = [(core::ptr::null_mut(), 0); NUM_CLASSES];
-
-/// Empties every tagged bin of `tc`. The caller must hold the bins: the owner inside its
-/// critical section having seen no `STEAL`, a drainer after `wait_out`, or a fork child.
-fn take_tagged(tc: &ThreadCache) -> Taken {
-    core::array::from_fn(|c| tc.bins[c].tagged.take_all())
+/// What an owner took from its tagged bins: their tag, the chains per class (head, count),
+/// and how much of each a drainer already uncharged.
+struct Taken {
+    tag: u64,
+    chains: [(*mut FreeObj, u32); NUM_CLASSES],
+    rec: [u32; NUM_CLASSES],
 }
 
-/// Uncharges and returns to their caches the slots taken from tagged bins of `tag`.
-fn give_back(tag: u64, taken: &Taken) {
-    if tag == NO_TAG {
+const NOTHING: Taken = Taken {
+    tag: NO_TAG,
+    chains: [(core::ptr::null_mut(), 0); NUM_CLASSES],
+    rec: [0; NUM_CLASSES],
+};
+
+/// Empties the tagged bins of this thread, whatever a drainer did to them, and untags it.
+/// Called by the owner with its `stock` lock held (`d`), outside its fast paths.
+fn take_own(tc: &ThreadCache, d: &mut Drained) -> Taken {
+    let tag = tc.tag.load(Ordering::Relaxed);
+    let chains = core::array::from_fn(|c| tc.bins[c].tagged.take_all());
+    let rec = if tag & DRAINED != 0 {
+        core::mem::replace(&mut d.rec, [0; NUM_CLASSES])
+    } else {
+        [0; NUM_CLASSES]
+    };
+    // Outside the fast paths the owner's bins hold at least what a drainer counted.
+    debug_assert!((0..NUM_CLASSES).all(|c| chains[c].1 >= rec[c]));
+    tc.tag.store(NO_TAG, Ordering::Relaxed);
+    Taken { tag, chains, rec }
+}
+
+/// Uncharges what a drainer did not, and returns the taken slots to their caches.
+fn give_back(t: &Taken) {
+    if t.tag == NO_TAG {
         // Invariant: untagged bins are empty (no owner word equals NO_TAG).
-        debug_assert!(taken.iter().all(|&(_, n)| n == 0));
+        debug_assert!(t.chains.iter().all(|&(_, n)| n == 0));
         return;
     }
-    let tag = tag as ObjCgId;
-    for (c, &(head, n)) in taken.iter().enumerate() {
+    let tenant = (t.tag & TENANT) as ObjCgId;
+    for (c, &(head, n)) in t.chains.iter().enumerate() {
         if n == 0 {
             continue;
         }
-        let bytes = n as usize * class_size(c);
-        hooks::uncharge(tag, bytes, StatIdx::slab(c));
+        // Saturating: a fork child may find fewer than were counted (module docs).
+        let left = n.saturating_sub(t.rec[c]);
+        if left > 0 {
+            hooks::uncharge(tenant, left as usize * class_size(c), StatIdx::slab(c));
+        }
         // Clear the owner words, as an uncharging free does, so that a later double free of
-        // one of these slots is reported instead of uncharging `tag` again.
+        // one of these slots is reported instead of uncharging the tenant again.
         let mut o = head;
         while !o.is_null() {
             // SAFETY: o is a free slot of the accounted cache of class c (the chain).
@@ -173,65 +252,109 @@ fn give_back(tag: u64, taken: &Taken) {
     }
 }
 
-/// Gives back this thread's own tagged objects (thread exit, trim). Waits out a drainer.
-pub fn give_back_own(tc: &ThreadCache) {
-    let taken;
-    let old;
-    loop {
-        let seen = tc.enter();
-        if seen & STEAL == 0
-            && tc
-                .tag
-                .compare_exchange(seen, NO_TAG, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
-        {
-            taken = take_tagged(tc);
-            tc.leave();
-            old = seen;
-            break;
+/// The owner's way back after a drainer has been at its stock (`tag` has `STEAL` or
+/// `DRAINED`): takes its tagged bins, uncharges what the drainer did not, and frees the
+/// slots. Called from the allocation and free paths that leave the fast path.
+#[cold]
+#[inline(never)]
+pub fn settle(tc: &ThreadCache) {
+    let mut taken = NOTHING;
+    {
+        let mut d = tc.stock.lock();
+        if tc.must_settle() {
+            taken = take_own(tc, &mut d);
         }
-        tc.leave();
-        crate::sys::yield_now();
     }
-    give_back(old, &taken);
+    give_back(&taken);
+}
+
+/// Gives back this thread's own tagged objects (thread exit, trim).
+pub fn give_back_own(tc: &ThreadCache) {
+    let taken = take_own(tc, &mut tc.stock.lock());
+    give_back(&taken);
 }
 
 /// In a fork child: uncharges the tagged objects of a thread that did not survive the fork.
-/// A cache whose owner was inside its critical section at the fork may be half-updated and
-/// is left alone (its charges stay, a bounded inexactness of the child).
+/// A cache whose owner held its `stock` lock at the fork may be half-updated and is left
+/// alone (its charges stay, a bounded inexactness of the child). A fast path stopped by
+/// the fork may have left a bin's `count` off by one, so the lists are counted by walking
+/// them: a slot being popped is still on its list (and given back), one being pushed is
+/// not (and stays charged, as the live object it was).
 pub fn give_back_orphan(tc: &ThreadCache) {
-    if tc.in_cs.load(Ordering::Relaxed) {
+    let Some(mut d) = tc.stock.try_lock() else {
         return;
-    }
-    let old = tc.tag.swap(NO_TAG, Ordering::Relaxed) & !STEAL;
-    give_back(old, &take_tagged(tc));
+    };
+    let tag = tc.tag.load(Ordering::Relaxed);
+    let chains = core::array::from_fn(|c| tc.bins[c].tagged.take_all_walked());
+    let rec = core::mem::replace(&mut d.rec, [0; NUM_CLASSES]);
+    tc.tag.store(NO_TAG, Ordering::Relaxed);
+    drop(d);
+    let rec = if tag & DRAINED != 0 {
+        rec
+    } else {
+        [0; NUM_CLASSES]
+    };
+    give_back(&Taken { tag, chains, rec });
 }
 
-/// Takes every thread's tagged objects (idle threads included) and uncharges them.
-/// Registered with the accounting, which calls it at the start of every drain of all stocks.
+/// Uncharges every thread's tagged objects (idle threads included) without touching their
+/// bins (module docs). Registered with the accounting, which calls it at the start of every
+/// drain of all stocks.
 pub fn drain_all() {
     let own = thread_cache::with(|tc| tc as *const ThreadCache);
-    // One lock hold for both passes: no thread joins or leaves between setting `steal` and
-    // taking the bins.
+    // One registry lock hold for both passes: no thread joins or leaves in between.
     let threads = thread_cache::Threads::lock();
     threads.for_each(|tc| {
-        tc.tag.fetch_or(STEAL, Ordering::SeqCst);
+        if core::ptr::eq(tc, own) {
+            return;
+        }
+        let _d = tc.stock.lock();
+        let t = tc.tag.load(Ordering::Relaxed);
+        if t & (NO_TAG | DRAINED) == 0 {
+            tc.tag.store(t | STEAL, Ordering::SeqCst);
+        }
     });
     let remote = hooks::remote_barrier();
     threads.for_each(|tc| {
-        let mut taken = NOTHING_TAKEN;
-        let mut old = NO_TAG;
-        if remote || core::ptr::eq(tc, own) {
-            hooks::wait_out(&tc.in_cs);
-            old = tc.tag.load(Ordering::Relaxed) & !STEAL;
-            taken = take_tagged(tc);
-            // Release: the owner that next loads NO_TAG (and later retags) sees empty bins.
-            tc.tag.store(NO_TAG, Ordering::Release);
-        } else {
-            // Not drained (no remote barrier): withdraw the request. While STEAL is set the
-            // owner never writes `tag`, so clearing the bit loses nothing.
-            tc.tag.fetch_and(!STEAL, Ordering::Release);
+        if core::ptr::eq(tc, own) {
+            // Not in a fast path: this thread is here.
+            give_back_own(tc);
+            return;
         }
-        give_back(old, &taken);
+        let mut tenant = 0;
+        let mut counts = [0u32; NUM_CLASSES];
+        {
+            let mut d = tc.stock.lock();
+            let t = tc.tag.load(Ordering::Relaxed);
+            if t & STEAL != 0 && !remote {
+                // No barrier, so no count can be trusted: withdraw the request.
+                tc.tag.store(t & !STEAL, Ordering::Relaxed);
+            } else if t & STEAL != 0 {
+                for (c, n) in counts.iter_mut().enumerate() {
+                    *n = tc.bins[c].tagged.count();
+                    d.rec[c] = *n;
+                }
+                tc.tag.store(t & !STEAL | DRAINED, Ordering::Relaxed);
+                tenant = (t & TENANT) as ObjCgId;
+            } else if t & DRAINED != 0 {
+                // Drained before: uncharge what a free racing that drain pushed since. A
+                // count below `rec` is an allocation putting its pop back; it is ignored.
+                for (c, n) in counts.iter_mut().enumerate() {
+                    let now = tc.bins[c].tagged.count();
+                    if now > d.rec[c] {
+                        *n = now - d.rec[c];
+                        d.rec[c] = now;
+                    }
+                }
+                tenant = (t & TENANT) as ObjCgId;
+            }
+        }
+        if tenant != 0 {
+            for (c, &n) in counts.iter().enumerate() {
+                if n > 0 {
+                    hooks::uncharge(tenant, n as usize * class_size(c), StatIdx::slab(c));
+                }
+            }
+        }
     });
 }

@@ -19,7 +19,7 @@
 
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::cache::CacheCore;
 use crate::classes;
@@ -44,8 +44,9 @@ pub fn bin_max(c: usize) -> u32 {
 }
 
 pub struct Bin {
-    /// Relaxed atomics compile to plain moves; they are atomics because a drainer may take a
-    /// tagged bin from another thread (under the object-stock protocol below).
+    /// Relaxed atomics compile to plain moves. `count` is one because a drainer reads it from
+    /// another thread (object-stock protocol, `object_stock.rs`); `head` is one so that a
+    /// fork child may walk a lost thread's list.
     head: AtomicPtr<FreeObj>,
     count: AtomicU32,
     max: Cell<u32>,
@@ -93,6 +94,21 @@ impl Bin {
         true
     }
 
+    /// Puts back the slot [`pop`](Self::pop) just returned, whatever the capacity (the
+    /// object stock's allocation undoes a pop this way when its check after the pop fails).
+    ///
+    /// # Safety
+    /// `p` must be the slot the last `pop` of this bin returned, not used since.
+    #[inline]
+    pub unsafe fn unpop(&self, p: *mut u8) {
+        let o = p as *mut FreeObj;
+        // SAFETY: p is a free slot of this bin's class (caller's contract).
+        unsafe { (*o).next = self.head.load(Ordering::Relaxed) };
+        self.head.store(o, Ordering::Relaxed);
+        self.count
+            .store(self.count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
     /// Detaches the first `k` slots (k <= count) as a chain.
     fn take(&self, k: u32) -> *mut FreeObj {
         let head = self.head.load(Ordering::Relaxed);
@@ -123,6 +139,23 @@ impl Bin {
             return (ptr::null_mut(), 0);
         }
         let head = self.head.load(Ordering::Relaxed);
+        self.head.store(ptr::null_mut(), Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
+        (head, n)
+    }
+
+    /// Detaches the whole list and counts it by walking it instead of trusting `count`: in a
+    /// fork child, a thread that did not survive may have stopped between a fast path's
+    /// stores to `head` and to `count`. Each of those stores leaves a well-formed list.
+    pub(crate) fn take_all_walked(&self) -> (*mut FreeObj, u32) {
+        let head = self.head.load(Ordering::Relaxed);
+        let mut n = 0;
+        let mut o = head;
+        while !o.is_null() {
+            n += 1;
+            // SAFETY: every slot on the list links to the next free slot or to null.
+            o = unsafe { (*o).next };
+        }
         self.head.store(ptr::null_mut(), Ordering::Relaxed);
         self.count.store(0, Ordering::Relaxed);
         (head, n)
@@ -190,11 +223,13 @@ pub struct ThreadCache {
     pub bins: [ClassBins; NUM_CLASSES],
     /// Free slots of the accounted caches, uncharged (their owner word is rewritten on reuse).
     pub accounted: [Bin; NUM_CLASSES],
-    /// The tenant the tagged bins hold objects of (low 32 bits) and a drainer's steal
-    /// request (`object_stock::STEAL`), in one word so the fast path tests both with one
-    /// compare.
+    /// The tenant the tagged bins hold objects of (low 32 bits) and the drainer's state bits
+    /// (`object_stock::STEAL`, `object_stock::DRAINED`), in one word so the fast path tests
+    /// "same tenant, no drainer" with one compare. Written only under `stock`.
     pub(crate) tag: AtomicU64,
-    pub(crate) in_cs: AtomicBool,
+    /// Serialises every change of `tag` and of the tagged bins other than the owner's fast
+    /// paths (see `object_stock.rs`), and holds what a drainer uncharged.
+    pub(crate) stock: SpinLock<crate::object_stock::Drained>,
     /// `segment::ACCOUNTED_BIT` once frees on this thread may meet accounted objects, 0
     /// until the first tenant scope of the process is entered ([`activate`]). The free path
     /// tests `p & acct_mask`: one test against TLS decides both "accounting in use" and
@@ -215,7 +250,7 @@ impl ThreadCache {
             bins: new_bins(),
             accounted: [const { Bin::new() }; NUM_CLASSES],
             tag: AtomicU64::new(crate::object_stock::NO_TAG),
-            in_cs: AtomicBool::new(false),
+            stock: SpinLock::new(crate::object_stock::Drained::NONE),
             acct_mask: AtomicUsize::new(0),
             tag_misses: Cell::new(0),
             home_frees: [const { Cell::new(0) }; NUM_CLASSES],
