@@ -4,9 +4,13 @@
 //!
 //! Owner side (group `stock_owner_op`): one charge from a thread-local stock guarded by
 //! - `none`: no protection at all (the floor: a stock nobody else may touch);
-//! - `asymmetric`: what slabcg does (`accounting/src/drain.rs`, `allocator/src/object_stock.rs`):
-//!   plain stores of an `in_cs` flag around the operation and a compiler fence before the
-//!   load of the drainer's request; the drainer pays a `membarrier` instead;
+//! - `asymmetric`: what the byte stocks do (`accounting/src/drain.rs`), and the object stock
+//!   did before 8111015: plain stores of an `in_cs` flag around the operation and a compiler
+//!   fence before the load of the drainer's request; the drainer pays a `membarrier` instead;
+//! - `check_after`: what the object stock's allocation does (`allocator/src/object_stock.rs`):
+//!   no flag; the operation, a compiler fence, then the load of the tag word (which carries
+//!   the drainer's request), undoing the operation when it does not match. The drainer pays a
+//!   `membarrier` and never waits for the owner; it uncharges in place what it counts;
 //! - `seqcst_fence`: the same protocol with a full fence on the owner's side (no membarrier
 //!   needed, the textbook Dekker);
 //! - `rmw_claim`: an atomic slot steal: the owner claims its stock with an atomic swap and
@@ -76,7 +80,7 @@ fn op_none(id: u64, n: u64) -> bool {
     STOCK.with(|s| consume(s, s.tag.load(Ordering::Relaxed), id, n))
 }
 
-/// The Dekker-style protocol the real stocks use: `in_cs` set, `barrier`, load of the
+/// The Dekker-style protocol the byte stocks use: `in_cs` set, `barrier`, load of the
 /// drainer's request with the tag, the operation, `in_cs` cleared.
 #[inline(always)]
 fn op_in_cs(id: u64, n: u64, barrier: impl Fn()) -> bool {
@@ -97,6 +101,24 @@ fn op_asymmetric(id: u64, n: u64) -> bool {
 #[inline(always)]
 fn op_seqcst_fence(id: u64, n: u64) -> bool {
     op_in_cs(id, n, || fence(Ordering::SeqCst))
+}
+
+/// The object stock's allocation side: the operation first, then the check (module docs).
+#[inline(always)]
+fn op_check_after(id: u64, n: u64) -> bool {
+    STOCK.with(|s| {
+        let b = s.bytes.get();
+        if b < n {
+            return false;
+        }
+        s.bytes.set(b - n);
+        compiler_fence(Ordering::SeqCst);
+        if s.tag.load(Ordering::Relaxed) != id {
+            s.bytes.set(b);
+            return false;
+        }
+        true
+    })
 }
 
 #[inline(always)]
@@ -131,6 +153,7 @@ fn owner(c: &mut Criterion) {
     }
     scheme!("none", op_none);
     scheme!("asymmetric", op_asymmetric);
+    scheme!("check_after", op_check_after);
     scheme!("seqcst_fence", op_seqcst_fence);
     scheme!("rmw_claim", op_rmw_claim);
     g.finish();

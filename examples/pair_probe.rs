@@ -10,11 +10,14 @@
 //! valgrind --tool=callgrind target/release/examples/pair_probe 1000000 tenant 32 const
 //! ```
 //! (`const`: the layout is a compile-time constant, so the allocator's fast path is inlined
-//! into the loop and folded for the size, as in the seeds bench; see `run_const`.)
+//! into the loop and folded for the size; see `run_const`. `inlined`: the fast path is
+//! inlined into the loop but the layout is known only at run time, the shape LTO gives the
+//! criterion and seeds benches' loops; see `run_inlined`. Neither: every pair goes through
+//! the `__rust_alloc` call.)
 //! (instructions per pair = total / (sizes x 4 x batches); the difference between the two
 //! runs is what accounting adds.) Without valgrind it prints ns per pair.
 //!
-//! `pair_probe alt ROUNDS BATCHES [const]` interleaves short plain and tenant runs in one
+//! `pair_probe alt ROUNDS BATCHES [const|inlined]` interleaves short plain and tenant runs in one
 //! process (ROUNDS of BATCHES each) and prints the minimum and median ns/pair of each and the median
 //! of the per-round ratios (each tenant run against the plain run just before it), which
 //! survives a noisy machine better than a ratio of separate runs. The plain rounds run after
@@ -22,24 +25,60 @@
 //! test the accounted address bit either way). `scripts/acct-overhead.sh` repeats it and
 //! summarises the ratios.
 
+use std::alloc::{GlobalAlloc, Layout};
+use std::hint::black_box;
+use std::time::Instant;
+
 use slabcg::{SlabAlloc, Tenant};
 
 #[path = "../benches/common/probe_loops.rs"]
 mod probe_loops;
-use probe_loops::run_mode;
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
-fn alternate(rounds: usize, batches: usize, constant: bool) {
+/// ns per pair of `batches` batches through `GLOBAL`'s methods, which are always inlined,
+/// with the layout known only at run time: the class is computed in the loop and both the
+/// plain and the accounted paths are inlined into it.
+#[inline(never)]
+fn run_inlined(size: usize, batches: usize) -> f64 {
+    let l = Layout::from_size_align(black_box(size), 8).unwrap();
+    let t = Instant::now();
+    for _ in 0..batches {
+        // SAFETY: valid non-zero layout; each block freed once with its layout.
+        unsafe {
+            let a = black_box(GLOBAL.alloc(l));
+            let b = black_box(GLOBAL.alloc(l));
+            let c = black_box(GLOBAL.alloc(l));
+            let d = black_box(GLOBAL.alloc(l));
+            GLOBAL.dealloc(a, l);
+            GLOBAL.dealloc(b, l);
+            GLOBAL.dealloc(c, l);
+            GLOBAL.dealloc(d, l);
+        }
+    }
+    t.elapsed().as_nanos() as f64 / (batches * 4) as f64
+}
+
+/// One timed run in the shape named by `shape` (`const`, `inlined`, or anything else for
+/// the `__rust_alloc` call).
+fn run_shape(shape: &str, size: usize, batches: usize) -> f64 {
+    match shape {
+        "inlined" => run_inlined(size, batches),
+        "const" => probe_loops::run_mode(true, size, batches),
+        _ => probe_loops::run_mode(false, size, batches),
+    }
+}
+
+fn alternate(rounds: usize, batches: usize, shape: &str) {
     let tenant = Tenant::new("probe");
     for size in [32, 4096] {
         let (mut plain, mut scoped, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
-            let p = run_mode(constant, size, batches);
+            let p = run_shape(shape, size, batches);
             let t = {
                 let _scope = tenant.enter();
-                run_mode(constant, size, batches)
+                run_shape(shape, size, batches)
             };
             plain.push(p);
             scoped.push(t);
@@ -65,8 +104,8 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some("alt") {
         let rounds = args.nth(1).and_then(|s| s.parse().ok()).unwrap_or(200);
         let batches = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
-        let constant = args.next().as_deref() == Some("const");
-        return alternate(rounds, batches, constant);
+        let shape = args.next().unwrap_or_default();
+        return alternate(rounds, batches, &shape);
     }
     let batches: usize = args
         .next()
@@ -78,15 +117,16 @@ fn main() {
         Some(size) => vec![size],
         None => vec![32, 4096],
     };
-    // An optional fourth argument, `const`, uses a compile-time layout (32 or 4096 only).
-    let constant = args.next().as_deref() == Some("const");
+    // An optional fourth argument: `const` (a compile-time layout, 32 or 4096 only) or
+    // `inlined`.
+    let shape = args.next().unwrap_or_default();
     let tenant = Tenant::new("probe");
     let _scope = (mode == "tenant").then(|| tenant.enter());
     for size in sizes {
-        run_mode(constant, size, 1000);
+        run_shape(&shape, size, 1000);
         println!(
             "{mode} {size} B: {:.2} ns/pair",
-            run_mode(constant, size, batches)
+            run_shape(&shape, size, batches)
         );
     }
 }

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # What accounting adds to a single-thread alloc+free pair, in time: runs
-# `pair_probe alt ROUNDS BATCHES [const]` RUNS times (each run interleaves ROUNDS plain rounds
+# `pair_probe alt ROUNDS BATCHES [const|inlined]` RUNS times (each run interleaves ROUNDS plain rounds
 # and ROUNDS rounds inside one tenant, 4 allocations then 4 frees per batch, and reports the
 # median of the per-round tenant/plain ratios) and summarises those medians per size.
 #
-# usage: scripts/acct-overhead.sh [RUNS] [ROUNDS] [BATCHES] [const]
+# usage: scripts/acct-overhead.sh [RUNS] [ROUNDS] [BATCHES] [const|inlined]
 #   defaults: 8 runs of 30 rounds of 100000 batches (about 4 minutes on 2 cores);
 #   `const`:  compile-time layouts (the allocator inlined into the loop) instead of a size
-#             known only at run time (every pair through the `__rust_alloc` call).
+#             known only at run time (every pair through the `__rust_alloc` call);
+#   `inlined`: the allocator inlined into the loop with the size known only at run time
+#             (the shape of the criterion and seeds benches' loops).
 # out: one line per run, then per size: min / median / max of the runs' median ratios.
 #
 # On a noisy machine the per-run medians still swing by several percent; report the spread,

@@ -23,8 +23,8 @@
 //!
 //! Who touches what:
 //! - a thread's [`thread_cache`] bins: only that thread (bin counts are read racily by
-//!   stats); its tagged bins and tag also by a drainer, under the object-stock protocol
-//!   ([`object_stock`]);
+//!   stats); a drainer also reads its tagged bins' counts and, under the thread's `stock`
+//!   lock, writes its tag (the object-stock protocol, [`object_stock`]);
 //! - a cache's lists, transfer cache and slab descriptors: any thread, under the cache's
 //!   spin lock;
 //! - segment headers: written once at creation, read by any thread;
