@@ -143,6 +143,14 @@ impl Stock {
         self.charged(tag).fetch_sub(n - r, Ordering::Relaxed);
     }
 
+    /// give_back_own (thread exit): take the bin whatever a drainer did to it.
+    fn exit(&self) {
+        let mut rec = self.rec.lock().unwrap();
+        let taken = self.take_own(&mut rec);
+        drop(rec);
+        self.give_back(taken);
+    }
+
     // ---- the drainer ----
 
     fn drain(&self) {
@@ -190,6 +198,24 @@ impl Stock {
     }
 }
 
+/// Runs `owner` on one thread and a drain on another; returns what `owner` returned.
+fn race_with_drainer<R: Send + 'static>(
+    s: &Arc<Stock>,
+    owner: impl FnOnce(&Stock) -> R + Send + 'static,
+) -> R {
+    let o = {
+        let s = s.clone();
+        thread::spawn(move || owner(&s))
+    };
+    let d = {
+        let s = s.clone();
+        thread::spawn(move || s.drain())
+    };
+    let r = o.join().unwrap();
+    d.join().unwrap();
+    r
+}
+
 fn check_not_undercharged(s: &Stock, live_a: u64, live_b: u64) {
     assert!(
         s.charged_a.load(Ordering::Relaxed) >= live_a,
@@ -221,31 +247,22 @@ fn drain_races_owner() {
     loom::model(|| {
         // Two live objects of A, one of B, all charged.
         let s = Arc::new(Stock::tagged_a(2, 1));
-        let owner = {
-            let s = s.clone();
-            thread::spawn(move || {
-                let (mut live_a, mut live_b) = (2, 1);
-                s.free(A);
-                live_a -= 1;
-                check_not_undercharged(&s, live_a, live_b);
-                s.alloc(A);
-                live_a += 1;
-                check_not_undercharged(&s, live_a, live_b);
-                s.alloc(B);
-                live_b += 1;
-                check_not_undercharged(&s, live_a, live_b);
-                s.free(B);
-                live_b -= 1;
-                check_not_undercharged(&s, live_a, live_b);
-                (live_a, live_b)
-            })
-        };
-        let drainer = {
-            let s = s.clone();
-            thread::spawn(move || s.drain())
-        };
-        let (live_a, live_b) = owner.join().unwrap();
-        drainer.join().unwrap();
+        let (live_a, live_b) = race_with_drainer(&s, |s| {
+            let (mut live_a, mut live_b) = (2, 1);
+            s.free(A);
+            live_a -= 1;
+            check_not_undercharged(s, live_a, live_b);
+            s.alloc(A);
+            live_a += 1;
+            check_not_undercharged(s, live_a, live_b);
+            s.alloc(B);
+            live_b += 1;
+            check_not_undercharged(s, live_a, live_b);
+            s.free(B);
+            live_b -= 1;
+            check_not_undercharged(s, live_a, live_b);
+            (live_a, live_b)
+        });
         check_quiescent(&s, live_a, live_b);
     });
 }
@@ -258,23 +275,14 @@ fn drain_races_frees() {
     loom::model(|| {
         // Two live objects of A.
         let s = Arc::new(Stock::tagged_a(2, 0));
-        let owner = {
-            let s = s.clone();
-            thread::spawn(move || {
-                s.free(A);
-                check_not_undercharged(&s, 1, 0);
-                s.free(A);
-                check_not_undercharged(&s, 0, 0);
-                s.alloc(A);
-                check_not_undercharged(&s, 1, 0);
-            })
-        };
-        let drainer = {
-            let s = s.clone();
-            thread::spawn(move || s.drain())
-        };
-        owner.join().unwrap();
-        drainer.join().unwrap();
+        race_with_drainer(&s, |s| {
+            s.free(A);
+            check_not_undercharged(s, 1, 0);
+            s.free(A);
+            check_not_undercharged(s, 0, 0);
+            s.alloc(A);
+            check_not_undercharged(s, 1, 0);
+        });
         check_quiescent(&s, 1, 0);
     });
 }
@@ -286,24 +294,12 @@ fn exit_races_drainer() {
     loom::model(|| {
         // Two live objects of A, charged.
         let s = Arc::new(Stock::tagged_a(2, 0));
-        let owner = {
-            let s = s.clone();
-            thread::spawn(move || {
-                s.free(A);
-                check_not_undercharged(&s, 1, 0);
-                let mut rec = s.rec.lock().unwrap();
-                let taken = s.take_own(&mut rec);
-                drop(rec);
-                s.give_back(taken);
-                check_not_undercharged(&s, 1, 0);
-            })
-        };
-        let drainer = {
-            let s = s.clone();
-            thread::spawn(move || s.drain())
-        };
-        owner.join().unwrap();
-        drainer.join().unwrap();
+        race_with_drainer(&s, |s| {
+            s.free(A);
+            check_not_undercharged(s, 1, 0);
+            s.exit();
+            check_not_undercharged(s, 1, 0);
+        });
         // The drainer found the stock untagged, or drained it before the exit took it.
         assert_eq!(s.tag.load(Ordering::Relaxed), NO_TAG);
         assert_eq!(s.count.load(Ordering::Relaxed), 0);
