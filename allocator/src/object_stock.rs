@@ -35,8 +35,9 @@
 //!    sets `DRAINED`.
 //!
 //! The slots stay in the bins, uncharged, until the owner next leaves its fast path
-//! ([`settle`]): then it takes the bins, uncharges `count - rec` more and frees the slots to
-//! their cache.
+//! ([`settle`]) or exits: then it takes the bins, uncharges `count - rec` more and frees the
+//! slots to their cache. Until then an idle thread keeps them cached, as it keeps its plain
+//! bins (at most `tagged_max` per class).
 //!
 //! Why the counts add up. The barrier pairs with each owner operation, Dekker style: the
 //! owner's bin store, a compiler fence and its load of `tag`, against the drainer's store of
@@ -48,7 +49,9 @@
 //! - A free that read `tag` before `STEAL` was set may push after the drainer read `count`.
 //!   Then the bin holds one more than `rec`, and that slot stays charged until the owner
 //!   settles or the next drain, which reads `count` again for a `DRAINED` thread and
-//!   uncharges the growth. Every later free sees `STEAL` or `DRAINED` and does not push.
+//!   uncharges the growth. Every later free sees `STEAL` or `DRAINED` and does not push;
+//!   should one push anyway (the compiler may reuse a stale load of `tag`), the same
+//!   re-read covers it.
 //!
 //! So `rec <= count` at all times, except while an allocation puts its pop back. No live
 //! object is ever uncharged, so no correction ever charges and `current <= max` holds. The
@@ -128,8 +131,8 @@ impl ThreadCache {
     /// # Safety
     /// `p` must be what `tagged_pop(c, _)` just returned as `Pop::Foreign`.
     pub unsafe fn put_back(&self, c: usize, p: *mut u8) {
-        // SAFETY: caller's contract.
-        unsafe { self.bins[c].tagged.unpop(p) }
+        // SAFETY: c < NUM_CLASSES (it came through tagged_pop); p as the caller promises.
+        unsafe { self.bins.get_unchecked(c).tagged.unpop(p) }
     }
 
     /// Keeps slot `p` of class `c`, whose owner word says `owner`, charged in the tagged
@@ -278,8 +281,9 @@ pub fn give_back_own(tc: &ThreadCache) {
 /// A cache whose owner held its `stock` lock at the fork may be half-updated and is left
 /// alone (its charges stay, a bounded inexactness of the child). A fast path stopped by
 /// the fork may have left a bin's `count` off by one, so the lists are counted by walking
-/// them: a slot being popped is still on its list (and given back), one being pushed is
-/// not (and stays charged, as the live object it was).
+/// them. A slot whose pop or push had not yet stored `head` is given back if it is still on
+/// the list; one that is off the list stays charged, as the live object it was or was about
+/// to be (a bounded leak of the child).
 pub fn give_back_orphan(tc: &ThreadCache) {
     let Some(mut d) = tc.stock.try_lock() else {
         return;

@@ -129,9 +129,9 @@ impl Bin {
         head
     }
 
-    /// Detaches the whole list: (head, count). The caller has the bin to itself (the owner,
-    /// or a drainer under the object-stock protocol), so plain loads and stores do; an empty
-    /// bin is only read.
+    /// Detaches the whole list: (head, count). Only the owner calls it (a drainer reads a
+    /// tagged bin's `count` and nothing else), so plain loads and stores do; an empty bin is
+    /// only read.
     pub(crate) fn take_all(&self) -> (*mut FreeObj, u32) {
         let n = self.count.load(Ordering::Relaxed);
         if n == 0 {
