@@ -2,70 +2,15 @@
 //! allocate up to its limit. Alone in its test binary, because any other test that drains
 //! every stock (current_exact, stat) would empty the idle stocks this test sets up.
 
-use std::alloc::{GlobalAlloc, Layout};
-use std::sync::{mpsc, Arc, Mutex};
-use std::thread;
+use slabcg::SlabAlloc;
 
-use slabcg::{SlabAlloc, Tenant};
+#[path = "common/idle_stock.rs"]
+mod idle_stock;
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
-fn alloc_in(t: &Tenant, layout: Layout) -> *mut u8 {
-    let _g = t.enter();
-    // SAFETY: valid layout.
-    unsafe { GLOBAL.alloc(layout) }
-}
-
 #[test]
 fn no_spurious_failure_when_idle_threads_hold_stock() {
-    const MAX: u64 = 1 << 20;
-    let t = Tenant::new("idle-stock");
-    t.set_max(MAX);
-    // Two threads charge and free in the tenant so that their stocks keep pre-charged bytes,
-    // then block without exiting.
-    let release = Arc::new(Mutex::new(()));
-    let gate = release.lock().unwrap();
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let idlers: Vec<_> = (0..2)
-        .map(|_| {
-            let t = t.clone();
-            let release = release.clone();
-            let ready_tx = ready_tx.clone();
-            thread::spawn(move || {
-                let l = Layout::from_size_align(1000, 8).unwrap();
-                let ps: Vec<usize> = (0..200).map(|_| alloc_in(&t, l) as usize).collect();
-                for p in ps {
-                    // SAFETY: live, allocated with l.
-                    unsafe { GLOBAL.dealloc(p as *mut u8, l) };
-                }
-                ready_tx.send(()).unwrap();
-                drop(release.lock().unwrap());
-            })
-        })
-        .collect();
-    ready_rx.recv().unwrap();
-    ready_rx.recv().unwrap();
-    assert!(t.current() > 0, "idle stocks should hold pre-charged bytes");
-    // This thread can still allocate up to the limit, exactly.
-    let l = Layout::from_size_align(4096, 8).unwrap();
-    let n = (MAX / 4096) as usize;
-    let mut ps = Vec::with_capacity(n);
-    for i in 0..n {
-        let p = alloc_in(&t, l);
-        assert!(!p.is_null(), "allocation {i} of {n} failed spuriously");
-        ps.push(p as usize);
-    }
-    // One more byte does not fit.
-    assert!(alloc_in(&t, Layout::from_size_align(8, 8).unwrap()).is_null());
-    assert_eq!(t.current_exact(), MAX);
-    for p in ps {
-        // SAFETY: live, allocated with l.
-        unsafe { GLOBAL.dealloc(p as *mut u8, l) };
-    }
-    drop(gate);
-    for h in idlers {
-        h.join().unwrap();
-    }
-    assert_eq!(t.current_exact(), 0);
+    idle_stock::no_spurious_failure(&GLOBAL);
 }

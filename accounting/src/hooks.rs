@@ -172,12 +172,19 @@ pub(crate) fn object_drain() {
     }
 }
 
-/// Forces a full memory barrier on every other running thread (membarrier), for the
-/// allocator's object stock, which uses the same asymmetric protocol as the byte stocks (see
-/// `drain.rs`). `false` when the OS offers no way: then only the caller's own thread may be
-/// drained.
+/// Forces a full memory barrier on every other running thread (membarrier, or the
+/// `mprotect` fallback on x86-64; see `sys.rs`), for the allocator's object stock, whose
+/// drainer pairs it with the owner's compiler fence as the byte stocks do (see `drain.rs`).
+/// `false` when the OS offers no way: then only the caller's own thread may be drained.
 pub fn remote_barrier() -> bool {
     crate::sys::remote_barrier()
+}
+
+/// Which process-wide barrier drains use: `"membarrier-private-expedited"`,
+/// `"membarrier-global"`, `"mprotect"` (x86-64 without membarrier) or `"none"` (then a
+/// drain empties only the calling thread's stocks).
+pub fn remote_barrier_kind() -> &'static str {
+    crate::sys::remote_barrier_kind()
 }
 
 /// The drainer's wait for an owner to leave its critical section (`in_cs`), after the

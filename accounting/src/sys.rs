@@ -1,4 +1,5 @@
-//! The only file of this crate that talks to the OS: `membarrier(2)`.
+//! The only file of this crate that talks to the OS: `membarrier(2)`, and `mmap`/`mprotect`
+//! for the fallback barrier.
 //!
 //! Contract: [`remote_barrier`] returns `true` only if, by the time it returns, every other
 //! thread of this process has executed a full memory barrier at some point after the call
@@ -11,10 +12,19 @@
 //! 1. `MEMBARRIER_CMD_PRIVATE_EXPEDITED` (IPIs only the CPUs running our threads; microseconds),
 //!    after `MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED`.
 //! 2. else `MEMBARRIER_CMD_GLOBAL` (an RCU grace period; milliseconds, still correct).
-//! 3. else (not Linux, or blocked by seccomp) no remote barrier at all: `remote_barrier`
-//!    returns `false` and drainers only drain the calling thread's own stock. A charge can
-//!    then fail while bytes sit in other threads' stocks (at most
-//!    threads x slots x `STOCK_HIGH`); documented degradation, never unsoundness.
+//! 3. else, on x86-64 Linux (membarrier missing or blocked by seccomp): the `mprotect` trick
+//!    (as .NET's `FlushProcessWriteBuffers` and folly's `asymmetricHeavyBarrier` fall back
+//!    to). Revoking the access to a page this process has just written makes the kernel
+//!    shoot down its TLB entries with an IPI to every CPU that may be running one of our
+//!    threads, and on x86 an interrupt is a full barrier. Not on other architectures, whose
+//!    TLB invalidation may need no interrupt.
+//! 4. else no remote barrier at all: `remote_barrier` returns `false` and drainers only
+//!    drain the calling thread's own stock. A charge can then fail while bytes sit in other
+//!    threads' stocks (at most threads x slots x `STOCK_HIGH`); documented degradation,
+//!    never unsoundness.
+//!
+//! `SLABCG_MEMBARRIER=0` in the environment skips `membarrier` (to test the fallbacks, or
+//! where a sandbox makes it slow).
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
@@ -36,6 +46,7 @@ const PRIVATE: u8 = 1;
 const GLOBAL: u8 = 2;
 #[cfg_attr(miri, allow(dead_code))]
 const UNAVAILABLE: u8 = 3;
+const MPROTECT: u8 = 4;
 
 static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 
@@ -59,19 +70,33 @@ mod imp {
     }
 
     pub(super) fn probe() -> u8 {
-        let mask = membarrier(CMD_QUERY);
-        if mask < 0 {
-            return super::UNAVAILABLE;
+        if membarrier_allowed() {
+            let mask = membarrier(CMD_QUERY);
+            if mask >= 0 {
+                if mask & CMD_PRIVATE_EXPEDITED as libc::c_long != 0
+                    && membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0
+                {
+                    return super::PRIVATE;
+                }
+                if mask & CMD_GLOBAL as libc::c_long != 0 {
+                    return super::GLOBAL;
+                }
+            }
         }
-        if mask & CMD_PRIVATE_EXPEDITED as libc::c_long != 0
-            && membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0
-        {
-            return super::PRIVATE;
-        }
-        if mask & CMD_GLOBAL as libc::c_long != 0 {
-            return super::GLOBAL;
+        if cfg!(target_arch = "x86_64") && mprotect::page().is_some() {
+            return super::MPROTECT;
         }
         super::UNAVAILABLE
+    }
+
+    /// False when the environment says `SLABCG_MEMBARRIER=0`.
+    fn membarrier_allowed() -> bool {
+        // SAFETY: getenv with a NUL-terminated name; it returns null or a NUL-terminated
+        // string that we only read before returning (nothing here calls setenv).
+        unsafe {
+            let v = libc::getenv(c"SLABCG_MEMBARRIER".as_ptr());
+            !(!v.is_null() && *v == b'0' as libc::c_char && *v.add(1) == 0)
+        }
     }
 
     pub(super) fn private_expedited() -> bool {
@@ -80,6 +105,78 @@ mod imp {
 
     pub(super) fn global() -> bool {
         membarrier(CMD_GLOBAL) == 0
+    }
+
+    /// The fallback barrier (module docs, mode 3).
+    pub(super) mod mprotect {
+        use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+
+        static PAGE: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+        /// Serialises the callers: two interleaved protect/unprotect pairs could leave the
+        /// page accessible when one of them revokes, skipping a shootdown. A fork child
+        /// never inherits it held: every caller holds a registry lock that the fork
+        /// handlers take first.
+        static BUSY: AtomicBool = AtomicBool::new(false);
+        const LEN: usize = 4096;
+
+        /// The page the barrier toggles, mapped on first use (a race maps two and keeps
+        /// one; the other is unmapped).
+        pub(in super::super) fn page() -> Option<*mut AtomicU64> {
+            let p = PAGE.load(Ordering::Acquire);
+            if !p.is_null() {
+                return Some(p);
+            }
+            // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+            let m = unsafe {
+                libc::mmap(
+                    core::ptr::null_mut(),
+                    LEN,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if m == libc::MAP_FAILED {
+                return None;
+            }
+            let m = m as *mut AtomicU64;
+            match PAGE.compare_exchange(
+                core::ptr::null_mut(),
+                m,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => Some(m),
+                Err(won) => {
+                    // SAFETY: m is our own mapping of LEN bytes, never published.
+                    unsafe { libc::munmap(m.cast(), LEN) };
+                    Some(won)
+                }
+            }
+        }
+
+        /// Makes the page writable, writes it (so that it is present and dirty in this
+        /// process's page tables), then revokes all access, which forces the TLB shootdown.
+        pub(in super::super) fn barrier() -> bool {
+            let Some(p) = page() else { return false };
+            while BUSY
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                core::hint::spin_loop();
+            }
+            // SAFETY: p is the page mapped by page(), LEN bytes, only ever used here, under
+            // BUSY; the write happens while it is writable.
+            let ok = unsafe {
+                libc::mprotect(p.cast(), LEN, libc::PROT_READ | libc::PROT_WRITE) == 0 && {
+                    (*p).fetch_add(1, Ordering::SeqCst);
+                    libc::mprotect(p.cast(), LEN, libc::PROT_NONE) == 0
+                }
+            };
+            BUSY.store(false, Ordering::Release);
+            ok
+        }
     }
 }
 
@@ -122,6 +219,24 @@ pub(crate) fn remote_barrier() -> bool {
     match mode {
         PRIVATE => imp::private_expedited() || imp::global(),
         GLOBAL => imp::global(),
+        #[cfg(all(target_os = "linux", target_arch = "x86_64", not(miri)))]
+        MPROTECT => imp::mprotect::barrier(),
         _ => false,
+    }
+}
+
+/// Which remote barrier this process uses (probing it if no drain has yet):
+/// `"membarrier-private-expedited"`, `"membarrier-global"`, `"mprotect"` or `"none"`.
+pub(crate) fn remote_barrier_kind() -> &'static str {
+    let mut mode = MODE.load(Ordering::Relaxed);
+    if mode == UNKNOWN {
+        mode = imp::probe();
+        MODE.store(mode, Ordering::Relaxed);
+    }
+    match mode {
+        PRIVATE => "membarrier-private-expedited",
+        GLOBAL => "membarrier-global",
+        MPROTECT => "mprotect",
+        _ => "none",
     }
 }
