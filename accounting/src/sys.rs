@@ -16,8 +16,9 @@
 //!    (as .NET's `FlushProcessWriteBuffers` and folly's `asymmetricHeavyBarrier` fall back
 //!    to). Revoking the access to a page this process has just written makes the kernel
 //!    shoot down its TLB entries with an IPI to every CPU that may be running one of our
-//!    threads, and on x86 an interrupt is a full barrier. Not on other architectures, whose
-//!    TLB invalidation may need no interrupt.
+//!    threads, and on x86 an interrupt is a full barrier. Not where TLB invalidation may
+//!    need no interrupt: other architectures, and x86-64 CPUs with broadcast invalidation
+//!    (INVLPGB, checked with `cpuid`).
 //! 4. else no remote barrier at all: `remote_barrier` returns `false` and drainers only
 //!    drain the calling thread's own stock. A charge can then fail while bytes sit in other
 //!    threads' stocks (at most threads x slots x `STOCK_HIGH`); documented degradation,
@@ -83,7 +84,7 @@ mod imp {
                 }
             }
         }
-        if cfg!(target_arch = "x86_64") && mprotect::page().is_some() {
+        if mprotect::shootdowns_interrupt() && mprotect::page().is_some() {
             return super::MPROTECT;
         }
         super::UNAVAILABLE
@@ -118,6 +119,27 @@ mod imp {
         /// handlers take first.
         static BUSY: AtomicBool = AtomicBool::new(false);
         const LEN: usize = 4096;
+
+        /// Whether a TLB shootdown is sure to interrupt the other CPUs: x86-64 without
+        /// INVLPGB. With INVLPGB (AMD Zen 3 and later, where the hypervisor exposes it)
+        /// Linux 6.15 and later may invalidate other CPUs' entries by broadcast, with no
+        /// interrupt and so no barrier; then there is no fallback.
+        pub(in super::super) fn shootdowns_interrupt() -> bool {
+            #[cfg(target_arch = "x86_64")]
+            {
+                use core::arch::x86_64::__cpuid;
+                // SAFETY: cpuid exists on every x86-64 CPU; leaf 0x8000_0000 reports the
+                // highest extended leaf, and 0x8000_0008 is read only when it exists.
+                #[allow(unused_unsafe)]
+                let invlpgb = unsafe {
+                    __cpuid(0x8000_0000).eax >= 0x8000_0008
+                        && __cpuid(0x8000_0008).ebx & (1 << 3) != 0
+                };
+                !invlpgb
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            false
+        }
 
         /// The page the barrier toggles, mapped on first use (a race maps two and keeps
         /// one; the other is unmapped).
