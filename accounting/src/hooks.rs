@@ -180,6 +180,13 @@ pub fn remote_barrier() -> bool {
     crate::sys::remote_barrier()
 }
 
+/// Reads the accounting's settings from the environment (`SLABCG_MEMBARRIER=0` switches
+/// `membarrier` off). The allocator calls it at its first allocation, normally before `main`
+/// and before any other thread could call `setenv`; otherwise the first drain reads them.
+pub fn read_environment() {
+    crate::sys::read_environment()
+}
+
 /// Which process-wide barrier drains use: `"membarrier-private-expedited"`,
 /// `"membarrier-global"`, `"mprotect"` (x86-64 without membarrier) or `"none"` (then a
 /// drain empties only the calling thread's stocks).

@@ -51,6 +51,29 @@ const MPROTECT: u8 = 4;
 
 static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 
+/// What the environment says about membarrier: not read yet, allowed, or switched off.
+#[cfg_attr(not(all(target_os = "linux", not(miri))), allow(dead_code))]
+static ENV: AtomicU8 = AtomicU8::new(ENV_UNREAD);
+const ENV_UNREAD: u8 = 0;
+#[cfg_attr(not(all(target_os = "linux", not(miri))), allow(dead_code))]
+const ENV_MEMBARRIER: u8 = 1;
+#[cfg_attr(not(all(target_os = "linux", not(miri))), allow(dead_code))]
+const ENV_NO_MEMBARRIER: u8 = 2;
+
+/// Reads the environment (`SLABCG_MEMBARRIER`) once; later calls do nothing. Never
+/// allocates.
+pub(crate) fn read_environment() {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    if ENV.load(Ordering::Relaxed) == ENV_UNREAD {
+        let v = if imp::env_no_membarrier() {
+            ENV_NO_MEMBARRIER
+        } else {
+            ENV_MEMBARRIER
+        };
+        ENV.store(v, Ordering::Relaxed);
+    }
+}
+
 #[cfg(all(target_os = "linux", not(miri)))]
 mod imp {
     const CMD_QUERY: libc::c_int = 0;
@@ -90,13 +113,22 @@ mod imp {
         super::UNAVAILABLE
     }
 
-    /// False when the environment says `SLABCG_MEMBARRIER=0`.
+    /// False when the environment says `SLABCG_MEMBARRIER=0` (read by
+    /// [`read_environment`](super::read_environment), or now if nobody called it).
     fn membarrier_allowed() -> bool {
+        super::read_environment();
+        super::ENV.load(core::sync::atomic::Ordering::Relaxed) != super::ENV_NO_MEMBARRIER
+    }
+
+    /// Reads `SLABCG_MEMBARRIER` from the environment.
+    pub(super) fn env_no_membarrier() -> bool {
         // SAFETY: getenv with a NUL-terminated name; it returns null or a NUL-terminated
-        // string that we only read before returning (nothing here calls setenv).
+        // string that we only read before returning. A concurrent setenv could free it,
+        // which is why the allocator reads the environment once, at its first allocation
+        // (normally before main), instead of at the first drain.
         unsafe {
             let v = libc::getenv(c"SLABCG_MEMBARRIER".as_ptr());
-            !(!v.is_null() && *v == b'0' as libc::c_char && *v.add(1) == 0)
+            !v.is_null() && *v == b'0' as libc::c_char && *v.add(1) == 0
         }
     }
 

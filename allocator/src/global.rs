@@ -244,6 +244,7 @@ pub fn init_once() {
             sys::fatal("the OS page size is larger than the 4 KiB slabcg was built for");
         }
         sys::thread::register_fork_handlers(fork_prepare, fork_parent, fork_child);
+        hooks::read_environment();
         classes::register_with_accounting();
         hooks::set_root_usage_source(root_usage);
         hooks::set_object_drain(crate::object_stock::drain_all);
