@@ -12,7 +12,7 @@
 //! (`const`: the layout is a compile-time constant, so the allocator's fast path is inlined
 //! into the loop and folded for the size; see `run_const`. `inlined`: the fast path is
 //! inlined into the loop but the layout is known only at run time, the shape LTO gives the
-//! criterion and seeds benches' loops; see `run_inlined`. Neither: every pair goes through
+//! criterion and seeds benches' loops; see `probe_loops::run_inlined`. Neither: every pair goes through
 //! the `__rust_alloc` call.)
 //! (instructions per pair = total / (sizes x 4 x batches); the difference between the two
 //! runs is what accounting adds.) Without valgrind it prints ns per pair.
@@ -25,10 +25,6 @@
 //! test the accounted address bit either way). `scripts/acct-overhead.sh` repeats it and
 //! summarises the ratios.
 
-use std::alloc::{GlobalAlloc, Layout};
-use std::hint::black_box;
-use std::time::Instant;
-
 use slabcg::{SlabAlloc, Tenant};
 
 #[path = "../benches/common/probe_loops.rs"]
@@ -37,37 +33,9 @@ mod probe_loops;
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
-/// ns per pair of `batches` batches through `GLOBAL`'s methods, which are always inlined,
-/// with the layout known only at run time: the class is computed in the loop and both the
-/// plain and the accounted paths are inlined into it.
-#[inline(never)]
-fn run_inlined(size: usize, batches: usize) -> f64 {
-    let l = Layout::from_size_align(black_box(size), 8).unwrap();
-    let t = Instant::now();
-    for _ in 0..batches {
-        // SAFETY: valid non-zero layout; each block freed once with its layout.
-        unsafe {
-            let a = black_box(GLOBAL.alloc(l));
-            let b = black_box(GLOBAL.alloc(l));
-            let c = black_box(GLOBAL.alloc(l));
-            let d = black_box(GLOBAL.alloc(l));
-            GLOBAL.dealloc(a, l);
-            GLOBAL.dealloc(b, l);
-            GLOBAL.dealloc(c, l);
-            GLOBAL.dealloc(d, l);
-        }
-    }
-    t.elapsed().as_nanos() as f64 / (batches * 4) as f64
-}
-
-/// One timed run in the shape named by `shape` (`const`, `inlined`, or anything else for
-/// the `__rust_alloc` call).
+/// One timed run in the shape named by `shape` (see `probe_loops::run_shape`).
 fn run_shape(shape: &str, size: usize, batches: usize) -> f64 {
-    match shape {
-        "inlined" => run_inlined(size, batches),
-        "const" => probe_loops::run_mode(true, size, batches),
-        _ => probe_loops::run_mode(false, size, batches),
-    }
+    probe_loops::run_shape(&GLOBAL, shape, size, batches)
 }
 
 fn alternate(rounds: usize, batches: usize, shape: &str) {

@@ -6,7 +6,8 @@
 //! target/release/examples/pair_probe_peer 20000000 32 const   # mimalloc, compile-time layout
 //! target/release/examples/pair_probe 20000000 tenant 32 const # slabcg, inside a tenant
 //! ```
-//! (without `const`, the layout is known only at run time.) mimalloc is a C library, so its
+//! (without `const`, the layout is known only at run time; `inlined` calls the global
+//! allocator's methods directly, as `pair_probe ... inlined` does.) mimalloc is a C library, so its
 //! fast path stays a call even where LTO inlines slabcg's into the loop: that is the
 //! difference a user of either allocator sees.
 
@@ -23,11 +24,12 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000_000);
     let size: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(32);
-    let constant = args.next().as_deref() == Some("const");
-    probe_loops::run_mode(constant, size, 1000);
+    // An optional third argument: `const` or `inlined` (`probe_loops::run_shape`).
+    let shape = args.next().unwrap_or_default();
+    probe_loops::run_shape(&GLOBAL, &shape, size, 1000);
     println!(
-        "mimalloc {size} B{}: {:.2} ns/pair",
-        if constant { " const" } else { "" },
-        probe_loops::run_mode(constant, size, batches)
+        "mimalloc {size} B{}{shape}: {:.2} ns/pair",
+        if shape.is_empty() { "" } else { " " },
+        probe_loops::run_shape(&GLOBAL, &shape, size, batches)
     );
 }
