@@ -16,6 +16,8 @@
 # not one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/stats.sh
+. scripts/stats.sh
 RUNS=${1:-8}
 ROUNDS=${2:-30}
 BATCHES=${3:-100000}
@@ -31,15 +33,12 @@ done
 echo
 echo "over $RUNS runs (${MODE:-run-time} layout): median of round ratios tenant/plain, and the"
 echo "runs' median ns/pair (a low ratio with a slow plain pair is a code-placement effect):"
-median() { sort -n | awk '{ v[NR] = $1 } END {
-    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "%.3f %.3f %.3f", v[1], m, v[NR] }'; }
 for size in 32 4096; do
     lines=$(grep "^$size B:" "$OUT")
     read -r lo mid hi <<<"$(sed 's/.*median of round ratios //' <<<"$lines" | median)"
     read -r _ pmed _ <<<"$(sed 's/.*plain min [0-9.]* med \([0-9.]*\).*/\1/' <<<"$lines" | median)"
     read -r _ tmed _ <<<"$(sed 's/.*tenant min [0-9.]* med \([0-9.]*\).*/\1/' <<<"$lines" | median)"
     awk -v s="$size" -v lo="$lo" -v m="$mid" -v hi="$hi" -v p="$pmed" -v t="$tmed" 'BEGIN {
-        printf "  %5s B: ratio min %.3f median %.3f max %.3f (+%.1f%%); plain %.2f ns, tenant %.2f ns\n",
+        printf "  %5s B: ratio min %.3f median %.3f max %.3f (%+.1f%%); plain %.2f ns, tenant %.2f ns\n",
             s, lo, m, hi, (m - 1) * 100, p, t }'
 done
