@@ -262,15 +262,20 @@ mod imp {
     }
 }
 
-/// Forces a full memory barrier on every other running thread of the process. Returns
-/// `false` when the OS offers no way to do so (see the module note). Never allocates.
-pub(crate) fn remote_barrier() -> bool {
+/// The barrier this process uses, probed on the first call.
+fn mode() -> u8 {
     let mut mode = MODE.load(Ordering::Relaxed);
     if mode == UNKNOWN {
         mode = imp::probe();
         MODE.store(mode, Ordering::Relaxed);
     }
-    match mode {
+    mode
+}
+
+/// Forces a full memory barrier on every other running thread of the process. Returns
+/// `false` when the OS offers no way to do so (see the module note). Never allocates.
+pub(crate) fn remote_barrier() -> bool {
+    match mode() {
         PRIVATE => imp::private_expedited() || imp::global(),
         GLOBAL => imp::global(),
         #[cfg(all(target_os = "linux", target_arch = "x86_64", not(miri)))]
@@ -282,12 +287,7 @@ pub(crate) fn remote_barrier() -> bool {
 /// Which remote barrier this process uses (probing it if no drain has yet):
 /// `"membarrier-private-expedited"`, `"membarrier-global"`, `"mprotect"` or `"none"`.
 pub(crate) fn remote_barrier_kind() -> &'static str {
-    let mut mode = MODE.load(Ordering::Relaxed);
-    if mode == UNKNOWN {
-        mode = imp::probe();
-        MODE.store(mode, Ordering::Relaxed);
-    }
-    match mode {
+    match mode() {
         PRIVATE => "membarrier-private-expedited",
         GLOBAL => "membarrier-global",
         MPROTECT => "mprotect",

@@ -183,7 +183,7 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
         let misses = tc.tag_misses.get() + 1;
         let empty = tc.bins.iter().all(|b| b.tagged.count() == 0);
         if t & (STEAL | DRAINED) != 0 || empty || misses >= RETAG_AFTER {
-            taken = take_own(tc, &mut d);
+            taken = take_bins(tc, &mut d, false);
             tc.tag.store(u64::from(cg), Ordering::Relaxed);
             tc.tag_misses.set(0);
         } else {
@@ -208,17 +208,24 @@ const NOTHING: Taken = Taken {
 };
 
 /// Empties the tagged bins of this thread, whatever a drainer did to them, and untags it.
-/// Called by the owner with its `stock` lock held (`d`), outside its fast paths.
-fn take_own(tc: &ThreadCache, d: &mut Drained) -> Taken {
+/// Called with the thread's `stock` lock held (`d`): by the owner outside its fast paths, or
+/// in a fork child for a thread that did not survive (`walked`: count the lists by walking
+/// them, see [`give_back_orphan`]).
+fn take_bins(tc: &ThreadCache, d: &mut Drained, walked: bool) -> Taken {
     let tag = tc.tag.load(Ordering::Relaxed);
-    let chains = core::array::from_fn(|c| tc.bins[c].tagged.take_all());
-    let rec = if tag & DRAINED != 0 {
-        core::mem::replace(&mut d.rec, [0; NUM_CLASSES])
-    } else {
-        [0; NUM_CLASSES]
-    };
+    let chains = core::array::from_fn(|c| {
+        let bin = &tc.bins[c].tagged;
+        if walked {
+            bin.take_all_walked()
+        } else {
+            bin.take_all()
+        }
+    });
+    // Invariant of `Drained`: `rec` is all zero unless the tag says DRAINED.
+    let rec = core::mem::replace(&mut d.rec, [0; NUM_CLASSES]);
+    debug_assert!(tag & DRAINED != 0 || rec.iter().all(|&r| r == 0));
     // Outside the fast paths the owner's bins hold at least what a drainer counted.
-    debug_assert!((0..NUM_CLASSES).all(|c| chains[c].1 >= rec[c]));
+    debug_assert!(walked || (0..NUM_CLASSES).all(|c| chains[c].1 >= rec[c]));
     tc.tag.store(NO_TAG, Ordering::Relaxed);
     Taken { tag, chains, rec }
 }
@@ -265,7 +272,7 @@ pub fn settle(tc: &ThreadCache) {
     {
         let mut d = tc.stock.lock();
         if tc.must_settle() {
-            taken = take_own(tc, &mut d);
+            taken = take_bins(tc, &mut d, false);
         }
     }
     give_back(&taken);
@@ -273,7 +280,7 @@ pub fn settle(tc: &ThreadCache) {
 
 /// Gives back this thread's own tagged objects (thread exit, trim).
 pub fn give_back_own(tc: &ThreadCache) {
-    let taken = take_own(tc, &mut tc.stock.lock());
+    let taken = take_bins(tc, &mut tc.stock.lock(), false);
     give_back(&taken);
 }
 
@@ -288,17 +295,9 @@ pub fn give_back_orphan(tc: &ThreadCache) {
     let Some(mut d) = tc.stock.try_lock() else {
         return;
     };
-    let tag = tc.tag.load(Ordering::Relaxed);
-    let chains = core::array::from_fn(|c| tc.bins[c].tagged.take_all_walked());
-    let rec = core::mem::replace(&mut d.rec, [0; NUM_CLASSES]);
-    tc.tag.store(NO_TAG, Ordering::Relaxed);
+    let taken = take_bins(tc, &mut d, true);
     drop(d);
-    let rec = if tag & DRAINED != 0 {
-        rec
-    } else {
-        [0; NUM_CLASSES]
-    };
-    give_back(&Taken { tag, chains, rec });
+    give_back(&taken);
 }
 
 /// Uncharges every thread's tagged objects (idle threads included) without touching their

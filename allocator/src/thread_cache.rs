@@ -45,8 +45,9 @@ pub fn bin_max(c: usize) -> u32 {
 
 pub struct Bin {
     /// Relaxed atomics compile to plain moves. `count` is one because a drainer reads it from
-    /// another thread (object-stock protocol, `object_stock.rs`); `head` is one so that a
-    /// fork child may walk a lost thread's list.
+    /// another thread (object-stock protocol, `object_stock.rs`). Only the owning thread
+    /// touches `head` (and a fork child, for a thread that is gone); it is an atomic only
+    /// because the struct is reachable from other threads through the registry.
     head: AtomicPtr<FreeObj>,
     count: AtomicU32,
     max: Cell<u32>,
