@@ -17,7 +17,11 @@
 //! (instructions per pair = total / (sizes x 4 x batches); the difference between the two
 //! runs is what accounting adds.) Without valgrind it prints ns per pair.
 //!
-//! `pair_probe alt ROUNDS BATCHES [const|inlined]` interleaves short plain and tenant runs in one
+//! Mode `shared` is `tenant` in slabs whose other slots are charged to another tenant
+//! (`share_slabs`), as in a thread pool that serves many tenants: a design that keys its fast
+//! path on a slab-wide owner pays there (BENCHMARKS.md section 3 measured one).
+//!
+//! `pair_probe alt ROUNDS BATCHES [const|inlined] [shared]` interleaves short plain and tenant runs in one
 //! process (ROUNDS of BATCHES each) and prints the minimum and median ns/pair of each and the median
 //! of the per-round ratios (each tenant run against the plain run just before it), which
 //! survives a noisy machine better than a ratio of separate runs. The plain rounds run after
@@ -38,9 +42,40 @@ fn run_shape(shape: &str, size: usize, batches: usize) -> f64 {
     probe_loops::run_shape(&GLOBAL, shape, size, batches)
 }
 
-fn alternate(rounds: usize, batches: usize, shape: &str) {
+/// Makes the slabs that `tenant`'s next `size`-byte allocations come from shared with
+/// another tenant: allocates objects of both tenants in turn (so neighbouring slots of one
+/// slab go to different tenants), frees `tenant`'s inside its scope (into its object stock)
+/// and keeps the other's live until the process ends. A free in such a slab finds no sole
+/// owner, as in a thread pool that serves many tenants.
+fn share_slabs(tenant: &Tenant, size: usize) {
+    let other = Tenant::new("probe-other");
+    let layout = std::alloc::Layout::from_size_align(size, 8).unwrap();
+    let mut mine = Vec::new();
+    for _ in 0..512 {
+        for (t, keep) in [(tenant, true), (&other, false)] {
+            let _scope = t.enter();
+            // SAFETY: a valid non-zero layout.
+            let p = unsafe { std::alloc::alloc(layout) };
+            assert!(!p.is_null());
+            if keep {
+                mine.push(p);
+            }
+            // The other tenant's objects stay allocated (and charged) for good.
+        }
+    }
+    let _scope = tenant.enter();
+    for p in mine {
+        // SAFETY: allocated above with `layout`, freed once.
+        unsafe { std::alloc::dealloc(p, layout) };
+    }
+}
+
+fn alternate(rounds: usize, batches: usize, shape: &str, shared: bool) {
     let tenant = Tenant::new("probe");
     for size in [32, 4096] {
+        if shared {
+            share_slabs(&tenant, size);
+        }
         let (mut plain, mut scoped, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             let p = run_shape(shape, size, batches);
@@ -73,7 +108,8 @@ fn main() {
         let rounds = args.nth(1).and_then(|s| s.parse().ok()).unwrap_or(200);
         let batches = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
         let shape = args.next().unwrap_or_default();
-        return alternate(rounds, batches, &shape);
+        let shared = args.next().as_deref() == Some("shared");
+        return alternate(rounds, batches, &shape, shared);
     }
     let batches: usize = args
         .next()
@@ -89,7 +125,12 @@ fn main() {
     // `inlined`.
     let shape = args.next().unwrap_or_default();
     let tenant = Tenant::new("probe");
-    let _scope = (mode == "tenant").then(|| tenant.enter());
+    for size in &sizes {
+        if mode == "shared" {
+            share_slabs(&tenant, *size);
+        }
+    }
+    let _scope = (mode != "plain").then(|| tenant.enter());
     for size in sizes {
         run_shape(&shape, size, 1000);
         println!(
