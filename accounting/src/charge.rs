@@ -15,7 +15,8 @@ use crate::hooks::StatIdx;
 use crate::objcg::{self, ObjCg, ObjCgId};
 use crate::stat;
 use crate::stock::{
-    Contents, Stock, CHARGE_BATCH, EXITED, IN_RECLAIM, REGISTERED, STOCK, STOCK_HIGH, STOCK_LOW,
+    Contents, Pool, Stock, CHARGE_BATCH, EXITED, IN_RECLAIM, REGISTERED, STOCK, STOCK_HIGH,
+    STOCK_LOW,
 };
 use crate::tenant::{self, Node};
 use core::sync::atomic::Ordering::Relaxed;
@@ -33,25 +34,34 @@ fn usable(s: &Stock) -> bool {
     f & REGISTERED != 0 || drain::register(s)
 }
 
-/// Slow path of `hooks::charge`.
+/// Refs a charge of `got` bytes into `pool` takes on the objcg, besides the slot ref: the
+/// objects pool's bytes each hold one, the API pool's none (`stock.rs`).
+fn byte_refs(pool: Pool, got: u64) -> u64 {
+    match pool {
+        Pool::Objects => got,
+        Pool::Api => 0,
+    }
+}
+
+/// Slow path of `hooks::charge` (`Pool::Objects`) and `Tenant::charge` (`Pool::Api`).
 #[cold]
 #[inline(never)]
-pub(crate) fn charge_slow(id: ObjCgId, n: u64, idx: StatIdx) -> Result<(), Refused> {
+pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Result<(), Refused> {
     // An unknown or freed id has no tenant: it is uncharged, like id 0.
     let Some(oc) = objcg::lookup(id) else {
         return Ok(());
     };
     STOCK.with(|s| {
         if !usable(s) {
-            return charge_direct(s, oc, n, idx);
+            return charge_direct(s, oc, pool, n, idx);
         }
         // 1. The slot may hold the bytes and only its stat delta need a flush.
         let mut flush = None;
         if s.enter() {
             if let Some(i) = s.find(id) {
-                let b = s.bytes[i].load(Relaxed);
+                let b = s.pool(i, pool).load(Relaxed);
                 if b >= n {
-                    s.bytes[i].store(b - n, Relaxed);
+                    s.pool(i, pool).store(b - n, Relaxed);
                     flush = Some(s.add_stat(i, idx, n as i64));
                     s.touch(i);
                 }
@@ -68,7 +78,7 @@ pub(crate) fn charge_slow(id: ObjCgId, n: u64, idx: StatIdx) -> Result<(), Refus
             .saturating_mul(CHARGE_BATCH)
             .max(CHARGE_BATCH);
         let got = charge_counter(s, oc, n, batch)?;
-        oc.get(got + 1); // the bytes, and a slot ref in case we fill a new slot
+        oc.get(byte_refs(pool, got) + 1); // the bytes, and a slot ref in case we fill a new slot
         let left = got - n;
         let mut spare_ref = 1;
         let mut direct = 0;
@@ -79,18 +89,18 @@ pub(crate) fn charge_slow(id: ObjCgId, n: u64, idx: StatIdx) -> Result<(), Refus
                 // Normally b < n here (step 1 failed), so b + left < got and no trim is due.
                 // A reclaim callback run by the ladder may have refilled it by freeing, so
                 // trim like an uncharge would.
-                let mut b = s.bytes[i].load(Relaxed) + left;
+                let mut b = s.pool(i, pool).load(Relaxed) + left;
                 if b > STOCK_HIGH {
                     direct = b - STOCK_LOW;
                     b = STOCK_LOW;
                 }
-                s.bytes[i].store(b, Relaxed);
+                s.pool(i, pool).store(b, Relaxed);
                 d = s.add_stat(i, idx, n as i64);
                 s.touch(i);
             } else {
                 let i = s.victim();
                 victim = s.take(i);
-                s.fill(i, id, left);
+                s.fill(i, id, pool, left);
                 d = s.add_stat(i, idx, n as i64);
                 spare_ref = 0;
             }
@@ -99,16 +109,16 @@ pub(crate) fn charge_slow(id: ObjCgId, n: u64, idx: StatIdx) -> Result<(), Refus
             d = n as i64;
         }
         s.leave();
-        settle(oc, direct, idx, d, spare_ref + direct);
+        settle(oc, direct, idx, d, spare_ref + byte_refs(pool, direct));
         release(&victim);
         Ok(())
     })
 }
 
 /// Charges `n` to the counters without a stock (exited thread, stolen stock).
-fn charge_direct(s: &Stock, oc: &ObjCg, n: u64, idx: StatIdx) -> Result<(), Refused> {
+fn charge_direct(s: &Stock, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) -> Result<(), Refused> {
     let got = charge_counter(s, oc, n, n)?;
-    oc.get(got);
+    oc.get(byte_refs(pool, got));
     flush_stat(oc, idx, n as i64);
     Ok(())
 }
@@ -116,8 +126,9 @@ fn charge_direct(s: &Stock, oc: &ObjCg, n: u64, idx: StatIdx) -> Result<(), Refu
 /// Charges `batch` (if more than `n` and it fits) or exactly `n` to the objcg's tenant,
 /// running the failure ladder for `n`. Returns the bytes charged.
 fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refused> {
-    // SAFETY (every `oc.tenant()` here): the caller holds bytes of refs on `oc` (the object
-    // being charged belongs to a live scope or a live object of the caller).
+    // SAFETY (every `oc.tenant()` here): the caller holds refs on `oc`: an allocation's
+    // charger is in a live tenant's scope (the tenant's alive ref), and `Tenant::charge` is
+    // called on a live handle.
     let Some(t) = (unsafe { oc.tenant() }) else {
         return Ok(n);
     };
@@ -157,10 +168,12 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
     Err(refused)
 }
 
-/// Slow path of `hooks::uncharge`.
+/// Slow path of `hooks::uncharge` (`Pool::Objects`: the freed object's `n` refs come back
+/// with its bytes) and `Tenant::uncharge` (`Pool::Api`: no refs, the caller's handle keeps
+/// the objcg alive).
 #[cold]
 #[inline(never)]
-pub(crate) fn uncharge_slow(id: ObjCgId, n: u64, idx: StatIdx) {
+pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
     let Some(oc) = objcg::lookup(id) else { return };
     STOCK.with(|s| {
         let usable = usable(s);
@@ -176,24 +189,24 @@ pub(crate) fn uncharge_slow(id: ObjCgId, n: u64, idx: StatIdx) {
                 // Take an empty slot, but never evict on an uncharge: frees of many remote
                 // tenants would otherwise drain and refill the hot slots in a loop.
                 None => s.empty_slot().inspect(|&i| {
-                    s.fill(i, id, 0);
+                    s.fill(i, id, pool, 0);
                     spare_ref = 0;
                 }),
             };
             if let Some(i) = slot {
-                let mut b = s.bytes[i].load(Relaxed).saturating_add(n);
+                let mut b = s.pool(i, pool).load(Relaxed).saturating_add(n);
                 excess = 0;
                 if b > STOCK_HIGH {
                     excess = b - STOCK_LOW;
                     b = STOCK_LOW;
                 }
-                s.bytes[i].store(b, Relaxed);
+                s.pool(i, pool).store(b, Relaxed);
                 d = s.add_stat(i, idx, -(n as i64));
                 s.touch(i);
             }
         }
         s.leave();
-        settle(oc, excess, idx, d, spare_ref + excess);
+        settle(oc, excess, idx, d, spare_ref + byte_refs(pool, excess));
     })
 }
 
@@ -222,16 +235,16 @@ fn flush_stat(oc: &ObjCg, idx: StatIdx, d: i64) {
     }
 }
 
-/// Gives one slot's contents back: bytes to the counter, deltas to the shared stats, then
-/// drops the slot's refs (`bytes + 1`).
+/// Gives one slot's contents back: bytes of both pools to the counter, deltas to the shared
+/// stats, then drops the slot's refs (`bytes + 1`; the API pool's bytes hold none).
 pub(crate) fn release(c: &Contents) {
     let Some(oc) = objcg::lookup(c.id) else {
         return;
     };
     // SAFETY: the slot ref we drop last keeps the objcg and its nodes alive.
     if let Some(t) = unsafe { oc.tenant() } {
-        if c.bytes != 0 {
-            counter::uncharge(t, c.bytes);
+        if c.bytes + c.api != 0 {
+            counter::uncharge(t, c.bytes + c.api);
         }
         for (k, &d) in c.stats.iter().enumerate() {
             if d != 0 {

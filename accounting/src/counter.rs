@@ -102,10 +102,20 @@ impl Counter {
     }
 
     /// Removes `n` from this node only; clears `pressure` once usage is back to `high`.
+    /// Usage stops at 0: only a caller that uncharges more than it charged
+    /// (`Tenant::uncharge`) gets there, and a wrapped counter would refuse every charge.
     fn sub(&self, n: u64) {
-        let old = self.usage.fetch_sub(n, Relaxed);
-        debug_assert!(old >= n, "counter underflow: {old} - {n}");
-        let new = old.wrapping_sub(n);
+        let mut old = self.usage.load(Relaxed);
+        let new = loop {
+            let new = old.saturating_sub(n);
+            match self.usage.compare_exchange_weak(old, new, Relaxed, Relaxed) {
+                Ok(_) => break new,
+                Err(seen) => old = seen,
+            }
+        };
+        if old < n {
+            underflow();
+        }
         if self.pressure.load(Relaxed) && new <= self.high.load(Relaxed) {
             self.pressure.store(false, Relaxed);
         }
@@ -147,6 +157,19 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
         cur = c.parent();
     }
     Ok(())
+}
+
+/// Says once per process that some counter was uncharged below zero.
+#[cold]
+#[inline(never)]
+fn underflow() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Relaxed) {
+        crate::sys::warn(
+            "slabcg: warning: a tenant was uncharged more than it was charged \
+             (Tenant::uncharge); its usage stops at 0\n",
+        );
+    }
 }
 
 /// Removes `n` from `node` and all its ancestors.

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use crate::charge;
 use crate::scope;
-use crate::stock;
+use crate::stock::{self, Pool};
 
 /// An objcg id as stored in owner metadata. 0 = root / uncharged, never a real objcg.
 pub type ObjCgId = u32;
@@ -60,21 +60,21 @@ pub fn accounting_active() -> bool {
 #[inline(always)]
 pub fn charge(id: ObjCgId, n: usize, idx: StatIdx) -> bool {
     debug_assert!(id != 0, "charge of objcg 0");
-    stock::consume(id, n as u64, idx) || charge_cold(id, n as u64, idx)
+    stock::consume(id, Pool::Objects, n as u64, idx) || charge_cold(id, n as u64, idx)
 }
 
 #[cold]
 #[inline(never)]
 fn charge_cold(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
-    charge::charge_slow(id, n, idx).is_ok()
+    charge::charge_slow(id, Pool::Objects, n, idx).is_ok()
 }
 
 /// Uncharges `n` bytes previously charged to `id` (!= 0), on any thread.
 #[inline(always)]
 pub fn uncharge(id: ObjCgId, n: usize, idx: StatIdx) {
     debug_assert!(id != 0, "uncharge of objcg 0");
-    if !stock::refill(id, n as u64, idx) {
-        charge::uncharge_slow(id, n as u64, idx);
+    if !stock::refill(id, Pool::Objects, n as u64, idx) {
+        charge::uncharge_slow(id, Pool::Objects, n as u64, idx);
     }
 }
 

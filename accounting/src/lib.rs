@@ -21,6 +21,8 @@
 //!     failure ladder: exact n -> drain::drain_all -> retry -> reclaim callback -> retry
 //!     (drain_all first calls the allocator's object drain, `hooks::set_object_drain`)
 //! hooks::uncharge(id, n, idx): the mirror image (stock::refill / charge::uncharge_slow).
+//! Tenant::charge / uncharge: the same paths on the slot's API pool, whose bytes hold no
+//! objcg refs (stock.rs).
 //! ```
 //!
 //! ## Who touches what

@@ -8,7 +8,10 @@
 //!
 //! `refs == alive + slots + bytes` where `alive` is 1 while the creating tenant has handles,
 //! `slots` counts stock slots (any thread) caching this id, and `bytes` counts bytes charged
-//! through this objcg and not yet uncharged (in live objects or pre-charged in stocks).
+//! through this objcg for allocations and not yet uncharged (in live objects or pre-charged
+//! in stocks' object pools). Bytes charged with `Tenant::charge` hold no refs (their caller
+//! holds a handle; `stock.rs`), so no misuse of `Tenant::uncharge` can drop refs that
+//! objects hold.
 //!
 //! Refs change only on slow paths (slot fill/drain, stock trim, direct charge). Whoever
 //! reads `objcg.tenant` holds one of those refs, so the node it points at (the origin, or an

@@ -1,12 +1,21 @@
 //! Per-thread stocks (the kernel's `memcg_stock_pcp` + `obj_stock_pcp`, per thread instead
 //! of per CPU): each of `NR_SLOTS` slots caches one objcg id, bytes pre-charged to that
-//! objcg's tenant counter but not yet given to any object, and per-stat-index deltas not yet
-//! flushed to the tenant's shared stats.
+//! objcg's tenant counter but not yet given out, and per-stat-index deltas not yet flushed to
+//! the tenant's shared stats.
+//!
+//! The pre-charged bytes are in two pools. `bytes` serves allocations: each of its bytes holds
+//! a ref on the objcg, which the object charged with it takes over, so that a free on any
+//! thread, after the tenant is gone, still finds the objcg (`objcg.rs`). `api` serves
+//! `Tenant::charge`/`uncharge`, whose caller holds a tenant handle: its bytes hold no refs,
+//! so an uncharge through another tenant than the one charged (an ancestor, after the child
+//! was dropped), or of more than was charged, cannot take refs that objects hold.
 //!
 //! Invariants, per slot `i` of a stock, whenever `in_cs == 0`:
-//! - `ids[i] == 0  =>  bytes[i] == 0 && stats[i] == [0; NR_STAT]` (an empty slot holds nothing);
+//! - `ids[i] == 0  =>  bytes[i] == api[i] == 0 && stats[i] == [0; NR_STAT]` (an empty slot
+//!   holds nothing);
 //! - `ids[i] != 0  =>` the slot holds exactly one slot ref on objcg `ids[i]`, and `bytes[i]`
-//!   of that objcg's refs; `bytes[i] <= STOCK_HIGH`; `|stats[i][k]| <= STAT_FLUSH`.
+//!   of that objcg's refs; `bytes[i] <= STOCK_HIGH`; `api[i] <= STOCK_HIGH`;
+//!   `|stats[i][k]| <= STAT_FLUSH`.
 //!
 //! Who touches what:
 //! - the owner thread: everything, but `ids`, `bytes` and `stats` only between `enter()`
@@ -57,6 +66,8 @@ pub(crate) struct Stock {
     mru: AtomicU8,
     pub(crate) ids: [AtomicU32; NR_SLOTS],
     pub(crate) bytes: [AtomicU64; NR_SLOTS],
+    /// Pre-charged bytes for `Tenant::charge`, holding no objcg refs (module docs).
+    pub(crate) api: [AtomicU64; NR_SLOTS],
     clock: AtomicU64,
     stamps: [AtomicU64; NR_SLOTS],
     /// Registry link; read and written only under the registry lock.
@@ -74,7 +85,10 @@ thread_local! {
 /// What one slot held, taken out so it can be given back outside the CS.
 pub(crate) struct Contents {
     pub(crate) id: ObjCgId,
+    /// Bytes that each hold a ref on the objcg.
     pub(crate) bytes: u64,
+    /// Bytes that hold none.
+    pub(crate) api: u64,
     pub(crate) stats: [i32; NR_STAT],
 }
 
@@ -82,8 +96,18 @@ impl Contents {
     pub(crate) const EMPTY: Contents = Contents {
         id: 0,
         bytes: 0,
+        api: 0,
         stats: [0; NR_STAT],
     };
+}
+
+/// Which pool of a slot an operation uses (module docs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Pool {
+    /// Allocations: bytes that hold objcg refs.
+    Objects,
+    /// `Tenant::charge`/`uncharge`: bytes that hold none.
+    Api,
 }
 
 impl Stock {
@@ -95,6 +119,7 @@ impl Stock {
             mru: AtomicU8::new(0),
             ids: [const { AtomicU32::new(0) }; NR_SLOTS],
             bytes: [const { AtomicU64::new(0) }; NR_SLOTS],
+            api: [const { AtomicU64::new(0) }; NR_SLOTS],
             clock: AtomicU64::new(0),
             stamps: [const { AtomicU64::new(0) }; NR_SLOTS],
             next: AtomicPtr::new(core::ptr::null_mut()),
@@ -125,11 +150,20 @@ impl Stock {
         (0..NR_SLOTS).find(|&i| self.ids[i].load(Relaxed) == id)
     }
 
-    /// Fast-path take of `n` bytes and `+n` on the stat delta. False (nothing changed) if
-    /// the slot lacks bytes or the delta would need a flush.
+    /// Slot `i`'s pool of pre-charged bytes for `pool`.
     #[inline(always)]
-    fn try_take(&self, i: usize, n: u64, idx: StatIdx) -> bool {
-        let b = self.bytes[i].load(Relaxed);
+    pub(crate) fn pool(&self, i: usize, pool: Pool) -> &AtomicU64 {
+        match pool {
+            Pool::Objects => &self.bytes[i],
+            Pool::Api => &self.api[i],
+        }
+    }
+
+    /// Fast-path take of `n` bytes from `pool` and `+n` on the stat delta. False (nothing
+    /// changed) if the pool lacks bytes or the delta would need a flush.
+    #[inline(always)]
+    fn try_take(&self, i: usize, pool: Pool, n: u64, idx: StatIdx) -> bool {
+        let b = self.pool(i, pool).load(Relaxed);
         let Some(st) = self.stats[i].get(idx.0 as usize) else {
             return false;
         };
@@ -141,16 +175,16 @@ impl Stock {
         if d > STAT_FLUSH {
             return false;
         }
-        self.bytes[i].store(b - n, Relaxed);
+        self.pool(i, pool).store(b - n, Relaxed);
         st.store(d as i32, Relaxed);
         true
     }
 
-    /// Fast-path give-back of `n` bytes and `-n` on the stat delta. False (nothing changed)
-    /// if the slot would pass `STOCK_HIGH` or the delta would need a flush.
+    /// Fast-path give-back of `n` bytes to `pool` and `-n` on the stat delta. False (nothing
+    /// changed) if the pool would pass `STOCK_HIGH` or the delta would need a flush.
     #[inline(always)]
-    fn try_give(&self, i: usize, n: u64, idx: StatIdx) -> bool {
-        let b = self.bytes[i].load(Relaxed).wrapping_add(n);
+    fn try_give(&self, i: usize, pool: Pool, n: u64, idx: StatIdx) -> bool {
+        let b = self.pool(i, pool).load(Relaxed).wrapping_add(n);
         let Some(st) = self.stats[i].get(idx.0 as usize) else {
             return false;
         };
@@ -162,7 +196,7 @@ impl Stock {
         if d < -STAT_FLUSH {
             return false;
         }
-        self.bytes[i].store(b, Relaxed);
+        self.pool(i, pool).store(b, Relaxed);
         st.store(d as i32, Relaxed);
         true
     }
@@ -218,6 +252,7 @@ impl Stock {
         if c.id == 0 {
             debug_assert!(
                 self.bytes[i].load(Relaxed) == 0
+                    && self.api[i].load(Relaxed) == 0
                     && self.stats[i].iter().all(|s| s.load(Relaxed) == 0)
             );
             return c;
@@ -225,6 +260,10 @@ impl Stock {
         self.ids[i].store(0, Relaxed);
         c.bytes = self.bytes[i].load(Relaxed);
         self.bytes[i].store(0, Relaxed);
+        c.api = self.api[i].load(Relaxed);
+        if c.api != 0 {
+            self.api[i].store(0, Relaxed);
+        }
         for (d, s) in c.stats.iter_mut().zip(self.stats[i].iter()) {
             *d = s.load(Relaxed);
             if *d != 0 {
@@ -239,11 +278,16 @@ impl Stock {
         core::array::from_fn(|i| self.take(i))
     }
 
-    /// Puts a fresh slot for `id`. In CS, on a slot just emptied by `take`.
-    pub(crate) fn fill(&self, i: usize, id: ObjCgId, bytes: u64) {
-        debug_assert!(self.ids[i].load(Relaxed) == 0 && self.bytes[i].load(Relaxed) == 0);
+    /// Puts a fresh slot for `id` with `bytes` in `pool`. In CS, on a slot just emptied by
+    /// `take`.
+    pub(crate) fn fill(&self, i: usize, id: ObjCgId, pool: Pool, bytes: u64) {
+        debug_assert!(
+            self.ids[i].load(Relaxed) == 0
+                && self.bytes[i].load(Relaxed) == 0
+                && self.api[i].load(Relaxed) == 0
+        );
         self.ids[i].store(id, Relaxed);
-        self.bytes[i].store(bytes, Relaxed);
+        self.pool(i, pool).store(bytes, Relaxed);
         self.touch(i);
     }
 
@@ -257,7 +301,8 @@ impl Stock {
 
     #[cfg(test)]
     pub(crate) fn held_bytes(&self) -> u64 {
-        self.bytes.iter().map(|b| b.load(Relaxed)).sum()
+        let api: u64 = self.api.iter().map(|b| b.load(Relaxed)).sum();
+        api + self.bytes.iter().map(|b| b.load(Relaxed)).sum::<u64>()
     }
 }
 
@@ -312,14 +357,14 @@ fn with_slot(id: ObjCgId, op: impl Fn(&Stock, usize) -> bool) -> bool {
     )
 }
 
-/// Fast path of a charge: take `n` bytes from this thread's slot for `id`.
+/// Fast path of a charge: take `n` bytes from `pool` of this thread's slot for `id`.
 #[inline(always)]
-pub(crate) fn consume(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
-    with_slot(id, |s, i| s.try_take(i, n, idx))
+pub(crate) fn consume(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> bool {
+    with_slot(id, |s, i| s.try_take(i, pool, n, idx))
 }
 
-/// Fast path of an uncharge: give `n` bytes back to this thread's slot for `id`.
+/// Fast path of an uncharge: give `n` bytes back to `pool` of this thread's slot for `id`.
 #[inline(always)]
-pub(crate) fn refill(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
-    with_slot(id, |s, i| s.try_give(i, n, idx))
+pub(crate) fn refill(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> bool {
+    with_slot(id, |s, i| s.try_give(i, pool, n, idx))
 }

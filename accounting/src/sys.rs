@@ -60,6 +60,17 @@ const ENV_MEMBARRIER: u8 = 1;
 #[cfg_attr(not(all(target_os = "linux", not(miri))), allow(dead_code))]
 const ENV_NO_MEMBARRIER: u8 = 2;
 
+/// Writes `msg` to standard error without allocating (it may run inside the allocator).
+pub(crate) fn warn(msg: &str) {
+    #[cfg(not(miri))]
+    // SAFETY: writes msg.len() bytes from a live &str to fd 2; a failed write is ignored.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+    }
+    #[cfg(miri)]
+    eprint!("{msg}");
+}
+
 /// Reads the environment (`SLABCG_MEMBARRIER`) once; later calls do nothing. Never
 /// allocates.
 pub(crate) fn read_environment() {

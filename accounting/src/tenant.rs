@@ -22,7 +22,7 @@ use crate::hooks;
 use crate::objcg::{self, ObjCgId};
 use crate::scope::{self, ScopeGuard};
 use crate::stat::{self, StatItem, Stats, TenantStat};
-use crate::stock;
+use crate::stock::{self, Pool};
 
 type Reclaim = Arc<dyn Fn(&Tenant, u64) + Send + Sync>;
 
@@ -261,10 +261,10 @@ impl Tenant {
             return Err(self.error(&self.node, bytes));
         }
         let id = self.node.objcg();
-        if stock::consume(id, bytes, idx) {
+        if stock::consume(id, Pool::Api, bytes, idx) {
             return Ok(());
         }
-        charge::charge_slow(id, bytes, idx).map_err(|Refused(r)| {
+        charge::charge_slow(id, Pool::Api, bytes, idx).map_err(|Refused(r)| {
             // SAFETY: the refusing node is this tenant or an ancestor, alive while we are.
             self.error(unsafe { &*r }, bytes)
         })
@@ -278,15 +278,27 @@ impl Tenant {
         }
     }
 
-    /// Gives back bytes charged with [`charge`](Self::charge).
+    /// Gives back bytes charged with [`charge`](Self::charge), on any thread: through this
+    /// tenant, or, once a tenant charged was dropped, through its parent (which carries its
+    /// charges from then on). These bytes hold no reference on the tenant, so keep a handle
+    /// for as long as they are outstanding, as a socket keeps its memcg.
+    ///
+    /// Uncharging more than is outstanding is a bug in the caller. It cannot corrupt the
+    /// allocator's ownership records: the usage of this tenant and its ancestors stops at 0
+    /// (like the kernel's `page_counter_cancel`) and a warning is printed once per process.
     pub fn uncharge(&self, bytes: u64, item: StatItem) {
         let idx = item.idx();
+        // More than any charge can have been (`charge` refuses above i64::MAX).
+        let bytes = bytes.min(i64::MAX as u64);
         if self.is_root() {
             counter::uncharge(&*self.node, bytes);
             stat::flush(&self.node, idx.0 as usize, -(bytes as i64));
             return;
         }
-        hooks::uncharge(self.node.objcg(), bytes as usize, idx);
+        let id = self.node.objcg();
+        if !stock::refill(id, Pool::Api, bytes, idx) {
+            charge::uncharge_slow(id, Pool::Api, bytes, idx);
+        }
     }
 
     /// Sets the callback run before a charge refused by this tenant's `max` fails: it gets
