@@ -1,0 +1,582 @@
+//! A randomized multi-tenant workload checked against a ledger: the body of the bounded
+//! `tests/stress.rs` (CI) and of the opt-in `examples/stress.rs` (minutes, more threads).
+//!
+//! Worker threads allocate (plain and zeroed, 1 byte to large, alignments up to 8 KiB), free,
+//! reallocate, hand objects to each other through a shared pool, and charge and uncharge Sock
+//! bytes, each inside a random tenant's scope (sometimes nested in another's). One tenant's
+//! limit is tight, so its charges fail and drain all the time; an observer thread checks
+//! `current <= max` and drains every stock meanwhile. Every object carries a stamp that is
+//! checked when it is freed or moved, so overlapping blocks or lost copies are caught.
+//!
+//! Each epoch ends at a barrier where every live tenant's `current_exact()` must equal the
+//! ledger of its subtree (objects and Sock bytes), and its `stat()` must add up. Between
+//! epochs tenants that still own live objects are dropped: their charges move to the parent,
+//! which the ledger follows. At the end everything is freed and every tenant reads 0.
+
+use std::alloc::{self, Layout};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use slabcg::allocator::size_class::class_for;
+use slabcg::{SlabAlloc, StatItem, Tenant};
+
+/// How much work a run does.
+#[derive(Clone, Copy)]
+pub struct Config {
+    pub threads: usize,
+    pub epochs: usize,
+    pub ops_per_epoch: usize,
+    /// The most objects one thread keeps live.
+    pub live_cap: usize,
+    /// Percent of allocations that are large (above 128 KiB).
+    pub large_percent: u64,
+    pub seed: u64,
+}
+
+/// What a run did, for the opt-in runner's report.
+#[derive(Default, Debug)]
+pub struct Report {
+    pub ops: u64,
+    pub refused: u64,
+    pub checks: u64,
+}
+
+/// The tenant tree: name, parent index, `max` (0 = none), the epoch after which the test drops
+/// the tenant (`usize::MAX` = never). Parents come before their children.
+const TREE: [(&str, Option<usize>, u64, usize); 6] = [
+    ("stress-a", None, 256 << 20, usize::MAX),
+    ("stress-a1", Some(0), 0, usize::MAX),
+    ("stress-a2", Some(0), 0, 0),
+    ("stress-b", None, 0, usize::MAX),
+    ("stress-b-tight", Some(3), 1 << 20, usize::MAX),
+    ("stress-c", None, 0, 1),
+];
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Obj {
+    p: usize,
+    layout: Layout,
+    usable: u64,
+    /// Index in `TREE` of the tenant charged.
+    t: usize,
+    stamp: u64,
+}
+
+/// Whether tenant `t`'s charges count in tenant `i`'s `current` (t is in i's subtree).
+fn in_subtree(mut t: usize, i: usize) -> bool {
+    loop {
+        if t == i {
+            return true;
+        }
+        match TREE[t].1 {
+            Some(parent) => t = parent,
+            None => return false,
+        }
+    }
+}
+
+/// Whether a charge to `t` may be refused: some tenant on its path to the root has a `max`.
+fn limited(t: usize) -> bool {
+    (0..TREE.len()).any(|i| TREE[i].2 != 0 && in_subtree(t, i))
+}
+
+fn random_layout(rng: &mut Rng, large_percent: u64) -> Layout {
+    let r = rng.next();
+    let size = if r % 100 < large_percent {
+        (128 << 10) + 1 + (r >> 8) as usize % (512 << 10)
+    } else {
+        match r % 10 {
+            0..=5 => 1 + (r >> 8) as usize % 256,
+            6..=8 => 1 + (r >> 8) as usize % 8192,
+            _ => 1 + (r >> 8) as usize % (128 << 10),
+        }
+    };
+    // Mostly the alignments Rust types have; now and then one above a page.
+    let align = match (r >> 50) % 16 {
+        0..=9 => 8,
+        10 => 1,
+        11 => 16,
+        12 => 64,
+        13 => 256,
+        14 => 4096,
+        _ => 8192,
+    };
+    Layout::from_size_align(size, align).unwrap()
+}
+
+/// Writes `stamp` into the first bytes of the block and a byte derived from it at its end.
+///
+/// # Safety
+/// `p` must hold at least `size` writable bytes.
+unsafe fn write_stamp(p: *mut u8, size: usize, stamp: u64) {
+    let bytes = stamp.to_le_bytes();
+    let n = size.min(8);
+    // SAFETY: p holds size >= n bytes (caller's contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, n);
+        *p.add(size - 1) = end_byte(stamp, size);
+    }
+}
+
+fn end_byte(stamp: u64, size: usize) -> u8 {
+    if size <= 8 {
+        // The last byte is part of the prefix.
+        stamp.to_le_bytes()[size - 1]
+    } else {
+        (stamp as u8) ^ 0x5a
+    }
+}
+
+/// Panics unless the block still holds `stamp` (its first `min(size, 8)` bytes, and the end
+/// byte when `whole`).
+///
+/// # Safety
+/// `p` must hold at least `size` readable bytes.
+unsafe fn check_stamp(p: *const u8, size: usize, stamp: u64, whole: bool) {
+    let bytes = stamp.to_le_bytes();
+    let n = size.min(8);
+    // SAFETY: p holds size >= n bytes (caller's contract).
+    let prefix = unsafe { std::slice::from_raw_parts(p, n) };
+    assert_eq!(prefix, &bytes[..n], "block at {p:?} lost its stamp");
+    if whole {
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { *p.add(size - 1) },
+            end_byte(stamp, size),
+            "block at {p:?}: end"
+        );
+    }
+}
+
+fn usable(p: *mut u8) -> u64 {
+    // SAFETY: p is a live allocation of the global SlabAlloc.
+    unsafe { SlabAlloc::usable_size(p) as u64 }
+}
+
+/// One worker thread's state.
+struct Worker {
+    id: u64,
+    rng: Rng,
+    live: Vec<Obj>,
+    /// Sock bytes this thread charged and has not uncharged, per tenant.
+    sock: [u64; TREE.len()],
+    stamps: u64,
+    report: Report,
+}
+
+impl Worker {
+    fn stamp(&mut self) -> u64 {
+        self.stamps += 1;
+        (self.id << 48) | self.stamps
+    }
+
+    /// A random live tenant index (its handle is in `tenants`).
+    fn pick(&mut self, tenants: &[Option<Tenant>]) -> usize {
+        loop {
+            let t = self.rng.below(tenants.len());
+            if tenants[t].is_some() {
+                return t;
+            }
+        }
+    }
+
+    fn refused(&mut self, t: usize, what: &str) {
+        assert!(
+            limited(t),
+            "{what} refused for unlimited tenant {}",
+            TREE[t].0
+        );
+        self.report.refused += 1;
+    }
+
+    fn alloc(&mut self, tenants: &[Option<Tenant>], large_percent: u64) {
+        let t = self.pick(tenants);
+        let layout = random_layout(&mut self.rng, large_percent);
+        let zeroed = self.rng.below(8) == 0;
+        let nested = self.rng.below(6) == 0;
+        let outer = self.pick(tenants);
+        let p = {
+            // The inner scope wins while it lives.
+            let _outer = nested.then(|| tenants[outer].as_ref().unwrap().enter());
+            let _scope = tenants[t].as_ref().unwrap().enter();
+            // SAFETY: a valid non-zero layout.
+            unsafe {
+                if zeroed {
+                    alloc::alloc_zeroed(layout)
+                } else {
+                    alloc::alloc(layout)
+                }
+            }
+        };
+        if p.is_null() {
+            return self.refused(t, "allocation");
+        }
+        assert_eq!(p as usize % layout.align(), 0, "misaligned block");
+        let size = layout.size();
+        if zeroed {
+            // SAFETY: p holds size bytes.
+            let head = unsafe { std::slice::from_raw_parts(p, size.min(4096)) };
+            assert!(
+                head.iter().all(|&b| b == 0),
+                "alloc_zeroed returned dirty memory"
+            );
+            // SAFETY: as above.
+            assert_eq!(unsafe { *p.add(size - 1) }, 0, "alloc_zeroed: dirty end");
+        }
+        let stamp = self.stamp();
+        // SAFETY: p holds size bytes.
+        unsafe { write_stamp(p, size, stamp) };
+        let usable = usable(p);
+        assert!(usable >= size as u64);
+        self.live.push(Obj {
+            p: p as usize,
+            layout,
+            usable,
+            t,
+            stamp,
+        });
+    }
+
+    fn free_one(&mut self) {
+        if self.live.is_empty() {
+            return;
+        }
+        let k = self.rng.below(self.live.len());
+        free(self.live.swap_remove(k));
+    }
+
+    fn realloc(&mut self, tenants: &[Option<Tenant>], large_percent: u64) {
+        if self.live.is_empty() {
+            return;
+        }
+        let k = self.rng.below(self.live.len());
+        let o = self.live[k];
+        let new_size = random_layout(&mut self.rng, large_percent).size();
+        let t = self.pick(tenants);
+        let q = {
+            let _scope = tenants[t].as_ref().unwrap().enter();
+            // SAFETY: o is live with o.layout; new_size is non-zero and fits the alignment.
+            unsafe { alloc::realloc(o.p as *mut u8, o.layout, new_size) }
+        };
+        if q.is_null() {
+            // The block is untouched; either tenant's limit may have refused.
+            assert!(
+                limited(t) || limited(o.t),
+                "realloc refused without a limit"
+            );
+            self.report.refused += 1;
+            return;
+        }
+        let kept = new_size.min(o.layout.size());
+        // SAFETY: q holds new_size >= kept bytes, copied from the old block.
+        unsafe { check_stamp(q, kept, o.stamp, kept == o.layout.size()) };
+        // Who is charged (charge.rs): a block that stays in its size class, or a large block
+        // resized in place by mremap, keeps its owner; any other move charges the caller's
+        // tenant.
+        let align = o.layout.align();
+        let keeps_owner = match (
+            class_for(o.layout.size(), align),
+            class_for(new_size, align),
+        ) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => align <= 4096,
+            _ => false,
+        };
+        let layout = Layout::from_size_align(new_size, align).unwrap();
+        let stamp = self.stamp();
+        // SAFETY: q holds new_size bytes.
+        unsafe { write_stamp(q, new_size, stamp) };
+        self.live[k] = Obj {
+            p: q as usize,
+            layout,
+            usable: usable(q),
+            t: if keeps_owner { o.t } else { t },
+            stamp,
+        };
+    }
+
+    fn sock(&mut self, tenants: &[Option<Tenant>]) {
+        let t = self.pick(tenants);
+        let tenant = tenants[t].as_ref().unwrap();
+        if self.sock[t] > 0 && self.rng.below(2) == 0 {
+            let n = 1 + self.rng.next() % self.sock[t];
+            tenant.uncharge(n, StatItem::Sock);
+            self.sock[t] -= n;
+        } else {
+            let n = 1 + self.rng.next() % (64 << 10);
+            match tenant.charge(n, StatItem::Sock) {
+                Ok(()) => self.sock[t] += n,
+                Err(_) => self.refused(t, "sock charge"),
+            }
+        }
+    }
+
+    /// Gives an object to the shared pool, or takes one (the taker frees it later: a
+    /// cross-thread free that must uncharge the owner).
+    fn trade(&mut self, pool: &Mutex<Vec<Obj>>) {
+        let mut pool = pool.lock().unwrap();
+        if self.rng.below(2) == 0 && !self.live.is_empty() {
+            let k = self.rng.below(self.live.len());
+            pool.push(self.live.swap_remove(k));
+        } else if let Some(o) = pool.pop() {
+            self.live.push(o);
+        }
+    }
+
+    fn epoch(&mut self, cfg: &Config, tenants: &[Option<Tenant>], pool: &Mutex<Vec<Obj>>) {
+        for _ in 0..cfg.ops_per_epoch {
+            match self.rng.below(100) {
+                0..=39 => self.alloc(tenants, cfg.large_percent),
+                40..=64 => self.free_one(),
+                65..=74 => self.realloc(tenants, cfg.large_percent),
+                75..=84 => self.trade(pool),
+                _ => self.sock(tenants),
+            }
+            while self.live.len() > cfg.live_cap {
+                self.free_one();
+            }
+            self.report.ops += 1;
+        }
+    }
+}
+
+fn free(o: Obj) {
+    // SAFETY: o is live with o.layout, and this is its only free.
+    unsafe {
+        check_stamp(o.p as *const u8, o.layout.size(), o.stamp, true);
+        alloc::dealloc(o.p as *mut u8, o.layout);
+    }
+}
+
+/// What the workers publish at the end of an epoch.
+#[derive(Default)]
+struct Ledger {
+    objects: Vec<Obj>,
+    sock: [u64; TREE.len()],
+}
+
+/// Checks every live tenant against the ledger (all workers at the barrier).
+fn check(tenants: &[Option<Tenant>], ledger: &Ledger, epoch: usize) {
+    for (i, tenant) in tenants.iter().enumerate() {
+        let Some(tenant) = tenant else { continue };
+        let objects: u64 = ledger
+            .objects
+            .iter()
+            .filter(|o| in_subtree(o.t, i))
+            .map(|o| o.usable)
+            .sum();
+        let sock: u64 = (0..TREE.len())
+            .filter(|&t| in_subtree(t, i))
+            .map(|t| ledger.sock[t])
+            .sum();
+        let name = TREE[i].0;
+        let current = tenant.current_exact();
+        assert_eq!(
+            current,
+            objects + sock,
+            "epoch {epoch}: {name} against the ledger"
+        );
+        let stat = tenant.stat();
+        assert_eq!(stat.current, current, "epoch {epoch}: {name} stat.current");
+        assert_eq!(stat.sock, sock, "epoch {epoch}: {name} stat.sock");
+        assert_eq!(
+            stat.slab + stat.large + stat.sock,
+            current,
+            "epoch {epoch}: {name}: slab + large + sock\n{stat}"
+        );
+        assert!(stat.peak >= current, "epoch {epoch}: {name}: peak");
+        if TREE[i].2 != 0 {
+            assert!(current <= TREE[i].2, "epoch {epoch}: {name} over its max");
+        }
+    }
+}
+
+/// Runs the workload; panics (naming the epoch and tenant) on the first disagreement.
+pub fn run(cfg: &Config) -> Report {
+    // A failed check on any thread ends the process: the others would wait at the barrier
+    // for it forever.
+    // Straight to stderr: the test harness's output capture is lost with the process.
+    std::panic::set_hook(Box::new(|info| {
+        use std::io::Write;
+        let trace = std::backtrace::Backtrace::force_capture();
+        let _ = write!(std::io::stderr(), "{info}\n{trace}\n");
+        std::process::abort();
+    }));
+    let mut handles: Vec<Option<Tenant>> = Vec::new();
+    for (name, parent, max, _) in TREE {
+        let t = match parent {
+            Some(p) => handles[p].as_ref().unwrap().child(name),
+            None => Tenant::new(name),
+        };
+        if max != 0 {
+            t.set_max(max);
+            t.set_high(max / 2);
+        }
+        handles.push(Some(t));
+    }
+    let table = Arc::new(Mutex::new(handles));
+    let pool: Arc<Mutex<Vec<Obj>>> = Arc::new(Mutex::new(Vec::new()));
+    let published: Arc<Mutex<Ledger>> = Arc::default();
+    // Workers and this thread meet twice per epoch: once when the ledgers are published, once
+    // when the check is done.
+    let barrier = Arc::new(Barrier::new(cfg.threads + 1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let observed = Arc::new(AtomicU64::new(0));
+
+    let observer = {
+        let (table, stop, observed) = (table.clone(), stop.clone(), observed.clone());
+        thread::spawn(move || {
+            let limited: Vec<(Tenant, u64)> = table
+                .lock()
+                .unwrap()
+                .iter()
+                .zip(TREE)
+                .filter(|(_, (_, _, max, _))| *max != 0)
+                .map(|(t, (_, _, max, _))| (t.clone().unwrap(), max))
+                .collect();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for (t, max) in &limited {
+                    let current = t.current();
+                    assert!(current <= *max, "{} at {current} over max {max}", t.name());
+                }
+                n += 1;
+                if n.is_multiple_of(64) {
+                    slabcg::drain_all_stocks();
+                }
+                thread::sleep(Duration::from_micros(50));
+            }
+            observed.store(n, Ordering::Relaxed);
+        })
+    };
+
+    let workers: Vec<_> = (0..cfg.threads)
+        .map(|i| {
+            let (table, pool, published, barrier) = (
+                table.clone(),
+                pool.clone(),
+                published.clone(),
+                barrier.clone(),
+            );
+            let cfg = *cfg;
+            thread::spawn(move || {
+                let mut w = Worker {
+                    id: i as u64 + 1,
+                    rng: Rng(cfg.seed ^ 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1)),
+                    live: Vec::with_capacity(cfg.live_cap + 1),
+                    sock: [0; TREE.len()],
+                    stamps: 0,
+                    report: Report::default(),
+                };
+                for _ in 0..cfg.epochs {
+                    // Handles only for the epoch: a dropped tenant's last handle must go.
+                    let tenants = table.lock().unwrap().clone();
+                    w.epoch(&cfg, &tenants, &pool);
+                    drop(tenants);
+                    {
+                        let mut l = published.lock().unwrap();
+                        l.objects.extend_from_slice(&w.live);
+                        for (s, mine) in l.sock.iter_mut().zip(w.sock) {
+                            *s += mine;
+                        }
+                    }
+                    barrier.wait();
+                    barrier.wait();
+                }
+                (w.live, w.sock, w.report)
+            })
+        })
+        .collect();
+
+    let mut checks = 0;
+    for epoch in 0..cfg.epochs {
+        barrier.wait();
+        {
+            let mut l = published.lock().unwrap();
+            l.objects.extend_from_slice(&pool.lock().unwrap());
+            check(&table.lock().unwrap(), &l, epoch);
+            *l = Ledger::default();
+            checks += 1;
+        }
+        // Drop the tenants due now: their live objects (in the workers' ledgers) move to the
+        // parent, which the next check sees through `in_subtree`.
+        let mut t = table.lock().unwrap();
+        for (i, entry) in t.iter_mut().enumerate() {
+            if TREE[i].3 == epoch {
+                *entry = None;
+            }
+        }
+        drop(t);
+        barrier.wait();
+    }
+
+    let mut report = Report {
+        checks,
+        ..Report::default()
+    };
+    let mut sock = [0u64; TREE.len()];
+    for w in workers {
+        let (live, s, r) = w.join().unwrap();
+        for o in live {
+            free(o);
+        }
+        for (total, mine) in sock.iter_mut().zip(s) {
+            *total += mine;
+        }
+        report.ops += r.ops;
+        report.refused += r.refused;
+    }
+    for o in pool.lock().unwrap().drain(..) {
+        free(o);
+    }
+    stop.store(true, Ordering::Relaxed);
+    observer.join().unwrap();
+    assert!(observed.load(Ordering::Relaxed) > 0);
+    let tenants = table.lock().unwrap().clone();
+    // Uncharge the Sock bytes still out, each from the tenant it was charged to (dropped
+    // tenants' go through their parent, which holds them after reparenting).
+    for (t, &n) in sock.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let mut owner = t;
+        while tenants[owner].is_none() {
+            match TREE[owner].1 {
+                Some(parent) => owner = parent,
+                None => break,
+            }
+        }
+        // A dropped top-level tenant's charge went to the root, which nobody checks.
+        if let Some(tenant) = &tenants[owner] {
+            tenant.uncharge(n, StatItem::Sock);
+        }
+    }
+    for (i, tenant) in tenants.iter().enumerate() {
+        if let Some(tenant) = tenant {
+            assert_eq!(
+                tenant.current_exact(),
+                0,
+                "{} after everything was freed",
+                TREE[i].0
+            );
+        }
+    }
+    report
+}
