@@ -1,11 +1,12 @@
 //! A randomized multi-tenant workload checked against a ledger: the body of the bounded
 //! `tests/stress.rs` (CI) and of the opt-in `examples/stress.rs` (minutes, more threads).
 //!
-//! Worker threads allocate (plain and zeroed, 1 byte to large, alignments up to 8 KiB), free,
-//! reallocate, hand objects to each other through a shared pool, and charge and uncharge Sock
-//! bytes, each inside a random tenant's scope (sometimes nested in another's). One tenant's
-//! limit is tight, so its charges fail and drain all the time; an observer thread checks
-//! `current <= max` and drains every stock meanwhile. Every object carries a stamp that is
+//! Worker threads allocate (plain and zeroed, 1 byte to large, alignments up to 8 KiB, and
+//! from an accounted dedicated cache, one by one and in bulk), free, reallocate, hand objects
+//! to each other through a shared pool, and charge and uncharge Sock bytes, each inside a
+//! random tenant's scope (sometimes nested in another's). One tenant's limit is tight, so its
+//! charges fail and drain all the time; an observer thread checks `current <= max`, drains
+//! every stock and trims the allocator meanwhile. Every object carries a stamp that is
 //! checked when it is freed or moved, so overlapping blocks or lost copies are caught.
 //!
 //! Each epoch ends at a barrier where every live tenant's `current_exact()` must equal the
@@ -14,13 +15,14 @@
 //! which the ledger follows. At the end everything is freed and every tenant reads 0.
 
 use std::alloc::{self, Layout};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
 use slabcg::allocator::size_class::class_for;
-use slabcg::{SlabAlloc, StatItem, Tenant};
+use slabcg::{Cache, SlabAlloc, StatItem, Tenant};
 
 /// How much work a run does.
 #[derive(Clone, Copy)]
@@ -69,10 +71,23 @@ impl Rng {
     }
 }
 
+/// The accounted dedicated cache (one per process, outliving every run's objects).
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(|| {
+        Cache::builder("stress", Layout::from_size_align(200, 8).unwrap())
+            .account(true)
+            .build()
+    })
+}
+
 #[derive(Clone, Copy)]
 struct Obj {
     p: usize,
+    /// For a dedicated-cache object, the cache's layout.
     layout: Layout,
+    /// From `cache()` rather than the global allocator.
+    cached: bool,
     usable: u64,
     /// Index in `TREE` of the tenant charged.
     t: usize,
@@ -248,10 +263,51 @@ impl Worker {
         self.live.push(Obj {
             p: p as usize,
             layout,
+            cached: false,
             usable,
             t,
             stamp,
         });
+    }
+
+    /// Objects from the accounted dedicated cache: one, or a bulk run.
+    fn alloc_cached(&mut self, tenants: &[Option<Tenant>]) {
+        let t = self.pick(tenants);
+        let c = cache();
+        let layout = Layout::from_size_align(c.info().object_size, 8).unwrap();
+        let mut got = [std::ptr::null_mut::<u8>(); 16];
+        let n = 1 + self.rng.below(16);
+        let k = {
+            let _scope = tenants[t].as_ref().unwrap().enter();
+            if n == 1 {
+                match c.alloc() {
+                    Some(p) => {
+                        got[0] = p.as_ptr();
+                        1
+                    }
+                    None => 0,
+                }
+            } else {
+                c.alloc_bulk(&mut got[..n])
+            }
+        };
+        if k == 0 {
+            return self.refused(t, "cache allocation");
+        }
+        for &p in &got[..k] {
+            assert!(!p.is_null());
+            let stamp = self.stamp();
+            // SAFETY: p holds object_size bytes.
+            unsafe { write_stamp(p, layout.size(), stamp) };
+            self.live.push(Obj {
+                p: p as usize,
+                layout,
+                cached: true,
+                usable: layout.size() as u64,
+                t,
+                stamp,
+            });
+        }
     }
 
     fn free_one(&mut self) {
@@ -259,7 +315,31 @@ impl Worker {
             return;
         }
         let k = self.rng.below(self.live.len());
+        if self.live[k].cached && self.rng.below(4) == 0 {
+            return self.free_cached_bulk();
+        }
         free(self.live.swap_remove(k));
+    }
+
+    /// Frees up to 16 of this thread's cache objects with one `free_bulk`.
+    fn free_cached_bulk(&mut self) {
+        let mut run = [std::ptr::null_mut::<u8>(); 16];
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.live.len() && n < run.len() {
+            let o = self.live[i];
+            if o.cached {
+                // SAFETY: o is live; its stamp is checked before the bulk free below.
+                unsafe { check_stamp(o.p as *const u8, o.layout.size(), o.stamp, true) };
+                run[n] = o.p as *mut u8;
+                n += 1;
+                self.live.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        // SAFETY: n live objects of `cache()`, each freed once.
+        unsafe { cache().free_bulk(&run[..n]) };
     }
 
     fn realloc(&mut self, tenants: &[Option<Tenant>], large_percent: u64) {
@@ -268,6 +348,9 @@ impl Worker {
         }
         let k = self.rng.below(self.live.len());
         let o = self.live[k];
+        if o.cached {
+            return;
+        }
         let new_size = random_layout(&mut self.rng, large_percent).size();
         let t = self.pick(tenants);
         let q = {
@@ -306,6 +389,7 @@ impl Worker {
         self.live[k] = Obj {
             p: q as usize,
             layout,
+            cached: false,
             usable: usable(q),
             t: if keeps_owner { o.t } else { t },
             stamp,
@@ -343,7 +427,8 @@ impl Worker {
     fn epoch(&mut self, cfg: &Config, tenants: &[Option<Tenant>], pool: &Mutex<Vec<Obj>>) {
         for _ in 0..cfg.ops_per_epoch {
             match self.rng.below(100) {
-                0..=39 => self.alloc(tenants, cfg.large_percent),
+                0..=34 => self.alloc(tenants, cfg.large_percent),
+                35..=39 => self.alloc_cached(tenants),
                 40..=64 => self.free_one(),
                 65..=74 => self.realloc(tenants, cfg.large_percent),
                 75..=84 => self.trade(pool),
@@ -358,10 +443,15 @@ impl Worker {
 }
 
 fn free(o: Obj) {
-    // SAFETY: o is live with o.layout, and this is its only free.
+    // SAFETY: o is live with o.layout (from the cache when `cached`), and this is its only
+    // free.
     unsafe {
         check_stamp(o.p as *const u8, o.layout.size(), o.stamp, true);
-        alloc::dealloc(o.p as *mut u8, o.layout);
+        if o.cached {
+            cache().free(NonNull::new_unchecked(o.p as *mut u8));
+        } else {
+            alloc::dealloc(o.p as *mut u8, o.layout);
+        }
     }
 }
 
@@ -460,6 +550,9 @@ pub fn run(cfg: &Config) -> Report {
                 n += 1;
                 if n.is_multiple_of(64) {
                     slabcg::drain_all_stocks();
+                }
+                if n.is_multiple_of(256) {
+                    slabcg::trim();
                 }
                 thread::sleep(Duration::from_micros(50));
             }
