@@ -17,15 +17,9 @@ static GLOBAL: SlabAlloc = SlabAlloc::new();
 
 const MIB: u64 = 1 << 20;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+#[path = "../tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// Request handling: parse, build a response, keep a bounded session cache.
 /// Returns the session cache, which stays charged to the tenant while main holds it.

@@ -14,15 +14,9 @@ static GLOBAL: SlabAlloc = SlabAlloc::new();
 // Tests in this binary share the allocator and run in parallel; they use their own tenants,
 // so tenant figures are unaffected by each other.
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 #[derive(Clone, Copy)]
 struct Obj {

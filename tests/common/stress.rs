@@ -56,20 +56,9 @@ const TREE: [(&str, Option<usize>, u64, usize); 6] = [
     ("stress-c", None, 0, 1),
 ];
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+#[path = "rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// The accounted dedicated cache (one per process, outliving every run's objects).
 fn cache() -> &'static Cache {
