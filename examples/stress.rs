@@ -36,9 +36,11 @@ fn main() {
             seed,
         });
         println!(
-            "run {run} (seed {seed:#x}): {} ops, {} refused by limits, {} ledger checks, {:.1} s",
+            "run {run} (seed {seed:#x}): {} ops, {} refused by limits, {} objects freed by the \
+             reclaim callback, {} ledger checks, {:.1} s",
             r.ops,
             r.refused,
+            r.reclaimed,
             r.checks,
             t.elapsed().as_secs_f64()
         );

@@ -1,7 +1,7 @@
 //! A short run of the randomized multi-tenant workload (`tests/common/stress.rs`): several
-//! threads, every allocation path, cross-thread frees, Sock charges, a tight limit, drains
-//! racing the work, and tenants dropped while they own objects; at every epoch each tenant's
-//! exact usage must equal the ledger. `cargo run --release --example stress` runs it for
+//! threads, every allocation path, cross-thread frees, Sock charges, a tight limit with a
+//! reclaim callback, drains racing the work, and tenants dropped while they own objects; at
+//! every epoch each tenant's exact usage must equal the ledger. `cargo run --release --example stress` runs it for
 //! minutes. Alone in its binary, so that no other test's tenants or drains interfere.
 
 use slabcg::SlabAlloc;
@@ -23,6 +23,8 @@ fn randomized_tenants_match_the_ledger() {
         seed: 0x5eed_cafe,
     });
     assert!(report.ops > 0 && report.checks == 5);
-    // The tight tenant must have refused something, or the limit path went untested.
-    assert!(report.refused > 0, "{report:?}");
+    // The tight tenant must have refused something and run its reclaim callback, or the
+    // limit paths went untested.
+    println!("{report:?}");
+    assert!(report.refused > 0 && report.reclaimed > 0, "{report:?}");
 }

@@ -43,6 +43,8 @@ pub struct Report {
     pub ops: u64,
     pub refused: u64,
     pub checks: u64,
+    /// Objects the tight tenant's reclaim callback freed.
+    pub reclaimed: u64,
 }
 
 /// The tenant tree: name, parent index, `max` (0 = none), the epoch after which the test drops
@@ -55,6 +57,8 @@ const TREE: [(&str, Option<usize>, u64, usize); 6] = [
     ("stress-b-tight", Some(3), 1 << 20, usize::MAX),
     ("stress-c", None, 0, 1),
 ];
+/// The tenant with the 1 MiB limit (and a reclaim callback).
+const TIGHT: usize = 4;
 
 #[path = "rng.rs"]
 mod rng;
@@ -510,8 +514,36 @@ pub fn run(cfg: &Config) -> Report {
         }
         handles.push(Some(t));
     }
-    let table = Arc::new(Mutex::new(handles));
     let pool: Arc<Mutex<Vec<Obj>>> = Arc::new(Mutex::new(Vec::new()));
+    // Before the tight tenant's charges fail, its callback frees up to 4 of its objects
+    // waiting in the pool (the ledger reads the pool at each barrier, so it follows). It runs
+    // in that tenant's scope, where an allocation could itself be refused: it allocates
+    // nothing.
+    let reclaimed = Arc::new(AtomicU64::new(0));
+    {
+        let (pool, reclaimed) = (pool.clone(), reclaimed.clone());
+        handles[TIGHT].as_ref().unwrap().set_reclaim(move |_, _| {
+            let mut taken: [Option<Obj>; 4] = [None; 4];
+            let mut n = 0;
+            {
+                let mut p = pool.lock().unwrap();
+                let mut i = 0;
+                while i < p.len() && n < taken.len() {
+                    if p[i].t == TIGHT {
+                        taken[n] = Some(p.swap_remove(i));
+                        n += 1;
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            for o in taken.into_iter().flatten() {
+                free(o);
+            }
+            reclaimed.fetch_add(n as u64, Ordering::Relaxed);
+        });
+    }
+    let table = Arc::new(Mutex::new(handles));
     let published: Arc<Mutex<Ledger>> = Arc::default();
     // Workers and this thread meet twice per epoch: once when the ledgers are published, once
     // when the check is done.
@@ -611,6 +643,7 @@ pub fn run(cfg: &Config) -> Report {
 
     let mut report = Report {
         checks,
+        reclaimed: reclaimed.load(Ordering::Relaxed),
         ..Report::default()
     };
     let mut sock = [0u64; TREE.len()];
