@@ -236,7 +236,8 @@ fn flush_stat(oc: &ObjCg, idx: StatIdx, d: i64) {
 }
 
 /// Gives one slot's contents back: bytes of both pools to the counter, deltas to the shared
-/// stats, then drops the slot's refs (`bytes + 1`; the API pool's bytes hold none).
+/// stats, then drops the slot's refs (its object pool's bytes, plus the slot ref; the API
+/// pool's bytes hold none).
 pub(crate) fn release(c: &Contents) {
     let Some(oc) = objcg::lookup(c.id) else {
         return;

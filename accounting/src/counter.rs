@@ -114,6 +114,12 @@ impl Counter {
             }
         };
         if old < n {
+            // Correct callers never get here; `Tenant::uncharge` of too many bytes does.
+            #[cfg(debug_assertions)]
+            debug_assert!(
+                API_UNCHARGED.load(Relaxed),
+                "counter underflow ({old} - {n}) with no Tenant::uncharge to blame"
+            );
             underflow();
         }
         if self.pressure.load(Relaxed) && new <= self.high.load(Relaxed) {
@@ -159,6 +165,18 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
     Ok(())
 }
 
+/// Set (in debug builds) once `Tenant::uncharge` was called: only it can take a counter below
+/// zero, so an underflow before that is an internal bug.
+#[cfg(debug_assertions)]
+static API_UNCHARGED: AtomicBool = AtomicBool::new(false);
+
+#[cfg(debug_assertions)]
+pub(crate) fn note_api_uncharge() {
+    if !API_UNCHARGED.load(Relaxed) {
+        API_UNCHARGED.store(true, Relaxed);
+    }
+}
+
 /// Says once per process that some counter was uncharged below zero.
 #[cold]
 #[inline(never)]
@@ -166,8 +184,8 @@ fn underflow() {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Relaxed) {
         crate::sys::warn(
-            "slabcg: warning: a tenant was uncharged more than it was charged \
-             (Tenant::uncharge); its usage stops at 0\n",
+            "slabcg: warning: a tenant's usage would have gone below zero (more uncharged \
+             than charged, as by a Tenant::uncharge of too many bytes); it stops at 0\n",
         );
     }
 }

@@ -70,8 +70,14 @@ fn charge_cold(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
 }
 
 /// Uncharges `n` bytes previously charged to `id` (!= 0), on any thread.
+///
+/// # Safety
+/// `n` bytes charged to `id` with [`charge`] for `idx` must be outstanding, and the caller
+/// gives them up. Each byte charged that way holds a reference that keeps the objcg (and the
+/// tenant node it names) alive; this drops them, so uncharging bytes that were not charged
+/// could free the objcg while objects still name it. (`Tenant::uncharge` is the safe API.)
 #[inline(always)]
-pub fn uncharge(id: ObjCgId, n: usize, idx: StatIdx) {
+pub unsafe fn uncharge(id: ObjCgId, n: usize, idx: StatIdx) {
     debug_assert!(id != 0, "uncharge of objcg 0");
     if !stock::refill(id, Pool::Objects, n as u64, idx) {
         charge::uncharge_slow(id, Pool::Objects, n as u64, idx);

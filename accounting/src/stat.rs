@@ -53,7 +53,9 @@ impl Stats {
     /// indexes are ignored rather than panicking: this runs inside the allocator.
     pub(crate) fn add(&self, idx: usize, d: i64) {
         if let Some(s) = self.v.get(idx) {
-            s.fetch_add(d, Relaxed);
+            // Saturating, so that repeated uncharges of too many bytes (a caller bug) cannot
+            // wrap a stat; flushes are batched, so the CAS loop is off the fast paths.
+            let _ = s.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(d)));
         }
     }
     /// Reads `idx`, clamping a transiently negative sum (a flush of an uncharge can land

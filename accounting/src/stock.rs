@@ -18,12 +18,12 @@
 //!   `|stats[i][k]| <= STAT_FLUSH`.
 //!
 //! Who touches what:
-//! - the owner thread: everything, but `ids`, `bytes` and `stats` only between `enter()`
-//!   and `leave()` (the critical section, CS) and only when `enter()` saw no `steal`;
-//!   `flags`, `clock`, `stamps` are owner-only.
+//! - the owner thread: everything, but `ids`, `bytes`, `api` and `stats` only between
+//!   `enter()` and `leave()` (the critical section, CS) and only when `enter()` saw no
+//!   `steal`; `flags`, `clock`, `stamps` are owner-only.
 //! - a drainer (`drain.rs`, holding the registry lock): `steal`, reads `in_cs`, and takes
-//!   `ids`/`bytes`/`stats` once it saw `in_cs == 0` after setting `steal` and running a
-//!   remote barrier; `next` (the registry link).
+//!   `ids`/`bytes`/`api`/`stats` once it saw `in_cs == 0` after setting `steal` and running
+//!   a remote barrier; `next` (the registry link).
 //!
 //! All shared fields are atomics used with `Relaxed` loads/stores, which compile to plain
 //! moves: the fast path has no read-modify-write and touches only this thread's lines.

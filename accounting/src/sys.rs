@@ -21,7 +21,8 @@
 //!    (INVLPGB, checked with `cpuid`).
 //! 4. else no remote barrier at all: `remote_barrier` returns `false` and drainers only
 //!    drain the calling thread's own stock. A charge can then fail while bytes sit in other
-//!    threads' stocks (at most threads x slots x `STOCK_HIGH`); documented degradation,
+//!    threads' stocks (at most threads x slots x 2 x `STOCK_HIGH`: a slot has two pools);
+//!    documented degradation,
 //!    never unsoundness.
 //!
 //! `SLABCG_MEMBARRIER=0` in the environment skips `membarrier` (to test the fallbacks, or
@@ -62,7 +63,7 @@ const ENV_NO_MEMBARRIER: u8 = 2;
 
 /// Writes `msg` to standard error without allocating (it may run inside the allocator).
 pub(crate) fn warn(msg: &str) {
-    #[cfg(not(miri))]
+    #[cfg(all(unix, not(miri)))]
     // SAFETY: writes msg.len() bytes from a live &str to fd 2; a failed write is ignored.
     unsafe {
         libc::write(2, msg.as_ptr().cast(), msg.len());

@@ -251,14 +251,15 @@ impl Tenant {
     /// Charges a non-heap resource (e.g. socket buffers) through this thread's stock.
     pub fn charge(&self, bytes: u64, item: StatItem) -> Result<(), ChargeError> {
         let idx = item.idx();
+        // No usage can be that large, and stat deltas are i64.
+        if bytes > i64::MAX as u64 {
+            return Err(self.error(&self.node, bytes));
+        }
         if self.is_root() {
             // The root is never limited.
             let _ = counter::try_charge(&*self.node, bytes);
             stat::flush(&self.node, idx.0 as usize, bytes as i64);
             return Ok(());
-        }
-        if bytes > i64::MAX as u64 {
-            return Err(self.error(&self.node, bytes));
         }
         let id = self.node.objcg();
         if stock::consume(id, Pool::Api, bytes, idx) {
@@ -284,12 +285,19 @@ impl Tenant {
     /// for as long as they are outstanding, as a socket keeps its memcg.
     ///
     /// Uncharging more than is outstanding is a bug in the caller. It cannot corrupt the
-    /// allocator's ownership records: the usage of this tenant and its ancestors stops at 0
-    /// (like the kernel's `page_counter_cancel`) and a warning is printed once per process.
+    /// allocator's ownership records (which objects' frees rely on); its effects stay in the
+    /// numbers, as with the kernel's `page_counter_cancel`:
+    /// - the excess can sit in this thread's stock as credit that later charges of this
+    ///   tenant use without charging the counter (at most 128 KiB per thread, until a drain);
+    /// - the usage of this tenant and of each ancestor stops at 0 on its own, so an ancestor
+    ///   can lose usage that its other children hold, and stats can read low;
+    /// - when a counter would go below 0, a warning is printed (once per process).
     pub fn uncharge(&self, bytes: u64, item: StatItem) {
         let idx = item.idx();
         // More than any charge can have been (`charge` refuses above i64::MAX).
         let bytes = bytes.min(i64::MAX as u64);
+        #[cfg(debug_assertions)]
+        counter::note_api_uncharge();
         if self.is_root() {
             counter::uncharge(&*self.node, bytes);
             stat::flush(&self.node, idx.0 as usize, -(bytes as i64));

@@ -18,7 +18,8 @@ fn objcg_refs_equation() {
     assert_eq!(oc.refs(), 1 + 1 + t.current());
     drain_all();
     assert_eq!(oc.refs(), 1 + 1024);
-    hooks::uncharge(id, 1024, StatIdx::slab(0));
+    // SAFETY: uncharges exactly what this test charged to the id above.
+    unsafe { hooks::uncharge(id, 1024, StatIdx::slab(0)) };
     drain_all();
     assert_eq!(oc.refs(), 1);
     assert_eq!(t.current(), 0);
@@ -40,10 +41,12 @@ fn eviction_and_uncharge_miss() {
             ));
         }
     }
+    // Only the object pools are used here, each trimmed to STOCK_HIGH.
     STOCK.with(|s| assert!(s.held_bytes() <= NR_SLOTS as u64 * STOCK_HIGH));
     for t in &ts {
         for round in 0..3u64 {
-            hooks::uncharge(t.objcg_id(), 100 + round as usize, StatIdx::slab(1));
+            // SAFETY: uncharges exactly what this test charged to the id above.
+            unsafe { hooks::uncharge(t.objcg_id(), 100 + round as usize, StatIdx::slab(1)) };
         }
     }
     for t in &ts {
@@ -79,7 +82,8 @@ fn large_charge_rounds_batch() {
     let n = 10 * STOCK_HIGH as usize + 3;
     assert!(hooks::charge(t.objcg_id(), n, StatIdx::LARGE));
     assert!(t.current() >= n as u64 && t.current() < n as u64 + STOCK_HIGH);
-    hooks::uncharge(t.objcg_id(), n, StatIdx::LARGE);
+    // SAFETY: uncharges exactly what this test charged to the id above.
+    unsafe { hooks::uncharge(t.objcg_id(), n, StatIdx::LARGE) };
     assert!(t.current() <= STOCK_HIGH);
     assert_eq!(t.current_exact(), 0);
 }

@@ -9,6 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 
+/// `hooks::uncharge` for this file's tests, each of which gives back only bytes it charged
+/// with `hooks::charge` and still holds.
+fn give_back(id: hooks::ObjCgId, n: usize, idx: StatIdx) {
+    // SAFETY: the callers' discipline above: n bytes charged to id for idx, outstanding.
+    unsafe { hooks::uncharge(id, n, idx) }
+}
+
 const KIB: u64 = 1024;
 /// Iterations of the stress loops; fewer under Miri, which runs them ~1000x slower.
 const ITERS: usize = if cfg!(miri) { 300 } else { 20_000 };
@@ -56,7 +63,7 @@ fn exact_with_threads_and_remote_frees() {
                     let k = rng.below(p.len() as u64) as usize;
                     let (id, n, idx) = p.swap_remove(k);
                     drop(p);
-                    hooks::uncharge(id, n, idx);
+                    give_back(id, n, idx);
                 }
             }
         }));
@@ -89,10 +96,7 @@ fn exact_with_threads_and_remote_frees() {
     let hs: Vec<_> = chunks
         .into_iter()
         .map(|c| {
-            thread::spawn(move || {
-                c.into_iter()
-                    .for_each(|(id, n, idx)| hooks::uncharge(id, n, idx))
-            })
+            thread::spawn(move || c.into_iter().for_each(|(id, n, idx)| give_back(id, n, idx)))
         })
         .collect();
     hs.into_iter().for_each(|h| h.join().unwrap());
@@ -141,12 +145,12 @@ fn current_never_exceeds_max() {
                     }
                     if held.len() > 40 || rng.below(3) == 0 {
                         if let Some(n) = held.pop() {
-                            hooks::uncharge(id, n, StatIdx::slab(1));
+                            give_back(id, n, StatIdx::slab(1));
                         }
                     }
                 }
                 for n in held {
-                    hooks::uncharge(id, n, StatIdx::slab(1));
+                    give_back(id, n, StatIdx::slab(1));
                 }
             })
         })
@@ -170,7 +174,7 @@ fn thread_exit_returns_stock() {
         let id = hooks::current_objcg();
         assert!(hooks::charge(id, 100, StatIdx::slab(0)));
         assert!(t2.current() >= 64 * KIB);
-        hooks::uncharge(id, 100, StatIdx::slab(0));
+        give_back(id, 100, StatIdx::slab(0));
     })
     .join()
     .unwrap();
@@ -377,9 +381,9 @@ fn owner_meta_from_registered_geometry() {
     assert!(hooks::charge(id, 64, StatIdx::slab(40)));
     assert_eq!(t.stat().owner_meta_paid, 521);
     assert_eq!(t.stat().owner_meta, 4 * 125);
-    hooks::uncharge(id, 122 * 64, StatIdx::slab(40));
-    hooks::uncharge(id, 3 * 2312, StatIdx::slab(41));
-    hooks::uncharge(id, 500, StatIdx::slab(42));
+    give_back(id, 122 * 64, StatIdx::slab(40));
+    give_back(id, 3 * 2312, StatIdx::slab(41));
+    give_back(id, 500, StatIdx::slab(42));
     t.uncharge(1000, StatItem::Slab);
     for s in [t.stat(), parent.stat()] {
         assert_eq!((s.owner_meta, s.owner_meta_paid, s.slab), (0, 0, 0), "{s}");
@@ -413,7 +417,7 @@ fn stat_display() {
             "missing {line:?} in\n{text}"
         );
     }
-    hooks::uncharge(t.objcg_id(), 32, StatIdx::slab(2));
+    give_back(t.objcg_id(), 32, StatIdx::slab(2));
     t.uncharge(100, StatItem::Sock);
     assert_eq!(t.current_exact(), 0);
 }

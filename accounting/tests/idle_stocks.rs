@@ -28,7 +28,8 @@ fn no_spurious_failure_with_idle_stocks() {
                 let id = hooks::current_objcg();
                 // Leaves a batch of pre-charged bytes in this thread's stock.
                 assert!(hooks::charge(id, 64, StatIdx::slab(0)));
-                hooks::uncharge(id, 64, StatIdx::slab(0));
+                // SAFETY: uncharges exactly what this test charged to the id above.
+                unsafe { hooks::uncharge(id, 64, StatIdx::slab(0)) };
             }
             done_tx.send(()).unwrap();
             rel_rx.recv().unwrap(); // idle, blocked
@@ -56,7 +57,8 @@ fn no_spurious_failure_with_idle_stocks() {
     assert_eq!(t.events().oom, 1);
     assert_eq!(t.current(), max);
     for _ in 0..(max / 4096) {
-        hooks::uncharge(id, 4096, StatIdx::slab(2));
+        // SAFETY: uncharges exactly what this test charged to the id above.
+        unsafe { hooks::uncharge(id, 4096, StatIdx::slab(2)) };
     }
     drop(_g);
     releases.into_iter().for_each(|r| r.send(()).unwrap());

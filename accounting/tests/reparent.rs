@@ -32,8 +32,10 @@ fn reparenting() {
     assert!(hooks::objcg_live(id), "live charges keep the objcg");
     // A grandchild dying too: objcgs inherited by the parent move up again.
     thread::spawn(move || {
-        hooks::uncharge(id, 1000, StatIdx::slab(3));
-        hooks::uncharge(id, 300, StatIdx::LARGE);
+        // SAFETY: uncharges exactly what this test charged to the id above.
+        unsafe { hooks::uncharge(id, 1000, StatIdx::slab(3)) };
+        // SAFETY: uncharges exactly what this test charged to the id above.
+        unsafe { hooks::uncharge(id, 300, StatIdx::LARGE) };
     })
     .join()
     .unwrap();
@@ -54,7 +56,8 @@ fn reparenting_two_levels() {
     drop(leaf);
     drop(mid);
     assert_eq!(top.current_exact(), 5000);
-    hooks::uncharge(id, 5000, StatIdx::slab(0));
+    // SAFETY: uncharges exactly what this test charged to the id above.
+    unsafe { hooks::uncharge(id, 5000, StatIdx::slab(0)) };
     assert_eq!(top.current_exact(), 0);
     drain_all_stocks();
     assert!(!hooks::objcg_live(id));

@@ -26,7 +26,8 @@ impl Cache {
                 // SAFETY: the chain came from refill with chain.count objects.
                 unsafe { self.core.flush(chain.head, chain.count) };
             }
-            self.uncharge(cg, bytes);
+            // SAFETY: the `bytes` charge_current just charged to cg, given back unused.
+            unsafe { self.uncharge(cg, bytes) };
             return 0;
         }
         let mut obj = chain.head;

@@ -129,7 +129,8 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
     if p.is_null() {
         p = thread_cache::alloc_slow(c, true);
         if p.is_null() {
-            hooks::uncharge(cg, size, StatIdx::slab(c));
+            // SAFETY: the `size` bytes charged to cg just above, given back unused.
+            unsafe { hooks::uncharge(cg, size, StatIdx::slab(c)) };
             return p;
         }
     }
@@ -199,7 +200,9 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
         crate::sys::fatal("double free of an accounted object (owner already cleared)");
     }
     w.store(0, Ordering::Relaxed);
-    hooks::uncharge(owner, class_size(c), StatIdx::slab(c));
+    // SAFETY: the slot was charged `class_size(c)` to `owner` when allocated, and its owner
+    // word, cleared just now, said so (a second free finds 0 and stops above).
+    unsafe { hooks::uncharge(owner, class_size(c), StatIdx::slab(c)) };
     // SAFETY: caller's contract: a live slot of this class, given up.
     unsafe {
         if !thread_cache::with(|tc| tc.bin(c, true).push(p)) {
@@ -230,7 +233,8 @@ pub fn alloc_large(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     }
     let p = large::alloc(size, align, zeroed);
     if p.is_null() {
-        hooks::uncharge(cg, usable, StatIdx::LARGE);
+        // SAFETY: the `usable` bytes charged to cg just above, given back unused.
+        unsafe { hooks::uncharge(cg, usable, StatIdx::LARGE) };
         return p;
     }
     // SAFETY: p is a live large allocation.
@@ -251,6 +255,8 @@ pub unsafe fn free_large(p: *mut u8) {
         let owner = large::owner(p).load(Ordering::Relaxed);
         if owner != 0 {
             let usable = large::usable_size(p);
+            // hooks::uncharge's contract: a live large block is charged its usable size to
+            // the owner its header records (charged at allocation, adjusted by every resize).
             hooks::uncharge(owner, usable, StatIdx::LARGE);
             CHARGED_LARGE.fetch_sub(usable, Ordering::Relaxed);
         }
@@ -289,6 +295,7 @@ pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> LargeResize {
             }
             let q = large::realloc(p, new_size);
             if q.is_null() {
+                // hooks::uncharge's contract: the growth charged just above, given back unused.
                 hooks::uncharge(owner, new_usable - old_usable, StatIdx::LARGE);
                 return LargeResize::Failed;
             }
@@ -300,6 +307,8 @@ pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> LargeResize {
             return LargeResize::Failed;
         }
         if owner != 0 && new_usable < old_usable {
+            // hooks::uncharge's contract: the block was charged old_usable to owner; it now
+            // holds new_usable.
             hooks::uncharge(owner, old_usable - new_usable, StatIdx::LARGE);
             CHARGED_LARGE.fetch_sub(old_usable - new_usable, Ordering::Relaxed);
         }

@@ -197,7 +197,8 @@ impl Cache {
         let cg = self.charge_current(size)?;
         let chain = self.core.refill(1, 1);
         if chain.count == 0 {
-            self.uncharge(cg, size);
+            // SAFETY: the `size` bytes charge_current just charged to cg, given back unused.
+            unsafe { self.uncharge(cg, size) };
             return None;
         }
         let p = chain.head as *mut u8;
@@ -233,9 +234,14 @@ impl Cache {
         Some(cg)
     }
 
-    pub(crate) fn uncharge(&self, cg: u32, bytes: usize) {
+    /// Gives back `bytes` charged to `cg` (0: nothing was charged).
+    ///
+    /// # Safety
+    /// As `hooks::uncharge`: `bytes` charged to `cg` for this cache must be outstanding.
+    pub(crate) unsafe fn uncharge(&self, cg: u32, bytes: usize) {
         if cg != 0 {
-            hooks::uncharge(cg, bytes, self.stat);
+            // SAFETY: caller's contract.
+            unsafe { hooks::uncharge(cg, bytes, self.stat) };
         }
     }
 
@@ -257,7 +263,9 @@ impl Cache {
             // SAFETY: p is a slot start of a segment of this accounted cache.
             let w = unsafe { &*owner_word(p) };
             let cg = w.swap(0, Ordering::Relaxed);
-            self.uncharge(cg, self.core.layout.object_size);
+            // SAFETY: an object of this cache is charged object_size to the owner its word
+            // recorded, which the swap just cleared (a second free finds 0: no uncharge).
+            unsafe { self.uncharge(cg, self.core.layout.object_size) };
         }
     }
 }

@@ -245,7 +245,9 @@ fn give_back(t: &Taken) {
         // Saturating: a fork child may find fewer than were counted (module docs).
         let left = n.saturating_sub(t.rec[c]);
         if left > 0 {
-            hooks::uncharge(tenant, left as usize * class_size(c), StatIdx::slab(c));
+            // SAFETY: the n slots of the tagged bin are charged to the tag's tenant, and a
+            // drainer uncharged rec[c] of them already (module docs).
+            unsafe { hooks::uncharge(tenant, left as usize * class_size(c), StatIdx::slab(c)) };
         }
         // Clear the owner words, as an uncharging free does, so that a later double free of
         // one of these slots is reported instead of uncharging the tenant again.
@@ -355,7 +357,11 @@ pub fn drain_all() {
         if tenant != 0 {
             for (c, &n) in counts.iter().enumerate() {
                 if n > 0 {
-                    hooks::uncharge(tenant, n as usize * class_size(c), StatIdx::slab(c));
+                    // SAFETY: the n slots counted in the owner's tagged bin are charged to
+                    // the tag's tenant, and no one else uncharges them (module docs).
+                    unsafe {
+                        hooks::uncharge(tenant, n as usize * class_size(c), StatIdx::slab(c))
+                    };
                 }
             }
         }
