@@ -281,8 +281,9 @@ impl Tenant {
 
     /// Gives back bytes charged with [`charge`](Self::charge), on any thread: through this
     /// tenant, or, once a tenant charged was dropped, through its parent (which carries its
-    /// charges from then on). These bytes hold no reference on the tenant, so keep a handle
-    /// for as long as they are outstanding, as a socket keeps its memcg.
+    /// charges from then on). These bytes hold no reference on the tenant: giving them back
+    /// needs a handle on it (as a socket keeps its memcg) or, after it is dropped, on its
+    /// parent.
     ///
     /// Uncharging more than is outstanding is a bug in the caller. It cannot corrupt the
     /// allocator's ownership records (which objects' frees rely on); its effects stay in the
