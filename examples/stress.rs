@@ -33,15 +33,17 @@ fn main() {
             ops_per_epoch: 50_000,
             live_cap: 2000,
             large_percent: 2,
+            fork_every: 4,
             seed,
         });
         println!(
             "run {run} (seed {seed:#x}): {} ops, {} refused by limits, {} objects freed by the \
-             reclaim callback, {} ledger checks, {:.1} s",
+             reclaim callback, {} ledger checks ({} also in a forked child), {:.1} s",
             r.ops,
             r.refused,
             r.reclaimed,
             r.checks,
+            r.forks,
             t.elapsed().as_secs_f64()
         );
         run += 1;

@@ -34,6 +34,9 @@ pub struct Config {
     pub live_cap: usize,
     /// Percent of allocations that are large (above 128 KiB).
     pub large_percent: u64,
+    /// Every this many epochs (0: never), the check also runs in a child forked at the
+    /// barrier, where the workers' stocks and object stocks are orphans to drain.
+    pub fork_every: usize,
     pub seed: u64,
 }
 
@@ -45,6 +48,8 @@ pub struct Report {
     pub checks: u64,
     /// Objects the tight tenant's reclaim callback freed.
     pub reclaimed: u64,
+    /// Checks that also ran in a forked child.
+    pub forks: u64,
 }
 
 /// The tenant tree: name, parent index, `max` (0 = none), the epoch after which the test drops
@@ -491,6 +496,29 @@ fn check(tenants: &[Option<Tenant>], ledger: &Ledger, epoch: usize) {
     }
 }
 
+/// Forks while the workers wait at the barrier (the observer may be draining or trimming),
+/// and runs `check` in the child, whose only thread must drain the other threads' orphaned
+/// stocks to match the ledger. Panics unless the child exits cleanly.
+fn check_in_child(table: &Mutex<Vec<Option<Tenant>>>, ledger: &Ledger, epoch: usize) {
+    // SAFETY: the child only runs `check` (which allocates through slabcg, whose fork
+    // handlers leave it usable, and takes `table`, which no thread holds now) and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        check(&table.lock().unwrap(), ledger, epoch);
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "epoch {epoch}: the check failed in a forked child (status {status:#x})"
+    );
+}
+
 /// Runs the workload; panics (naming the epoch and tenant) on the first disagreement.
 pub fn run(cfg: &Config) -> Report {
     // A failed check on any thread ends the process: the others would wait at the barrier
@@ -619,13 +647,17 @@ pub fn run(cfg: &Config) -> Report {
         })
         .collect();
 
-    let mut checks = 0;
+    let (mut checks, mut forks) = (0, 0);
     for epoch in 0..cfg.epochs {
         barrier.wait();
         {
             let mut l = published.lock().unwrap();
             l.objects.extend_from_slice(&pool.lock().unwrap());
             check(&table.lock().unwrap(), &l, epoch);
+            if cfg.fork_every != 0 && epoch % cfg.fork_every == cfg.fork_every - 1 {
+                check_in_child(&table, &l, epoch);
+                forks += 1;
+            }
             *l = Ledger::default();
             checks += 1;
         }
@@ -643,6 +675,7 @@ pub fn run(cfg: &Config) -> Report {
 
     let mut report = Report {
         checks,
+        forks,
         reclaimed: reclaimed.load(Ordering::Relaxed),
         ..Report::default()
     };
