@@ -1,8 +1,9 @@
 //! A short run of the randomized multi-tenant workload (`tests/common/stress.rs`): several
 //! threads, every allocation path, cross-thread frees, Sock charges, a tight limit with a
 //! reclaim callback, drains racing the work, and tenants dropped while they own objects; at
-//! every epoch each tenant's exact usage must equal the ledger, also in forked children. `cargo run --release --example stress` runs it for
-//! minutes. Alone in its binary, so that no other test's tenants or drains interfere.
+//! every epoch each tenant's exact usage must equal the ledger, also in forked children.
+//! `cargo run --release --example stress` runs it for minutes. Alone in its binary, so that
+//! no other test's tenants or drains interfere.
 
 use slabcg::SlabAlloc;
 
