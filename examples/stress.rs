@@ -1,8 +1,11 @@
 //! The randomized multi-tenant workload of `tests/stress.rs`, for as long as you like:
 //!
 //! ```sh
-//! cargo run --release --example stress -- [SECONDS] [THREADS]   # defaults: 60 s, 8 threads
+//! cargo run --release --example stress -- [SECONDS] [THREADS] [LARGE_PERCENT] [LIVE_CAP]
 //! ```
+//! Defaults: 60 s, 8 threads, 2% of allocations large (above 128 KiB), 2000 live objects per
+//! thread. More large ones exercise mremap and the large-mapping cache; a small cap keeps
+//! slabs emptying and refilling.
 //!
 //! Runs the workload (`tests/common/stress.rs`) again and again with fresh tenants and seeds
 //! until the time is up, and prints a line per run. Any disagreement with the ledger, a block
@@ -22,6 +25,8 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let seconds: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(60);
     let threads: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let large_percent: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(2);
+    let live_cap: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(2000);
     let until = Instant::now() + Duration::from_secs(seconds);
     let mut run = 0u64;
     while Instant::now() < until {
@@ -31,8 +36,8 @@ fn main() {
             threads,
             epochs: 8,
             ops_per_epoch: 50_000,
-            live_cap: 2000,
-            large_percent: 2,
+            live_cap,
+            large_percent,
             fork_every: 4,
             seed,
         });
