@@ -57,8 +57,14 @@ pub fn accounting_active() -> bool {
 
 /// Charges `n` bytes to objcg `id` (!= 0). `false` = refused after draining every stock and
 /// running the refusing tenant's reclaim callback (`events.max`/`events.oom` counted).
+///
+/// # Safety
+/// The objcg must stay alive during the call: `id` is the calling thread's current scope
+/// (`current_objcg`), or the objcg of a tenant the caller holds a handle on, or one the
+/// caller holds charged bytes of (a live object's owner). A dead objcg's id may be freed or
+/// recycled meanwhile, and the charge would then touch a released tenant node.
 #[inline(always)]
-pub fn charge(id: ObjCgId, n: usize, idx: StatIdx) -> bool {
+pub unsafe fn charge(id: ObjCgId, n: usize, idx: StatIdx) -> bool {
     debug_assert!(id != 0, "charge of objcg 0");
     stock::consume(id, Pool::Objects, n as u64, idx) || charge_cold(id, n as u64, idx)
 }

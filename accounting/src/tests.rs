@@ -6,14 +6,21 @@ use crate::objcg;
 use crate::stock::{NR_SLOTS, STOCK, STOCK_HIGH};
 use crate::{StatItem, Tenant};
 
+/// `hooks::charge` for this file's tests, which charge only objcgs of tenants they hold a
+/// handle on or are in a scope of.
+fn charge(id: hooks::ObjCgId, n: usize, idx: StatIdx) -> bool {
+    // SAFETY: the callers' discipline above keeps the objcg alive.
+    unsafe { hooks::charge(id, n, idx) }
+}
+
 /// `refs == alive + slots + bytes` (objcg.rs), checked at quiescence after a drain.
 #[test]
 fn objcg_refs_equation() {
     let t = Tenant::new("refs");
     let id = t.objcg_id();
     let oc = objcg::lookup(id).unwrap();
-    assert!(hooks::charge(id, 1000, StatIdx::slab(0)));
-    assert!(hooks::charge(id, 24, StatIdx::slab(0)));
+    assert!(charge(id, 1000, StatIdx::slab(0)));
+    assert!(charge(id, 24, StatIdx::slab(0)));
     // One slot on this thread: alive + slot + batch bytes.
     assert_eq!(oc.refs(), 1 + 1 + t.current());
     drain_all();
@@ -34,11 +41,7 @@ fn eviction_and_uncharge_miss() {
         .collect();
     for round in 0..3u64 {
         for t in &ts {
-            assert!(hooks::charge(
-                t.objcg_id(),
-                100 + round as usize,
-                StatIdx::slab(1)
-            ));
+            assert!(charge(t.objcg_id(), 100 + round as usize, StatIdx::slab(1)));
         }
     }
     // Only the object pools are used here, each trimmed to STOCK_HIGH.
@@ -80,7 +83,7 @@ fn registry_follows_thread_lifetime() {
 fn large_charge_rounds_batch() {
     let t = Tenant::new("large");
     let n = 10 * STOCK_HIGH as usize + 3;
-    assert!(hooks::charge(t.objcg_id(), n, StatIdx::LARGE));
+    assert!(charge(t.objcg_id(), n, StatIdx::LARGE));
     assert!(t.current() >= n as u64 && t.current() < n as u64 + STOCK_HIGH);
     // SAFETY: uncharges exactly what this test charged to the id above.
     unsafe { hooks::uncharge(t.objcg_id(), n, StatIdx::LARGE) };

@@ -9,6 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 
+/// `hooks::charge` for this file's tests, which charge only objcgs of tenants they hold a
+/// handle on or are in a scope of.
+fn charge(id: hooks::ObjCgId, n: usize, idx: StatIdx) -> bool {
+    // SAFETY: the callers' discipline above keeps the objcg alive.
+    unsafe { hooks::charge(id, n, idx) }
+}
+
 /// `hooks::uncharge` for this file's tests, each of which gives back only bytes it charged
 /// with `hooks::charge` and still holds.
 fn give_back(id: hooks::ObjCgId, n: usize, idx: StatIdx) {
@@ -56,7 +63,7 @@ fn exact_with_threads_and_remote_frees() {
                 } else {
                     StatIdx::slab(rng.below(4) as usize)
                 };
-                assert!(hooks::charge(id, n, idx));
+                assert!(charge(id, n, idx));
                 let mut p = pool.lock().unwrap();
                 p.push((id, n, idx));
                 if rng.below(100) < 48 && !p.is_empty() {
@@ -138,7 +145,7 @@ fn current_never_exceeds_max() {
                 // Every refusal drains all stocks; under Miri a few dozen are plenty.
                 for _ in 0..if cfg!(miri) { 40 } else { ITERS } {
                     let n = (rng.below(8192) + 1) as usize;
-                    if hooks::charge(id, n, StatIdx::slab(1)) {
+                    if charge(id, n, StatIdx::slab(1)) {
                         held.push(n);
                     } else {
                         fails.fetch_add(1, Ordering::Relaxed);
@@ -172,7 +179,7 @@ fn thread_exit_returns_stock() {
     thread::spawn(move || {
         let _g = t2.enter();
         let id = hooks::current_objcg();
-        assert!(hooks::charge(id, 100, StatIdx::slab(0)));
+        assert!(charge(id, 100, StatIdx::slab(0)));
         assert!(t2.current() >= 64 * KIB);
         give_back(id, 100, StatIdx::slab(0));
     })
@@ -358,12 +365,12 @@ fn owner_meta_from_registered_geometry() {
     let id = t.objcg_id();
     // Two whole slabs of the paid kind, three objects of the free kind, hand-charged slab.
     for _ in 0..120 {
-        assert!(hooks::charge(id, 64, StatIdx::slab(40)));
+        assert!(charge(id, 64, StatIdx::slab(40)));
     }
     for _ in 0..3 {
-        assert!(hooks::charge(id, 2312, StatIdx::slab(41)));
+        assert!(charge(id, 2312, StatIdx::slab(41)));
     }
-    assert!(hooks::charge(id, 500, StatIdx::slab(42)));
+    assert!(charge(id, 500, StatIdx::slab(42)));
     t.charge(1000, StatItem::Slab).unwrap();
     for s in [t.stat(), parent.stat()] {
         assert_eq!((s.owner_meta, s.owner_meta_paid), (4 * 123, 2 * 256), "{s}");
@@ -376,9 +383,9 @@ fn owner_meta_from_registered_geometry() {
         }
     }
     // Part of a slab: 121 * 256 / 60 = 516.27 rounds to 516; 122 -> 520.53 -> 521.
-    assert!(hooks::charge(id, 64, StatIdx::slab(40)));
+    assert!(charge(id, 64, StatIdx::slab(40)));
     assert_eq!(t.stat().owner_meta_paid, 516);
-    assert!(hooks::charge(id, 64, StatIdx::slab(40)));
+    assert!(charge(id, 64, StatIdx::slab(40)));
     assert_eq!(t.stat().owner_meta_paid, 521);
     assert_eq!(t.stat().owner_meta, 4 * 125);
     give_back(id, 122 * 64, StatIdx::slab(40));
@@ -397,7 +404,7 @@ fn stat_display() {
     hooks::set_slab_class_sizes(&SIZES);
     let t = Tenant::new("display");
     t.set_max(1 << 20);
-    assert!(hooks::charge(t.objcg_id(), 32, StatIdx::slab(2)));
+    assert!(charge(t.objcg_id(), 32, StatIdx::slab(2)));
     t.charge(100, StatItem::Sock).unwrap();
     drain_all_stocks();
     let s = t.stat();

@@ -122,7 +122,8 @@ unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
 #[inline(never)]
 fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
     let size = class_size(c);
-    if !hooks::charge(cg, size, StatIdx::slab(c)) {
+    // SAFETY: cg is this thread's current scope (alloc_small's caller read it).
+    if !unsafe { hooks::charge(cg, size, StatIdx::slab(c)) } {
         return core::ptr::null_mut();
     }
     let mut p = thread_cache::with(|tc| tc.bin(c, true).pop());
@@ -228,7 +229,8 @@ pub fn alloc_large(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     let Some(usable) = large::usable_for(size) else {
         return core::ptr::null_mut();
     };
-    if !hooks::charge(cg, usable, StatIdx::LARGE) {
+    // SAFETY: cg is this thread's current scope (the caller read it).
+    if !unsafe { hooks::charge(cg, usable, StatIdx::LARGE) } {
         return core::ptr::null_mut();
     }
     let p = large::alloc(size, align, zeroed);
@@ -290,6 +292,7 @@ pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> LargeResize {
         let owner = large::owner(p).load(Ordering::Relaxed);
         let old_usable = large::usable_size(p);
         if owner != 0 && new_usable > old_usable {
+            // hooks::charge's contract: the block being resized holds charged bytes of owner.
             if !hooks::charge(owner, new_usable - old_usable, StatIdx::LARGE) {
                 return LargeResize::Refused;
             }

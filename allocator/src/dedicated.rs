@@ -228,7 +228,8 @@ impl Cache {
             return Some(0);
         }
         let cg = hooks::current_objcg();
-        if cg != 0 && !hooks::charge(cg, bytes, self.stat) {
+        // SAFETY: cg is this thread's current scope, just read.
+        if cg != 0 && !unsafe { hooks::charge(cg, bytes, self.stat) } {
             return None;
         }
         Some(cg)
