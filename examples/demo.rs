@@ -17,7 +17,7 @@ static GLOBAL: SlabAlloc = SlabAlloc::new();
 
 const MIB: u64 = 1 << 20;
 
-#[path = "../tests/common/rng.rs"]
+#[path = "../allocator/tests/common/mod.rs"]
 mod rng;
 use rng::Rng;
 

@@ -14,7 +14,7 @@ static GLOBAL: SlabAlloc = SlabAlloc::new();
 // Tests in this binary share the allocator and run in parallel; they use their own tenants,
 // so tenant figures are unaffected by each other.
 
-#[path = "common/rng.rs"]
+#[path = "../allocator/tests/common/mod.rs"]
 mod rng;
 use rng::Rng;
 

@@ -65,7 +65,7 @@ const TREE: [(&str, Option<usize>, u64, usize); 6] = [
 /// The tenant with the 1 MiB limit (and a reclaim callback).
 const TIGHT: usize = 4;
 
-#[path = "rng.rs"]
+#[path = "../../allocator/tests/common/mod.rs"]
 mod rng;
 use rng::Rng;
 
