@@ -21,7 +21,7 @@ use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
-use slabcg::allocator::size_class::class_for;
+use slabcg::allocator::size_class::{class_for, class_size};
 use slabcg::{Cache, SlabAlloc, StatItem, Tenant};
 
 /// How much work a run does.
@@ -50,6 +50,8 @@ pub struct Report {
     pub reclaimed: u64,
     /// Checks that also ran in a forked child.
     pub forks: u64,
+    /// `events.high` of the tight tenant (its `high` is half its `max`).
+    pub high_events: u64,
 }
 
 /// The tenant tree: name, parent index, `max` (0 = none), the epoch after which the test drops
@@ -178,6 +180,15 @@ unsafe fn check_stamp(p: *const u8, size: usize, stamp: u64, whole: bool) {
     }
 }
 
+/// What a block of `layout` must be charged, from the size classes (not from the allocator's
+/// own `usable_size`): its class's size, or for a large block the size rounded up to pages.
+fn expected_usable(layout: Layout) -> u64 {
+    match class_for(layout.size(), layout.align()) {
+        Some(c) => class_size(c) as u64,
+        None => layout.size().next_multiple_of(4096) as u64,
+    }
+}
+
 fn usable(p: *mut u8) -> u64 {
     // SAFETY: p is a live allocation of the global SlabAlloc.
     unsafe { SlabAlloc::usable_size(p) as u64 }
@@ -257,7 +268,7 @@ impl Worker {
         // SAFETY: p holds size bytes.
         unsafe { write_stamp(p, size, stamp) };
         let usable = usable(p);
-        assert!(usable >= size as u64);
+        assert_eq!(usable, expected_usable(layout), "usable size of {layout:?}");
         self.live.push(Obj {
             p: p as usize,
             layout,
@@ -349,28 +360,24 @@ impl Worker {
         if o.cached {
             return;
         }
-        let new_size = random_layout(&mut self.rng, large_percent).size();
+        // A large block goes to another large size half the time, so that in-place resizes
+        // (and their charges and refusals) are common.
+        let large = class_for(o.layout.size(), o.layout.align()).is_none();
+        let percent = if large && self.rng.below(2) == 0 {
+            100
+        } else {
+            large_percent
+        };
+        let new_size = random_layout(&mut self.rng, percent).size();
         let t = self.pick(tenants);
         let q = {
             let _scope = tenants[t].as_ref().unwrap().enter();
             // SAFETY: o is live with o.layout; new_size is non-zero and fits the alignment.
             unsafe { alloc::realloc(o.p as *mut u8, o.layout, new_size) }
         };
-        if q.is_null() {
-            // The block is untouched; either tenant's limit may have refused.
-            assert!(
-                limited(t) || limited(o.t),
-                "realloc refused without a limit"
-            );
-            self.report.refused += 1;
-            return;
-        }
-        let kept = new_size.min(o.layout.size());
-        // SAFETY: q holds new_size >= kept bytes, copied from the old block.
-        unsafe { check_stamp(q, kept, o.stamp, kept == o.layout.size()) };
         // Who is charged (charge.rs): a block that stays in its size class, or a large block
         // resized in place by mremap, keeps its owner; any other move charges the caller's
-        // tenant.
+        // tenant. (A failed mremap falls back to a move: on a healthy machine it does not.)
         let align = o.layout.align();
         let keeps_owner = match (
             class_for(o.layout.size(), align),
@@ -380,15 +387,26 @@ impl Worker {
             (None, None) => align <= 4096,
             _ => false,
         };
+        if q.is_null() {
+            // The block is untouched. In place, only its owner's limit can refuse the growth;
+            // a move is refused by the caller's.
+            let payer = if keeps_owner { o.t } else { t };
+            return self.refused(payer, "realloc");
+        }
+        let kept = new_size.min(o.layout.size());
+        // SAFETY: q holds new_size >= kept bytes, copied from the old block.
+        unsafe { check_stamp(q, kept, o.stamp, kept == o.layout.size()) };
         let layout = Layout::from_size_align(new_size, align).unwrap();
         let stamp = self.stamp();
         // SAFETY: q holds new_size bytes.
         unsafe { write_stamp(q, new_size, stamp) };
+        let usable = usable(q);
+        assert_eq!(usable, expected_usable(layout), "usable size of {layout:?}");
         self.live[k] = Obj {
             p: q as usize,
             layout,
             cached: false,
-            usable: usable(q),
+            usable,
             t: if keeps_owner { o.t } else { t },
             stamp,
         };
@@ -405,7 +423,15 @@ impl Worker {
             let n = 1 + self.rng.next() % (64 << 10);
             match tenant.charge(n, StatItem::Sock) {
                 Ok(()) => self.sock[t] += n,
-                Err(_) => self.refused(t, "sock charge"),
+                Err(e) => {
+                    let by = TREE.iter().position(|x| x.0 == e.tenant);
+                    assert!(
+                        by.is_some_and(|i| TREE[i].2 != 0 && in_subtree(t, i)),
+                        "{e} for {}: not a limited ancestor",
+                        TREE[t].0
+                    );
+                    self.refused(t, "sock charge");
+                }
             }
         }
     }
@@ -474,7 +500,25 @@ fn check(tenants: &[Option<Tenant>], ledger: &Ledger, epoch: usize) {
             .filter(|&t| in_subtree(t, i))
             .map(|t| ledger.sock[t])
             .sum();
+        let large: u64 = ledger
+            .objects
+            .iter()
+            .filter(|o| in_subtree(o.t, i) && !o.cached)
+            .filter(|o| class_for(o.layout.size(), o.layout.align()).is_none())
+            .map(|o| o.usable)
+            .sum();
         let name = TREE[i].0;
+        if i == TIGHT {
+            // No spurious failure: the idle workers' stocks hold bytes pre-charged to this
+            // tenant, yet everything up to its max must still be chargeable (draining them).
+            let room = TREE[i].2 - (objects + sock);
+            if room > 0 {
+                tenant
+                    .charge(room, StatItem::Sock)
+                    .unwrap_or_else(|e| panic!("epoch {epoch}: {e} with {room} bytes of room"));
+                tenant.uncharge(room, StatItem::Sock);
+            }
+        }
         let current = tenant.current_exact();
         assert_eq!(
             current,
@@ -489,11 +533,24 @@ fn check(tenants: &[Option<Tenant>], ledger: &Ledger, epoch: usize) {
             current,
             "epoch {epoch}: {name}: slab + large + sock\n{stat}"
         );
+        assert_eq!(stat.large, large, "epoch {epoch}: {name} stat.large");
         assert!(stat.peak >= current, "epoch {epoch}: {name}: peak");
         if TREE[i].2 != 0 {
             assert!(current <= TREE[i].2, "epoch {epoch}: {name} over its max");
+            assert!(
+                stat.peak <= TREE[i].2,
+                "epoch {epoch}: {name}: peak over max"
+            );
         }
     }
+    // Only this workload charges Sock in its process, and a dropped top-level tenant's
+    // charges move to the root: the root's Sock is the whole ledger's.
+    let all: u64 = ledger.sock.iter().sum();
+    assert_eq!(
+        Tenant::root().stat().sock,
+        all,
+        "epoch {epoch}: root stat.sock"
+    );
 }
 
 /// Forks while the workers wait at the barrier (the observer may be draining or trimming),
@@ -505,6 +562,9 @@ fn check_in_child(table: &Mutex<Vec<Option<Tenant>>>, ledger: &Ledger, epoch: us
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
+        // A child that hangs is killed, which fails the parent's check below.
+        // SAFETY: plain libc call in the child.
+        unsafe { libc::alarm(60) };
         check(&table.lock().unwrap(), ledger, epoch);
         // SAFETY: ends the child without running the parent's exit handlers.
         unsafe { libc::_exit(0) };
@@ -711,9 +771,10 @@ pub fn run(cfg: &Config) -> Report {
                 None => break,
             }
         }
-        // A dropped top-level tenant's charge went to the root, which nobody checks.
-        if let Some(tenant) = &tenants[owner] {
-            tenant.uncharge(n, StatItem::Sock);
+        // A dropped top-level tenant's charges went to the root.
+        match &tenants[owner] {
+            Some(tenant) => tenant.uncharge(n, StatItem::Sock),
+            None => Tenant::root().uncharge(n, StatItem::Sock),
         }
     }
     for (i, tenant) in tenants.iter().enumerate() {
@@ -726,5 +787,24 @@ pub fn run(cfg: &Config) -> Report {
             );
         }
     }
+    // Every refusal the workers saw was one charge refused by a limit, counted once on the
+    // refusing tenant (the limited ones are never dropped).
+    let (mut max_events, mut oom_events) = (0, 0);
+    for (i, tenant) in tenants.iter().enumerate() {
+        if TREE[i].2 != 0 {
+            let e = tenant.as_ref().expect("limited tenants stay").events();
+            max_events += e.max;
+            oom_events += e.oom;
+        }
+    }
+    assert_eq!(
+        max_events, report.refused,
+        "events.max against the refusals seen"
+    );
+    assert_eq!(
+        oom_events, report.refused,
+        "events.oom against the refusals seen"
+    );
+    report.high_events = tenants[TIGHT].as_ref().unwrap().events().high;
     report
 }
