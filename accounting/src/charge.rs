@@ -168,6 +168,15 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
     Err(refused)
 }
 
+/// An uncharge of `n` bytes into `pool`: this thread's slot if it has room, else the slow
+/// path. `hooks::uncharge` (objects) and `Tenant::uncharge` (API) both come here.
+#[inline(always)]
+pub(crate) fn uncharge(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
+    if !crate::stock::refill(id, pool, n, idx) {
+        uncharge_slow(id, pool, n, idx);
+    }
+}
+
 /// Slow path of `hooks::uncharge` (`Pool::Objects`: the freed object's `n` refs come back
 /// with its bytes) and `Tenant::uncharge` (`Pool::Api`: no refs, the caller's handle keeps
 /// the objcg alive).

@@ -85,9 +85,7 @@ fn charge_cold(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
 #[inline(always)]
 pub unsafe fn uncharge(id: ObjCgId, n: usize, idx: StatIdx) {
     debug_assert!(id != 0, "uncharge of objcg 0");
-    if !stock::refill(id, Pool::Objects, n as u64, idx) {
-        charge::uncharge_slow(id, Pool::Objects, n as u64, idx);
-    }
+    charge::uncharge(id, Pool::Objects, n as u64, idx);
 }
 
 /// Registers the byte sizes of the allocator's size classes (for `slab_<size>` lines).

@@ -261,9 +261,7 @@ impl Stock {
         c.bytes = self.bytes[i].load(Relaxed);
         self.bytes[i].store(0, Relaxed);
         c.api = self.api[i].load(Relaxed);
-        if c.api != 0 {
-            self.api[i].store(0, Relaxed);
-        }
+        self.api[i].store(0, Relaxed);
         for (d, s) in c.stats.iter_mut().zip(self.stats[i].iter()) {
             *d = s.load(Relaxed);
             if *d != 0 {

@@ -22,8 +22,7 @@
 //! 4. else no remote barrier at all: `remote_barrier` returns `false` and drainers only
 //!    drain the calling thread's own stock. A charge can then fail while bytes sit in other
 //!    threads' stocks (at most threads x slots x 2 x `STOCK_HIGH`: a slot has two pools);
-//!    documented degradation,
-//!    never unsoundness.
+//!    documented degradation, never unsoundness.
 //!
 //! `SLABCG_MEMBARRIER=0` in the environment skips `membarrier` (to test the fallbacks, or
 //! where a sandbox makes it slow).
@@ -70,6 +69,8 @@ pub(crate) fn warn(msg: &str) {
     }
     #[cfg(miri)]
     eprint!("{msg}");
+    #[cfg(not(any(unix, miri)))]
+    let _ = msg;
 }
 
 /// Reads the environment (`SLABCG_MEMBARRIER`) once; later calls do nothing. Never

@@ -304,10 +304,7 @@ impl Tenant {
             stat::flush(&self.node, idx.0 as usize, -(bytes as i64));
             return;
         }
-        let id = self.node.objcg();
-        if !stock::refill(id, Pool::Api, bytes, idx) {
-            charge::uncharge_slow(id, Pool::Api, bytes, idx);
-        }
+        charge::uncharge(self.node.objcg(), Pool::Api, bytes, idx);
     }
 
     /// Sets the callback run before a charge refused by this tenant's `max` fails: it gets
