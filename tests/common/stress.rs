@@ -54,15 +54,33 @@ pub struct Report {
     pub high_events: u64,
 }
 
-/// The tenant tree: name, parent index, `max` (0 = none), the epoch after which the test drops
-/// the tenant (`usize::MAX` = never). Parents come before their children.
-const TREE: [(&str, Option<usize>, u64, usize); 6] = [
-    ("stress-a", None, 256 << 20, usize::MAX),
-    ("stress-a1", Some(0), 0, usize::MAX),
-    ("stress-a2", Some(0), 0, 0),
-    ("stress-b", None, 0, usize::MAX),
-    ("stress-b-tight", Some(3), 1 << 20, usize::MAX),
-    ("stress-c", None, 0, 1),
+/// One tenant of the workload's tree.
+struct Node {
+    name: &'static str,
+    /// Index in `TREE`; parents come before their children.
+    parent: Option<usize>,
+    /// 0 = no limit.
+    max: u64,
+    /// The epoch after whose check the test drops the tenant (`usize::MAX` = never).
+    dropped_after: usize,
+}
+
+const fn node(name: &'static str, parent: Option<usize>, max: u64, dropped_after: usize) -> Node {
+    Node {
+        name,
+        parent,
+        max,
+        dropped_after,
+    }
+}
+
+const TREE: [Node; 6] = [
+    node("stress-a", None, 256 << 20, usize::MAX),
+    node("stress-a1", Some(0), 0, usize::MAX),
+    node("stress-a2", Some(0), 0, 0),
+    node("stress-b", None, 0, usize::MAX),
+    node("stress-b-tight", Some(3), 1 << 20, usize::MAX),
+    node("stress-c", None, 0, 1),
 ];
 /// The tenant with the 1 MiB limit (and a reclaim callback).
 const TIGHT: usize = 4;
@@ -100,7 +118,7 @@ fn in_subtree(mut t: usize, i: usize) -> bool {
         if t == i {
             return true;
         }
-        match TREE[t].1 {
+        match TREE[t].parent {
             Some(parent) => t = parent,
             None => return false,
         }
@@ -109,7 +127,7 @@ fn in_subtree(mut t: usize, i: usize) -> bool {
 
 /// Whether a charge to `t` may be refused: some tenant on its path to the root has a `max`.
 fn limited(t: usize) -> bool {
-    (0..TREE.len()).any(|i| TREE[i].2 != 0 && in_subtree(t, i))
+    (0..TREE.len()).any(|i| TREE[i].max != 0 && in_subtree(t, i))
 }
 
 fn random_layout(rng: &mut Rng, large_percent: u64) -> Layout {
@@ -225,7 +243,7 @@ impl Worker {
         assert!(
             limited(t),
             "{what} refused for unlimited tenant {}",
-            TREE[t].0
+            TREE[t].name
         );
         self.report.refused += 1;
     }
@@ -424,11 +442,11 @@ impl Worker {
             match tenant.charge(n, StatItem::Sock) {
                 Ok(()) => self.sock[t] += n,
                 Err(e) => {
-                    let by = TREE.iter().position(|x| x.0 == e.tenant);
+                    let by = TREE.iter().position(|x| x.name == e.tenant);
                     assert!(
-                        by.is_some_and(|i| TREE[i].2 != 0 && in_subtree(t, i)),
+                        by.is_some_and(|i| TREE[i].max != 0 && in_subtree(t, i)),
                         "{e} for {}: not a limited ancestor",
-                        TREE[t].0
+                        TREE[t].name
                     );
                     self.refused(t, "sock charge");
                 }
@@ -507,11 +525,11 @@ fn check(tenants: &[Option<Tenant>], ledger: &Ledger, epoch: usize) {
             .filter(|o| class_for(o.layout.size(), o.layout.align()).is_none())
             .map(|o| o.usable)
             .sum();
-        let name = TREE[i].0;
+        let name = TREE[i].name;
         if i == TIGHT {
             // No spurious failure: the idle workers' stocks hold bytes pre-charged to this
             // tenant, yet everything up to its max must still be chargeable (draining them).
-            let room = TREE[i].2 - (objects + sock);
+            let room = TREE[i].max - (objects + sock);
             if room > 0 {
                 tenant
                     .charge(room, StatItem::Sock)
@@ -535,10 +553,10 @@ fn check(tenants: &[Option<Tenant>], ledger: &Ledger, epoch: usize) {
         );
         assert_eq!(stat.large, large, "epoch {epoch}: {name} stat.large");
         assert!(stat.peak >= current, "epoch {epoch}: {name}: peak");
-        if TREE[i].2 != 0 {
-            assert!(current <= TREE[i].2, "epoch {epoch}: {name} over its max");
+        if TREE[i].max != 0 {
+            assert!(current <= TREE[i].max, "epoch {epoch}: {name} over its max");
             assert!(
-                stat.peak <= TREE[i].2,
+                stat.peak <= TREE[i].max,
                 "epoch {epoch}: {name}: peak over max"
             );
         }
@@ -591,14 +609,14 @@ pub fn run(cfg: &Config) -> Report {
         std::process::abort();
     }));
     let mut handles: Vec<Option<Tenant>> = Vec::new();
-    for (name, parent, max, _) in TREE {
-        let t = match parent {
-            Some(p) => handles[p].as_ref().unwrap().child(name),
-            None => Tenant::new(name),
+    for n in &TREE {
+        let t = match n.parent {
+            Some(p) => handles[p].as_ref().unwrap().child(n.name),
+            None => Tenant::new(n.name),
         };
-        if max != 0 {
-            t.set_max(max);
-            t.set_high(max / 2);
+        if n.max != 0 {
+            t.set_max(n.max);
+            t.set_high(n.max / 2);
         }
         handles.push(Some(t));
     }
@@ -646,9 +664,9 @@ pub fn run(cfg: &Config) -> Report {
                 .lock()
                 .unwrap()
                 .iter()
-                .zip(TREE)
-                .filter(|(_, (_, _, max, _))| *max != 0)
-                .map(|(t, (_, _, max, _))| (t.clone().unwrap(), max))
+                .zip(&TREE)
+                .filter(|(_, n)| n.max != 0)
+                .map(|(t, n)| (t.clone().unwrap(), n.max))
                 .collect();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -725,7 +743,7 @@ pub fn run(cfg: &Config) -> Report {
         // parent, which the next check sees through `in_subtree`.
         let mut t = table.lock().unwrap();
         for (i, entry) in t.iter_mut().enumerate() {
-            if TREE[i].3 == epoch {
+            if TREE[i].dropped_after == epoch {
                 *entry = None;
             }
         }
@@ -766,7 +784,7 @@ pub fn run(cfg: &Config) -> Report {
         }
         let mut owner = t;
         while tenants[owner].is_none() {
-            match TREE[owner].1 {
+            match TREE[owner].parent {
                 Some(parent) => owner = parent,
                 None => break,
             }
@@ -783,7 +801,7 @@ pub fn run(cfg: &Config) -> Report {
                 tenant.current_exact(),
                 0,
                 "{} after everything was freed",
-                TREE[i].0
+                TREE[i].name
             );
         }
     }
@@ -791,7 +809,7 @@ pub fn run(cfg: &Config) -> Report {
     // refusing tenant (the limited ones are never dropped).
     let (mut max_events, mut oom_events) = (0, 0);
     for (i, tenant) in tenants.iter().enumerate() {
-        if TREE[i].2 != 0 {
+        if TREE[i].max != 0 {
             let e = tenant.as_ref().expect("limited tenants stay").events();
             max_events += e.max;
             oom_events += e.oom;
