@@ -1,6 +1,7 @@
 //! Seed 003 experiment on slabcg: no tenant vs inside one tenant's scope (1 and 2 threads,
 //! 32 B and 4 KiB), and seed 001's Sock charges (batched in the stock vs a shared stat atomic
 //! updated on every charge). Compare with `accounting_cap` (mimalloc + one shared atomic).
+//! Also the cost of a per-query tenant's whole life (`tenant_lifecycle`).
 //!
 //! `cargo bench --bench accounting` ; summary: `scripts/bench-accounting.sh`
 
@@ -10,7 +11,7 @@ mod pairs;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use slabcg::{SlabAlloc, StatItem, Tenant};
 
 #[global_allocator]
@@ -87,5 +88,47 @@ fn sock_threads(t: &Tenant, iters: u64, shared: bool) -> std::time::Duration {
     hs.into_iter().map(|h| h.join().unwrap()).max().unwrap()
 }
 
-criterion_group! { name = benches; config = pairs::configure(); targets = accounting, sock }
+/// One query's tenant from birth to death, as a server runs a tenant per request: a child of
+/// the service with a limit, a scope with two allocations (one a result that outlives the
+/// query), and the drop (which moves the result's charge to the service). The results of
+/// the last `results` queries stay alive; each iteration frees the oldest, whose dead
+/// query's objcg is then freed, so the service's list of inherited objcgs stays `results`
+/// long.
+fn lifecycle(c: &mut Criterion) {
+    let service = Tenant::new("service");
+    let mut g = c.benchmark_group("tenant_lifecycle");
+    g.throughput(Throughput::Elements(1));
+    for results in [0usize, 1000, 100_000] {
+        let service = service.clone();
+        g.bench_function(
+            BenchmarkId::new("query_with_results_alive", results),
+            move |b| {
+                let mut ring: Vec<Option<Box<[u8; 64]>>> = (0..results).map(|_| None).collect();
+                let mut next = 0;
+                let mut query = || {
+                    let q = service.child("query");
+                    q.set_max(1 << 20);
+                    let result = {
+                        let _scope = q.enter();
+                        let scratch = vec![0u8; 300];
+                        black_box(&scratch);
+                        Box::new([1u8; 64])
+                    };
+                    drop(q);
+                    if results > 0 {
+                        drop(ring[next].replace(result));
+                        next = (next + 1) % results;
+                    }
+                };
+                for _ in 0..results {
+                    query();
+                }
+                b.iter(&mut query);
+            },
+        );
+    }
+    g.finish();
+}
+
+criterion_group! { name = benches; config = pairs::configure(); targets = accounting, sock, lifecycle }
 criterion_main!(benches);

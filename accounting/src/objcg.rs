@@ -45,6 +45,10 @@ pub(crate) struct ObjCg {
     /// `Arc::into_raw` of the node that created this objcg; released when the objcg is freed.
     origin: AtomicPtr<Node>,
     next_zombie: AtomicU32,
+    /// Where this id sits in the `objcgs` list of the node `tenant` points at, so that
+    /// freeing it does not search that list (a service whose dead queries' results are still
+    /// alive lists one objcg per such query). Only used under the tenant tree's lock.
+    list_index: AtomicU32,
 }
 
 static TABLE: [AtomicPtr<ObjCg>; NCHUNKS] = [const { AtomicPtr::new(null_mut()) }; NCHUNKS];
@@ -97,6 +101,7 @@ pub(crate) fn alloc(origin: *const Node) -> ObjCgId {
                         tenant: AtomicPtr::new(null_mut()),
                         origin: AtomicPtr::new(null_mut()),
                         next_zombie: AtomicU32::new(0),
+                        list_index: AtomicU32::new(0),
                     })
                     .collect();
                 slot.store(Box::into_raw(chunk) as *mut ObjCg, Ordering::Release);
@@ -167,22 +172,33 @@ impl ObjCg {
         }
     }
 
+    /// The position of this id in its tenant's `objcgs` list. Under the tree lock.
+    pub(crate) fn list_index(&self) -> usize {
+        self.list_index.load(Ordering::Relaxed) as usize
+    }
+
+    /// Records the position of this id in its tenant's `objcgs` list. Under the tree lock.
+    pub(crate) fn set_list_index(&self, i: usize) {
+        self.list_index.store(i as u32, Ordering::Relaxed);
+    }
+
     #[cfg(test)]
     pub(crate) fn refs(&self) -> u64 {
         self.refs.load(Ordering::Relaxed)
     }
 }
 
-/// Takes the whole zombie list. For each dead objcg calls `f(id, tenant, origin)` after
-/// clearing the entry; `f` must recycle the id with [`recycle`] and release `origin`.
-pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node, *const Node)) {
+/// Takes the whole zombie list. For each dead objcg calls `f(id, tenant, list_index,
+/// origin)` after clearing the entry; `f` must recycle the id with [`recycle`] and release
+/// `origin`.
+pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node, usize, *const Node)) {
     let mut id = ZOMBIES.swap(0, Ordering::Acquire);
     while let Some(oc) = lookup(id) {
         let next = oc.next_zombie.load(Ordering::Relaxed);
         debug_assert_eq!(oc.refs.load(Ordering::Relaxed), 0);
         let tenant = oc.tenant.swap(null_mut(), Ordering::Relaxed);
         let origin = oc.origin.swap(null_mut(), Ordering::Relaxed);
-        f(id, tenant, origin);
+        f(id, tenant, oc.list_index(), origin);
         id = next;
     }
 }

@@ -38,7 +38,8 @@ pub(crate) struct Node {
     /// This tenant's objcg (0 for the root, which is never charged through an objcg).
     objcg: AtomicU32,
     handles: AtomicUsize,
-    /// Objcgs whose `tenant` points here. Under `TREE`.
+    /// Objcgs whose `tenant` points here, each knowing its position:
+    /// `objcg(objcgs[i]).list_index() == i`. Under `TREE`.
     objcgs: Mutex<Vec<ObjCgId>>,
     reclaim: Mutex<Option<Reclaim>>,
 }
@@ -160,7 +161,7 @@ impl Tenant {
         });
         let id = objcg::alloc(Arc::into_raw(node.clone()));
         node.objcg.store(id, Ordering::Relaxed);
-        locked(&node.objcgs).push(id);
+        list_push(&mut locked(&node.objcgs), id);
         Tenant { node }
     }
 
@@ -377,12 +378,14 @@ fn kill(node: &Node) {
     let mut cur = node;
     while let Some(parent) = cur.parent.as_deref() {
         let moved = core::mem::take(&mut *locked(&cur.objcgs));
-        for &id in &moved {
+        let mut to = locked(&parent.objcgs);
+        for id in moved {
             if let Some(oc) = objcg::lookup(id) {
                 oc.set_tenant(parent);
             }
+            list_push(&mut to, id);
         }
-        locked(&parent.objcgs).extend(moved);
+        drop(to);
         callbacks.extend(locked(&cur.reclaim).take());
         if let Some(oc) = objcg::lookup(cur.objcg()) {
             oc.put(1);
@@ -403,10 +406,10 @@ fn kill(node: &Node) {
 pub(crate) fn free_zombies() {
     let mut origins = Vec::new();
     let g = locked(&TREE);
-    objcg::take_zombies(|id, tenant, origin| {
+    objcg::take_zombies(|id, tenant, at, origin| {
         // SAFETY: `origin` is still owned (released below) and keeps `tenant` alive.
         if let Some(t) = unsafe { tenant.as_ref() } {
-            locked(&t.objcgs).retain(|&x| x != id);
+            list_remove(&mut locked(&t.objcgs), id, at);
         }
         objcg::recycle(id);
         origins.push(origin);
@@ -417,6 +420,35 @@ pub(crate) fn free_zombies() {
             // SAFETY: `origin` came from `Arc::into_raw` in `child`, and the objcg that owned
             // it was just cleared, so this is the only release.
             drop(unsafe { Arc::from_raw(o) });
+        }
+    }
+}
+
+/// Appends `id` to a node's `objcgs` list. Under `TREE`.
+fn list_push(list: &mut Vec<ObjCgId>, id: ObjCgId) {
+    if let Some(oc) = objcg::lookup(id) {
+        oc.set_list_index(list.len());
+    }
+    list.push(id);
+}
+
+/// Removes `id`, at position `at`, from a node's `objcgs` list in O(1): the last entry takes
+/// its place. Under `TREE`.
+fn list_remove(list: &mut Vec<ObjCgId>, id: ObjCgId, at: usize) {
+    debug_assert_eq!(
+        list.get(at),
+        Some(&id),
+        "objcg {id} not at its recorded position"
+    );
+    if list.get(at) != Some(&id) {
+        // Never expected; fall back to a search rather than unlist another objcg.
+        list.retain(|&x| x != id);
+        return;
+    }
+    list.swap_remove(at);
+    if let Some(&moved) = list.get(at) {
+        if let Some(oc) = objcg::lookup(moved) {
+            oc.set_list_index(at);
         }
     }
 }
@@ -442,5 +474,21 @@ impl Tenant {
     /// The objcg id allocations in this tenant's scope carry (0 for the root).
     pub fn objcg_id(&self) -> hooks::ObjCgId {
         self.node.objcg()
+    }
+
+    /// The objcgs that point at this tenant, after checking that each one does and knows
+    /// its position in the list.
+    #[cfg(test)]
+    pub(crate) fn objcg_list(&self) -> Vec<ObjCgId> {
+        let _g = locked(&TREE);
+        let list = locked(&self.node.objcgs).clone();
+        for (i, &id) in list.iter().enumerate() {
+            let oc = objcg::lookup(id).expect("listed objcg resolves");
+            assert_eq!(oc.list_index(), i, "objcg {id}: recorded position");
+            // SAFETY: under TREE no listed objcg is freed (free_zombies unlists it first).
+            let t = unsafe { oc.tenant() }.expect("listed objcg is live");
+            assert!(core::ptr::eq(t, &*self.node), "objcg {id} points elsewhere");
+        }
+        list
     }
 }

@@ -90,3 +90,58 @@ fn large_charge_rounds_batch() {
     assert!(t.current() <= STOCK_HIGH);
     assert_eq!(t.current_exact(), 0);
 }
+
+/// Freeing a dead child's objcg finds it in its parent's list by its recorded position
+/// (no search: a service whose ended queries' results are still alive lists one objcg per
+/// such query). Positions stay right through reparenting across two levels and removals in
+/// any order.
+#[test]
+fn objcg_lists_stay_indexed_through_reparenting() {
+    let parent = Tenant::new("lists");
+    let mid = parent.child("lists-mid");
+    let mut ids = Vec::new();
+    for i in 0..200 {
+        let t = if i % 3 == 0 {
+            parent.child("lists-c")
+        } else {
+            mid.child("lists-c")
+        };
+        assert!(charge(t.objcg_id(), 64, StatIdx::slab(2)));
+        ids.push(t.objcg_id());
+        // Dead, kept by the 64 bytes: its objcg moves to the parent's list (or mid's).
+        drop(t);
+    }
+    assert_eq!(mid.objcg_list().len(), 1 + 133);
+    // mid dies: its list (its own objcg, freed as it holds nothing, and 133 inherited ones)
+    // moves to the parent.
+    drop(mid);
+    crate::drain::drain_all_stocks();
+    let mut listed = parent.objcg_list();
+    listed.sort_unstable();
+    let mut want = ids.clone();
+    want.push(parent.objcg_id());
+    want.sort_unstable();
+    assert_eq!(listed, want);
+    // Give the bytes back in a scrambled order; each objcg leaves the list when freed.
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    for (k, &i) in order.iter().enumerate() {
+        // SAFETY: uncharges exactly the 64 bytes charged to this objcg above, which keep it
+        // alive until now.
+        unsafe { hooks::uncharge(ids[i], 64, StatIdx::slab(2)) };
+        if k % 16 == 15 || k + 1 == order.len() {
+            crate::drain::drain_all_stocks();
+            let listed = parent.objcg_list();
+            assert_eq!(listed.len(), 1 + ids.len() - (k + 1));
+            assert!(!listed.contains(&ids[i]));
+        }
+    }
+    assert_eq!(parent.objcg_list(), vec![parent.objcg_id()]);
+    assert_eq!(parent.current_exact(), 0);
+}
