@@ -103,31 +103,73 @@ fn lifecycle(c: &mut Criterion) {
         g.bench_function(
             BenchmarkId::new("query_with_results_alive", results),
             move |b| {
-                let mut ring: Vec<Option<Box<[u8; 64]>>> = (0..results).map(|_| None).collect();
-                let mut next = 0;
-                let mut query = || {
-                    let q = service.child("query");
-                    q.set_max(1 << 20);
-                    let result = {
-                        let _scope = q.enter();
-                        let scratch = vec![0u8; 300];
-                        black_box(&scratch);
-                        Box::new([1u8; 64])
-                    };
-                    drop(q);
-                    if results > 0 {
-                        drop(ring[next].replace(result));
-                        next = (next + 1) % results;
-                    }
-                };
-                for _ in 0..results {
-                    query();
-                }
-                b.iter(&mut query);
+                let mut queries = Queries::new(&service, results);
+                b.iter(|| queries.run_one());
             },
         );
     }
+    // Two threads starting and ending queries of one service at once (1,000 results alive
+    // each): the tree lock serialises tenant creation and drop.
+    g.throughput(Throughput::Elements(2));
+    g.bench_function("query_2threads", move |b| {
+        b.iter_custom(|iters| {
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    let (service, barrier) = (service.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        let mut queries = Queries::new(&service, 1000);
+                        barrier.wait();
+                        let start = std::time::Instant::now();
+                        for _ in 0..iters {
+                            queries.run_one();
+                        }
+                        start.elapsed()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).max().unwrap()
+        })
+    });
     g.finish();
+}
+
+/// Queries of one service whose last `results` results stay alive (see [`lifecycle`]).
+struct Queries {
+    service: Tenant,
+    ring: Vec<Option<Box<[u8; 64]>>>,
+    next: usize,
+}
+
+impl Queries {
+    /// Starts with the ring of results already full.
+    fn new(service: &Tenant, results: usize) -> Queries {
+        let mut q = Queries {
+            service: service.clone(),
+            ring: (0..results).map(|_| None).collect(),
+            next: 0,
+        };
+        for _ in 0..results {
+            q.run_one();
+        }
+        q
+    }
+
+    fn run_one(&mut self) {
+        let q = self.service.child("query");
+        q.set_max(1 << 20);
+        let result = {
+            let _scope = q.enter();
+            let scratch = vec![0u8; 300];
+            black_box(&scratch);
+            Box::new([1u8; 64])
+        };
+        drop(q);
+        if !self.ring.is_empty() {
+            drop(self.ring[self.next].replace(result));
+            self.next = (self.next + 1) % self.ring.len();
+        }
+    }
 }
 
 criterion_group! { name = benches; config = pairs::configure(); targets = accounting, sock, lifecycle }

@@ -203,6 +203,11 @@ pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node, usize, *const
     }
 }
 
+/// Whether any dead objcg waits to be freed (a hint: one may be queued right after).
+pub(crate) fn has_zombies() -> bool {
+    ZOMBIES.load(Ordering::Relaxed) != 0
+}
+
 /// Makes a freed id available again. User context.
 pub(crate) fn recycle(id: ObjCgId) {
     IDS.lock().unwrap_or_else(|e| e.into_inner()).free.push(id);

@@ -8,8 +8,8 @@
 //! owned by `Arc`s held by its objcg (`origin`) and by its children (`parent`), and freed
 //! when the last of those goes (zombie objcgs are freed in user context, `free_zombies`).
 //!
-//! Lifecycle work (create, kill, free zombies) is user context and serialised by `TREE`;
-//! the hooks never take it.
+//! Lifecycle work (kill, free zombies) is user context and serialised by `TREE`; creating a
+//! child needs no lock beyond the objcg id allocator's. The hooks never take either.
 
 use core::fmt;
 use core::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
@@ -39,7 +39,7 @@ pub(crate) struct Node {
     objcg: AtomicU32,
     handles: AtomicUsize,
     /// Objcgs whose `tenant` points here, each knowing its position:
-    /// `objcg(objcgs[i]).list_index() == i`. Under `TREE`.
+    /// `objcg(objcgs[i]).list_index() == i`. Under `TREE` (once the node is published).
     objcgs: Mutex<Vec<ObjCgId>>,
     reclaim: Mutex<Option<Reclaim>>,
 }
@@ -145,7 +145,9 @@ impl Tenant {
     /// A new child of this tenant.
     pub fn child(&self, name: &str) -> Tenant {
         free_zombies();
-        let _g = locked(&TREE);
+        // No `TREE` here: the parent cannot die meanwhile (this handle keeps it alive, so
+        // `kill` cannot run on it), and nothing else can see the new node, its objcg or its
+        // list until this returns.
         // The child keeps its parent alive.
         self.node.handles.fetch_add(1, Ordering::Relaxed);
         let node = Arc::new_cyclic(|this| Node {
@@ -404,6 +406,11 @@ fn kill(node: &Node) {
 /// Frees dead objcgs: unlists them, recycles their ids and releases their origin nodes.
 /// User context only (allocates, locks).
 pub(crate) fn free_zombies() {
+    // Most calls find none; they skip the lock. A zombie queued just after this load is
+    // freed by a later call, like every zombie: they are freed lazily anyway.
+    if !objcg::has_zombies() {
+        return;
+    }
     let mut origins = Vec::new();
     let g = locked(&TREE);
     objcg::take_zombies(|id, tenant, at, origin| {
