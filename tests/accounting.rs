@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 
-use slabcg::{SlabAlloc, StatItem, Tenant};
+use slabcg::{Cache, SlabAlloc, StatItem, Tenant};
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
@@ -552,4 +552,53 @@ fn fork_while_threads_charge_a_tenant() {
     for w in workers {
         w.join().unwrap();
     }
+}
+
+/// Tenant lifecycle and reporting calls made inside the scope of a tenant with no room left:
+/// their own bookkeeping (a new tenant's node and objcg, lists, the reclaim callback, the
+/// refusal's and the report's strings, a dedicated cache's core) is not charged to that
+/// tenant. Charged, it would be refused, and those allocations are infallible: the process
+/// would abort.
+#[test]
+fn lifecycle_calls_inside_a_full_tenant() {
+    let t = Tenant::new("full");
+    t.set_max(64 << 10);
+    let smallest = Layout::from_size_align(1, 1).unwrap();
+    // Reserved up front: nothing below may allocate in the scope except the calls tested.
+    let mut held: Vec<*mut u8> = Vec::with_capacity(80_000);
+    let (full, after, err, stat, cache) = {
+        let _s = t.enter();
+        loop {
+            // SAFETY: a valid layout.
+            let p = unsafe { GLOBAL.alloc(smallest) };
+            if p.is_null() || held.len() == held.capacity() {
+                break;
+            }
+            held.push(p);
+        }
+        let full = t.current_exact();
+        let err = t.charge(1 << 20, StatItem::Sock).unwrap_err();
+        let kid = t.child("full-kid");
+        let grandchild = kid.child("full-grandchild");
+        let sibling = Tenant::new("full-sibling");
+        t.set_reclaim(|_, _| {});
+        let cache = Cache::builder("full-cache", Layout::new::<[u64; 5]>())
+            .account(true)
+            .build();
+        drop(kid);
+        drop(grandchild);
+        drop(sibling);
+        let stat = t.stat();
+        (full, t.current_exact(), err, stat, cache)
+    };
+    assert!(held.len() < held.capacity(), "the limit never refused");
+    assert_eq!(after, full, "bookkeeping was charged to the scope's tenant");
+    assert_eq!(stat.current, full);
+    assert_eq!(err.tenant, "full");
+    assert_eq!(cache.name(), "full-cache");
+    for p in held {
+        // SAFETY: allocated above with `smallest`, freed once.
+        unsafe { GLOBAL.dealloc(p, smallest) };
+    }
+    assert_eq!(t.current_exact(), 0);
 }

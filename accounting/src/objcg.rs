@@ -47,7 +47,8 @@ pub(crate) struct ObjCg {
     next_zombie: AtomicU32,
     /// Where this id sits in the `objcgs` list of the node `tenant` points at, so that
     /// freeing it does not search that list (a service whose dead queries' results are still
-    /// alive lists one objcg per such query). Only used under the tenant tree's lock.
+    /// alive lists one objcg per such query). Used under the tenant tree's lock, or before a
+    /// new tenant is published.
     list_index: AtomicU32,
 }
 
@@ -172,12 +173,14 @@ impl ObjCg {
         }
     }
 
-    /// The position of this id in its tenant's `objcgs` list. Under the tree lock.
+    /// The position of this id in its tenant's `objcgs` list. Under the tree lock (or, for a
+    /// new tenant's objcg, before the tenant is published).
     pub(crate) fn list_index(&self) -> usize {
         self.list_index.load(Ordering::Relaxed) as usize
     }
 
-    /// Records the position of this id in its tenant's `objcgs` list. Under the tree lock.
+    /// Records the position of this id in its tenant's `objcgs` list. Under the tree lock (or,
+    /// for a new tenant's objcg, before the tenant is published).
     pub(crate) fn set_list_index(&self, i: usize) {
         self.list_index.store(i as u32, Ordering::Relaxed);
     }

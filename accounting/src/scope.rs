@@ -58,6 +58,30 @@ impl Drop for ScopeGuard {
     }
 }
 
+/// While alive, this thread's allocations belong to the root (and are never refused), as
+/// outside any scope. The library's own bookkeeping runs under it: a tenant's node and
+/// objcg, lists, callbacks, the strings of errors and reports. Charged to whatever scope the
+/// caller is in, those infallible allocations would abort the process when that tenant is
+/// full, or run its reclaim callback while a lifecycle lock is held.
+#[must_use = "the root scope ends when the guard is dropped"]
+pub(crate) struct Unscoped {
+    prev: ObjCgId,
+    _not_send: PhantomData<*const ()>,
+}
+
+pub(crate) fn unscoped() -> Unscoped {
+    Unscoped {
+        prev: CURRENT.with(|c| c.replace(0)),
+        _not_send: PhantomData,
+    }
+}
+
+impl Drop for Unscoped {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.prev));
+    }
+}
+
 /// The objcg id of this thread's current scope. A single TLS load.
 #[inline(always)]
 pub(crate) fn current_objcg() -> ObjCgId {

@@ -144,7 +144,8 @@ impl Tenant {
 
     /// A new child of this tenant.
     pub fn child(&self, name: &str) -> Tenant {
-        free_zombies();
+        let _root = scope::unscoped();
+        free_zombies_if_any();
         // No `TREE` here: the parent cannot die meanwhile (this handle keeps it alive, so
         // `kill` cannot run on it), and nothing else can see the new node, its objcg or its
         // list until this returns.
@@ -246,6 +247,7 @@ impl Tenant {
     /// flushes the per-CPU statistics first, it first gives every thread's stock back (one
     /// membarrier), so `current` and the per-kind bytes are exact at the time of the call.
     pub fn stat(&self) -> TenantStat {
+        let _root = scope::unscoped();
         crate::drain::drain_all();
         free_zombies();
         TenantStat::read(self.name(), &self.node, self.current())
@@ -275,6 +277,7 @@ impl Tenant {
     }
 
     fn error(&self, node: &Node, bytes: u64) -> ChargeError {
+        let _root = scope::unscoped();
         ChargeError {
             tenant: node.name().to_owned(),
             bytes,
@@ -315,7 +318,9 @@ impl Tenant {
     /// critical section and is never re-entered on the same thread (a charge failing inside
     /// it just fails). A panic in it is caught and ignored.
     pub fn set_reclaim(&self, callback: impl Fn(&Tenant, u64) + Send + Sync + 'static) {
-        let old = locked(&self.node.reclaim).replace(Arc::new(callback));
+        let _root = scope::unscoped();
+        let new: Reclaim = Arc::new(callback);
+        let old = locked(&self.node.reclaim).replace(new);
         drop(old);
     }
 }
@@ -366,8 +371,9 @@ impl Drop for Tenant {
     fn drop(&mut self) {
         if self.node.handles.fetch_sub(1, Ordering::Release) == 1 {
             fence(Ordering::Acquire);
+            let _root = scope::unscoped();
             kill(&self.node);
-            free_zombies();
+            free_zombies_if_any();
         }
     }
 }
@@ -406,11 +412,7 @@ fn kill(node: &Node) {
 /// Frees dead objcgs: unlists them, recycles their ids and releases their origin nodes.
 /// User context only (allocates, locks).
 pub(crate) fn free_zombies() {
-    // Most calls find none; they skip the lock. A zombie queued just after this load is
-    // freed by a later call, like every zombie: they are freed lazily anyway.
-    if !objcg::has_zombies() {
-        return;
-    }
+    let _root = scope::unscoped();
     let mut origins = Vec::new();
     let g = locked(&TREE);
     objcg::take_zombies(|id, tenant, at, origin| {
@@ -431,7 +433,17 @@ pub(crate) fn free_zombies() {
     }
 }
 
-/// Appends `id` to a node's `objcgs` list. Under `TREE`.
+/// [`free_zombies`] on the hot lifecycle paths (creating and dropping tenants): most calls
+/// find no zombie and skip the lock. A zombie queued just after the check, or one that
+/// another thread is freeing right now, is left to a later call; zombies are freed lazily
+/// anyway. `drain_all_stocks()` and `stat()` call `free_zombies`, which waits for the lock.
+fn free_zombies_if_any() {
+    if objcg::has_zombies() {
+        free_zombies();
+    }
+}
+
+/// Appends `id` to a node's `objcgs` list. Under `TREE`, or before the node is published.
 fn list_push(list: &mut Vec<ObjCgId>, id: ObjCgId) {
     if let Some(oc) = objcg::lookup(id) {
         oc.set_list_index(list.len());
@@ -442,14 +454,16 @@ fn list_push(list: &mut Vec<ObjCgId>, id: ObjCgId) {
 /// Removes `id`, at position `at`, from a node's `objcgs` list in O(1): the last entry takes
 /// its place. Under `TREE`.
 fn list_remove(list: &mut Vec<ObjCgId>, id: ObjCgId, at: usize) {
-    debug_assert_eq!(
-        list.get(at),
-        Some(&id),
-        "objcg {id} not at its recorded position"
-    );
     if list.get(at) != Some(&id) {
-        // Never expected; fall back to a search rather than unlist another objcg.
+        // Never expected (a bug elsewhere): search rather than unlist another objcg, and
+        // record every position again so that later removals find theirs.
+        debug_assert!(false, "objcg {id} not at its recorded position {at}");
         list.retain(|&x| x != id);
+        for (i, &x) in list.iter().enumerate() {
+            if let Some(oc) = objcg::lookup(x) {
+                oc.set_list_index(i);
+            }
+        }
         return;
     }
     list.swap_remove(at);

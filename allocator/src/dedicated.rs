@@ -94,6 +94,9 @@ impl CacheBuilder {
                 layout: self.layout,
             });
         };
+        // The core and the stat name live as long as the process: no tenant pays for them,
+        // whichever scope the cache is built in.
+        let _root = hooks::unscoped();
         let core: &'static CacheCore =
             Box::leak(Box::new(CacheCore::new(layout, u32::MAX, self.account)));
         crate::cache::register_dedicated(core);
@@ -158,6 +161,8 @@ fn stat_index(name: &str, layout: &SlabLayout) -> StatIdx {
 impl Cache {
     /// Starts configuring a cache for objects of `layout` (kmem_cache_create).
     pub fn builder(name: &str, layout: Layout) -> CacheBuilder {
+        // The name lives as long as the cache: like the cache's core, no tenant pays for it.
+        let _root = hooks::unscoped();
         CacheBuilder {
             name: name.to_owned(),
             layout,
