@@ -3,7 +3,7 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::thread;
 
 use slabcg::{Cache, SlabAlloc, StatItem, Tenant};
@@ -599,6 +599,64 @@ fn lifecycle_calls_inside_a_full_tenant() {
     for p in held {
         // SAFETY: allocated above with `smallest`, freed once.
         unsafe { GLOBAL.dealloc(p, smallest) };
+    }
+    assert_eq!(t.current_exact(), 0);
+}
+
+/// The reclaim callback runs unscoped: it may allocate (here, to log) while its tenant is
+/// full, and what it allocates is not charged to the tenant.
+#[test]
+fn reclaim_callback_may_allocate_while_its_tenant_is_full() {
+    let t = Tenant::new("reclaim-alloc");
+    t.set_max(64 << 10);
+    let layout = Layout::from_size_align(1024, 8).unwrap();
+    let pool: Arc<Mutex<Vec<usize>>> = Arc::new(Mutex::new(Vec::with_capacity(128)));
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    {
+        let (pool, log) = (pool.clone(), log.clone());
+        t.set_reclaim(move |tenant, needed| {
+            log.lock()
+                .unwrap()
+                .push(format!("{} needs {needed} bytes", tenant.name()));
+            if let Some(p) = pool.lock().unwrap().pop() {
+                // SAFETY: allocated below with `layout`, handed over once.
+                unsafe { GLOBAL.dealloc(p as *mut u8, layout) };
+            }
+        });
+    }
+    // Reserved up front: in the scope, only the allocator and the callback allocate.
+    let mut held: Vec<usize> = Vec::with_capacity(128);
+    let refill = |held: &mut Vec<usize>| {
+        let _s = t.enter();
+        loop {
+            let p = alloc_in(&t, layout);
+            if p.is_null() || held.len() == held.capacity() {
+                return p.is_null();
+            }
+            held.push(p as usize);
+        }
+    };
+    // Full, and nothing to reclaim: the callback runs (and logs), the allocation fails.
+    assert!(refill(&mut held), "the limit never refused");
+    let logged = log.lock().unwrap().len();
+    assert!(logged >= 1);
+    // Hand some objects to the callback: the next allocations succeed by reclaiming them.
+    let given = held.len() / 2;
+    pool.lock().unwrap().extend(held.drain(..given));
+    let before = held.len();
+    assert!(refill(&mut held));
+    assert!(held.len() > before && log.lock().unwrap().len() > logged);
+    // Exactly the objects still held: nothing the callback allocated is the tenant's.
+    let class = t.stat().slab / held.len() as u64;
+    assert_eq!(t.current_exact(), held.len() as u64 * class);
+    assert!((1024..1100).contains(&class), "class size {class}");
+    for p in held {
+        // SAFETY: allocated above with `layout`, freed once.
+        unsafe { GLOBAL.dealloc(p as *mut u8, layout) };
+    }
+    for p in pool.lock().unwrap().drain(..) {
+        // SAFETY: as above.
+        unsafe { GLOBAL.dealloc(p as *mut u8, layout) };
     }
     assert_eq!(t.current_exact(), 0);
 }

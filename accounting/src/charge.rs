@@ -154,6 +154,13 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
         // SAFETY: the refusing node is `t` or an ancestor of it, alive while we hold refs.
         tenant::run_reclaim(unsafe { &*refused.0 }, n);
         s.set_flags(0, IN_RECLAIM);
+        if let Ok(got) = try_n() {
+            return Ok(got);
+        }
+        // What the callback freed can still be charged in a stock: this thread's object
+        // stock keeps a freed object of its tag charged for reuse. Drain again before
+        // refusing.
+        drain::drain_all();
         match try_n() {
             Ok(got) => return Ok(got),
             Err(r) => r,

@@ -316,7 +316,8 @@ impl Tenant {
     /// Sets the callback run before a charge refused by this tenant's `max` fails: it gets
     /// this tenant and the bytes asked, and may free memory. It runs outside every stock
     /// critical section and is never re-entered on the same thread (a charge failing inside
-    /// it just fails). A panic in it is caught and ignored.
+    /// it just fails). Its own allocations belong to the root, so it may allocate while its
+    /// tenant is full. A panic in it is caught and ignored.
     pub fn set_reclaim(&self, callback: impl Fn(&Tenant, u64) + Send + Sync + 'static) {
         let _root = scope::unscoped();
         let new: Reclaim = Arc::new(callback);
@@ -331,6 +332,10 @@ pub(crate) fn run_reclaim(node: &Node, bytes: u64) {
     let cb = locked(&node.reclaim).clone();
     let Some(cb) = cb else { return };
     let Some(t) = upgrade(node) else { return };
+    // Whatever the callback allocates (a log line, a panic's payload) belongs to the root,
+    // like the kernel's reclaim dipping into reserves: charged to the full tenant it would
+    // be refused, and an infallible allocation would abort the process.
+    let _root = scope::unscoped();
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&t, bytes)));
 }
 
