@@ -3,6 +3,7 @@
 
 use core::cell::Cell;
 use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::objcg::{self, ObjCgId};
@@ -10,6 +11,64 @@ use crate::tenant::{self, Tenant};
 
 thread_local! {
     static CURRENT: Cell<ObjCgId> = const { Cell::new(0) };
+    /// The token of the innermost live scope guard (0: none) and the last token handed out
+    /// on this thread: a guard restores the scope before it only if it is the innermost.
+    static TOP: Cell<u64> = const { Cell::new(0) };
+    static TOKENS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// What a scope guard restores, and whether it may: the scope before it is restored only
+/// by the innermost guard (`TOP == token`), so that a guard dropped out of order (or an
+/// outer guard dropped after an inner one was forgotten) never brings back the id of a
+/// scope whose tenant may be gone.
+struct Frame {
+    prev: ObjCgId,
+    prev_top: u64,
+    token: u64,
+}
+
+impl Frame {
+    fn push(id: ObjCgId) -> Frame {
+        let token = TOKENS.with(|t| {
+            let n = t.get() + 1;
+            t.set(n);
+            n
+        });
+        Frame {
+            prev: CURRENT.with(|c| c.replace(id)),
+            prev_top: TOP.with(|t| t.replace(token)),
+            token,
+        }
+    }
+
+    /// Restores the scope before this one when this is the innermost; false otherwise
+    /// (then nothing changes).
+    fn pop(&self) -> bool {
+        if TOP.with(Cell::get) != self.token {
+            return false;
+        }
+        TOP.with(|t| t.set(self.prev_top));
+        CURRENT.with(|c| c.set(self.prev));
+        true
+    }
+}
+
+/// A scope guard dropped while a scope entered after it is still active (or was forgotten).
+/// The inner guard will restore this guard's tenant when it ends, so that tenant must stay
+/// alive: its handle is leaked (sound, and what a forgotten inner guard implies anyway).
+/// The thread stays in the inner scopes' tenants, then in this one's. Said once.
+#[cold]
+#[inline(never)]
+fn dropped_out_of_order(tenant: Tenant) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    core::mem::forget(tenant);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::sys::warn(
+            "slabcg: a tenant scope guard was dropped before a scope entered after it \
+             (guards must be dropped in reverse order); its tenant is kept alive, and the \
+             thread returns to it when the later scopes end\n",
+        );
+    }
 }
 
 /// Set once any non-root scope was entered; never cleared.
@@ -32,11 +91,17 @@ fn activate() {
 /// While alive, this thread's allocations are charged to the entered tenant. Dropping it
 /// restores the previous scope; guards must be dropped in reverse order of creation (they
 /// are `!Send`, so they cannot leave the thread).
+///
+/// Dropping guards out of order is a bug in the caller, but not unsound: the guard dropped
+/// too early keeps its tenant alive (its handle is leaked), and the thread returns to that
+/// tenant when the later scopes end and stays in it; a warning goes to stderr (once per
+/// process).
 #[must_use = "the scope ends when the guard is dropped"]
 pub struct ScopeGuard {
-    prev: ObjCgId,
-    /// Keeps the tenant (and so its objcg) alive while allocations carry its id.
-    _tenant: Tenant,
+    frame: Frame,
+    /// Keeps the tenant (and so its objcg) alive while allocations carry its id; taken on
+    /// drop.
+    tenant: ManuallyDrop<Tenant>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -44,17 +109,20 @@ pub(crate) fn enter(tenant: Tenant, id: ObjCgId) -> ScopeGuard {
     if id != 0 && !ACTIVATED.load(Ordering::Acquire) {
         activate();
     }
-    let prev = CURRENT.with(|c| c.replace(id));
     ScopeGuard {
-        prev,
-        _tenant: tenant,
+        frame: Frame::push(id),
+        tenant: ManuallyDrop::new(tenant),
         _not_send: PhantomData,
     }
 }
 
 impl Drop for ScopeGuard {
     fn drop(&mut self) {
-        CURRENT.with(|c| c.set(self.prev));
+        // SAFETY: taken once, here; the field is not used afterwards.
+        let tenant = unsafe { ManuallyDrop::take(&mut self.tenant) };
+        if !self.frame.pop() {
+            dropped_out_of_order(tenant);
+        }
     }
 }
 
@@ -65,20 +133,22 @@ impl Drop for ScopeGuard {
 /// full, or run its reclaim callback while a lifecycle lock is held.
 #[must_use = "the root scope ends when the guard is dropped"]
 pub(crate) struct Unscoped {
-    prev: ObjCgId,
+    frame: Frame,
     _not_send: PhantomData<*const ()>,
 }
 
 pub(crate) fn unscoped() -> Unscoped {
     Unscoped {
-        prev: CURRENT.with(|c| c.replace(0)),
+        frame: Frame::push(0),
         _not_send: PhantomData,
     }
 }
 
 impl Drop for Unscoped {
     fn drop(&mut self) {
-        CURRENT.with(|c| c.set(self.prev));
+        // Not the innermost only if the caller's code inside (a reclaim callback) left a
+        // scope of its own open: the thread stays in that one, which is sound.
+        let _ = self.frame.pop();
     }
 }
 
