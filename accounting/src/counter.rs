@@ -77,8 +77,17 @@ impl Counter {
     fn try_add(&self, n: u64) -> bool {
         let max = self.max.load(Relaxed);
         let new = if max == u64::MAX {
-            // Unlimited (always the root): no bound to check, so no CAS loop.
-            self.usage.fetch_add(n, Relaxed).wrapping_add(n)
+            // Unlimited (the root, and tenants without a limit): no bound to check, so no
+            // CAS loop. Only more than 2^64 bytes outstanding can overflow it; that is
+            // refused (after a moment of wrapped usage) rather than kept wrapped.
+            let old = self.usage.fetch_add(n, Relaxed);
+            match old.checked_add(n) {
+                Some(new) => new,
+                None => {
+                    self.usage.fetch_sub(n, Relaxed);
+                    return false;
+                }
+            }
         } else {
             let mut cur = self.usage.load(Relaxed);
             loop {
@@ -242,6 +251,20 @@ mod tests {
         assert_eq!(mid.p.as_deref().unwrap().c.usage(), 0);
         // Documented: the rolled-back attempt raised the leaf's peak.
         assert_eq!(leaf.c.peak(), 110);
+    }
+
+    /// An unlimited counter refuses what would take it past 2^64 - 1 (it used to wrap).
+    #[test]
+    fn unlimited_refuses_overflow() {
+        let n = N {
+            c: Counter::new(),
+            p: None,
+        };
+        assert!(try_charge(&n, u64::MAX - 10).is_ok());
+        assert!(try_charge(&n, 20).is_err());
+        assert_eq!(n.c.usage(), u64::MAX - 10);
+        assert!(try_charge(&n, 10).is_ok());
+        assert_eq!(n.c.usage(), u64::MAX);
     }
 
     #[test]
