@@ -660,3 +660,149 @@ fn reclaim_callback_may_allocate_while_its_tenant_is_full() {
     }
     assert_eq!(t.current_exact(), 0);
 }
+
+/// Lowering `max` takes back the bytes pre-charged into stocks (this thread's and an idle
+/// thread's): they were spent without a look at `max`, so the tenant grew far past a
+/// lowered limit (63 KiB of objects under a 4 KiB max).
+#[test]
+fn lowering_max_takes_back_stocked_bytes() {
+    let t = Tenant::new("lower-max");
+    let layout = Layout::from_size_align(1000, 8).unwrap();
+    // Leave a batch of pre-charged bytes in this thread's stock and in an idle thread's.
+    let (tx, rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let idle = {
+        let t = t.clone();
+        thread::spawn(move || {
+            let p = alloc_in(&t, layout);
+            free(Obj {
+                p: p as usize,
+                layout,
+                usable: 0,
+                t: 0,
+            });
+            tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            // After the limit went down: whatever this thread's stock held is gone.
+            let mut held = Vec::with_capacity(100);
+            loop {
+                let p = alloc_in(&t, layout);
+                if p.is_null() {
+                    break;
+                }
+                held.push(p as usize);
+            }
+            let peak = t.current_exact();
+            for p in held {
+                free(Obj {
+                    p,
+                    layout,
+                    usable: 0,
+                    t: 0,
+                });
+            }
+            peak
+        })
+    };
+    rx.recv().unwrap();
+    let p = alloc_in(&t, layout);
+    free(Obj {
+        p: p as usize,
+        layout,
+        usable: 0,
+        t: 0,
+    });
+    assert!(
+        t.current() > 8192,
+        "no batch in the stocks: {}",
+        t.current()
+    );
+    t.set_max(4096);
+    assert!(t.current() <= 4096, "stocked bytes kept: {}", t.current());
+    assert!(t.charge(60_000, StatItem::Sock).is_err());
+    let mut held = Vec::with_capacity(100);
+    loop {
+        let p = alloc_in(&t, layout);
+        if p.is_null() {
+            break;
+        }
+        held.push(p as usize);
+        assert!(t.current() <= 4096);
+    }
+    assert!(t.current_exact() <= 4096 && !held.is_empty());
+    for p in held {
+        free(Obj {
+            p,
+            layout,
+            usable: 0,
+            t: 0,
+        });
+    }
+    go_tx.send(()).unwrap();
+    let peak = idle.join().unwrap();
+    assert!(peak <= 4096 && peak > 0, "the idle thread reached {peak}");
+    assert_eq!(t.current_exact(), 0);
+}
+
+/// Forks while other threads create, charge and drop tenants (and read their stats): the
+/// child must be able to do the same, so no tenant lock may be inherited held, and the root
+/// must not be half-built. A child that hangs is killed by an alarm, which fails the test.
+#[test]
+fn fork_while_threads_create_and_drop_tenants() {
+    let parent = Tenant::new("fork-tree");
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|i| {
+            let (parent, stop) = (parent.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let q = parent.child("fork-query");
+                    let result = {
+                        let _g = q.enter();
+                        vec![n as u8; 64]
+                    };
+                    if n % 16 == i {
+                        let _ = q.stat();
+                    }
+                    drop(q);
+                    drop(result);
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for round in 0..200 {
+        // SAFETY: the child uses tenants and the allocator, then leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: plain libc call in the child.
+            unsafe { libc::alarm(20) };
+            let t = Tenant::new("fork-tree-child");
+            let kid = parent.child("fork-tree-grandchild");
+            let ok = {
+                let _g = kid.enter();
+                let v = vec![round as u8; 10_000];
+                kid.current_exact() >= v.len() as u64
+            };
+            let ok = ok && kid.stat().current == 0;
+            drop(kid);
+            drop(t);
+            slabcg::drain_all_stocks();
+            // SAFETY: _exit is always safe.
+            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child {round}: status {status:#x} (a hang is killed by SIGALRM)"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+}

@@ -165,8 +165,9 @@ pub(crate) fn drain_all() {
 
 /// Fork support, before `fork`: holds the registry lock so that the child does not inherit
 /// it held by a thread that no longer exists there. The slabcg allocator calls these three
-/// from its own `pthread_atfork` handlers; a program using the accounting alone with another
-/// allocator should register them itself.
+/// from its own `pthread_atfork` handlers, inside `hooks::fork_prepare_tenants` /
+/// `hooks::fork_release_tenants`; a program using the accounting alone with another
+/// allocator should register all five itself, in that order.
 pub fn fork_prepare() {
     core::mem::forget(lock());
 }

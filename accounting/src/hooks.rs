@@ -138,6 +138,21 @@ pub fn set_slab_meta(idx: StatIdx, meta: SlabMeta) -> bool {
 
 pub use crate::drain::{fork_child, fork_parent, fork_prepare};
 
+/// Fork support, first of all prepare handlers: takes the tenant tree's and the objcg id
+/// allocator's locks (and builds the root tenant if no thread has), so that a child never
+/// inherits them held by a thread that is gone. Their holders allocate, so they come before
+/// the allocator's own locks and [`fork_prepare`]. Pair with [`fork_release_tenants`] last
+/// in both the parent and the child handler. User context: allocates nothing itself.
+pub fn fork_prepare_tenants() {
+    crate::tenant::lock_for_fork();
+}
+
+/// Fork support: releases what [`fork_prepare_tenants`] took, last in the parent and in the
+/// child handler.
+pub fn fork_release_tenants() {
+    crate::tenant::unlock_after_fork();
+}
+
 // What the allocator registers, once, at its initialisation (the first registration of each
 // wins). Reading a `OnceLock` is one acquire load; neither reading nor setting allocates.
 static ROOT_SOURCE: OnceLock<fn() -> u64> = OnceLock::new();

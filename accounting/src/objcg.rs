@@ -25,7 +25,7 @@
 
 use core::ptr::null_mut;
 use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::tenant::Node;
 
@@ -65,6 +65,13 @@ static IDS: Mutex<IdAlloc> = Mutex::new(IdAlloc {
     next: 1,
     free: Vec::new(),
 });
+
+/// The id allocator's lock, held across `fork` (`tenant::lock_for_fork`).
+pub(crate) struct IdsGuard(#[allow(dead_code)] MutexGuard<'static, IdAlloc>);
+
+pub(crate) fn lock_ids() -> IdsGuard {
+    IdsGuard(IDS.lock().unwrap_or_else(|e| e.into_inner()))
+}
 
 /// Resolves an id. `None` for 0 and for ids never handed out. Lock-free, allocation-free.
 #[inline]

@@ -11,6 +11,7 @@
 //! Lifecycle work (kill, free zombies) is user context and serialised by `TREE`; creating a
 //! child needs no lock beyond the objcg id allocator's. The hooks never take either.
 
+use core::cell::UnsafeCell;
 use core::fmt;
 use core::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -42,6 +43,22 @@ pub(crate) struct Node {
     /// `objcg(objcgs[i]).list_index() == i`. Under `TREE` (once the node is published).
     objcgs: Mutex<Vec<ObjCgId>>,
     reclaim: Mutex<Option<Reclaim>>,
+}
+
+impl Drop for Node {
+    /// Releases the chain of ancestors that only this node kept, one by one: dropping them
+    /// recursively (each node's drop dropping its parent) overflowed the stack for a chain
+    /// of some 40,000 tenants.
+    fn drop(&mut self) {
+        let mut parent = self.parent.take();
+        while let Some(p) = parent {
+            parent = match Arc::try_unwrap(p) {
+                // The last reference: take its parent before it drops (without recursing).
+                Ok(mut node) => node.parent.take(),
+                Err(_) => None,
+            };
+        }
+    }
 }
 
 impl Hierarchy for Node {
@@ -184,10 +201,20 @@ impl Tenant {
     }
 
     /// Sets the hard limit (`u64::MAX` = unlimited). Ignored on the root. Lowering it below
-    /// the current usage evicts nothing; later charges fail until usage drops.
+    /// the current usage first takes back the bytes pre-charged into every thread's stock
+    /// (one drain); what is really in use is not evicted, and later charges fail until
+    /// usage drops.
     pub fn set_max(&self, bytes: u64) {
-        if !self.is_root() {
-            self.node.counter.set_max(bytes);
+        if self.is_root() {
+            return;
+        }
+        self.node.counter.set_max(bytes);
+        // Bytes pre-charged into stocks count in `current` but are spent without a look at
+        // `max` (that is what makes them cheap). Above the new limit, give them back, so
+        // that every later charge is checked against it; as a write to cgroup's memory.max
+        // drains the per-CPU stocks.
+        if self.node.counter.usage() > bytes {
+            drain::drain_all();
         }
     }
     pub fn max(&self) -> u64 {
@@ -436,6 +463,37 @@ pub(crate) fn free_zombies() {
             drop(unsafe { Arc::from_raw(o) });
         }
     }
+}
+
+/// Fork support: the tree lock and the objcg id allocator's lock, held by the forking thread
+/// from before `fork` until after it in both processes, so that the child never inherits
+/// one held by a thread that does not exist there. Only the forking thread touches this,
+/// between its prepare and its parent (or child) handler; a second thread forking at the
+/// same time waits for the tree lock in `lock_for_fork` until the first has released.
+struct ForkLocks(UnsafeCell<Option<(MutexGuard<'static, ()>, objcg::IdsGuard)>>);
+
+// SAFETY: one thread at a time, serialised by `TREE` itself (see above).
+unsafe impl Sync for ForkLocks {}
+
+static FORK_LOCKS: ForkLocks = ForkLocks(UnsafeCell::new(None));
+
+/// Before `fork`: builds the root if no thread has (one being built by another thread would
+/// stay half-built in the child) and takes the tree and id locks, which every other lock of
+/// the process may be taken under (their holders allocate), so they come first.
+pub(crate) fn lock_for_fork() {
+    let _ = root_node();
+    let held = (locked(&TREE), objcg::lock_ids());
+    // SAFETY: this thread holds TREE: no other thread is between lock_for_fork and
+    // unlock_after_fork.
+    unsafe { *FORK_LOCKS.0.get() = Some(held) };
+}
+
+/// After `fork`, in the parent and in the child: releases what [`lock_for_fork`] took.
+pub(crate) fn unlock_after_fork() {
+    // SAFETY: called by the thread that ran lock_for_fork (in the child, its only thread),
+    // which holds TREE.
+    let held = unsafe { (*FORK_LOCKS.0.get()).take() };
+    drop(held);
 }
 
 /// [`free_zombies`] on the hot lifecycle paths (creating and dropping tenants): most calls

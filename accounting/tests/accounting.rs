@@ -440,3 +440,45 @@ fn root_is_sum_plus_source() {
     assert_eq!(root.max(), u64::MAX);
     assert!(root.current() >= 7);
 }
+
+/// A chain of thousands of tenants can be built, charged and dropped from its leaf on a
+/// thread with a small stack: releasing the chain is a loop, not a recursion (which
+/// overflowed a 2 MiB stack at about 40,000 levels, and this 64 KiB one far sooner).
+#[test]
+fn a_deep_chain_of_tenants_drops_without_recursion() {
+    let depth = if cfg!(miri) { 100 } else { 5_000 };
+    let leaf = {
+        let mut t = Tenant::new("deep-0");
+        for _ in 1..depth {
+            t = t.child("deep");
+        }
+        t
+    };
+    thread::Builder::new()
+        .stack_size(64 << 10)
+        .spawn(move || {
+            leaf.charge(4096, StatItem::Sock).unwrap();
+            let top = {
+                let mut t = leaf.clone();
+                while let Some(p) = t.parent() {
+                    if p == Tenant::root() {
+                        break;
+                    }
+                    t = p;
+                }
+                t
+            };
+            assert_eq!(top.name(), "deep-0");
+            assert_eq!(top.current_exact(), 4096);
+            // Dropped while charged: its charge moves to `top`, level by level.
+            drop(leaf);
+            assert_eq!(top.current_exact(), 4096);
+            top.uncharge(4096, StatItem::Sock);
+            assert_eq!(top.current_exact(), 0);
+            drop(top);
+            drain_all_stocks();
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}

@@ -281,6 +281,8 @@ fn for_each_cache(mut f: impl FnMut(&crate::cache::CacheCore)) {
 }
 
 unsafe extern "C" fn fork_prepare() {
+    // First: the tenant locks' holders allocate, so they come before every allocator lock.
+    hooks::fork_prepare_tenants();
     thread_cache::fork_prepare();
     hooks::fork_prepare();
     for_each_cache(|c| c.lock_for_fork());
@@ -294,6 +296,7 @@ unsafe extern "C" fn fork_parent() {
     hooks::fork_parent();
     // SAFETY: as above.
     unsafe { thread_cache::fork_parent() };
+    hooks::fork_release_tenants();
 }
 
 unsafe extern "C" fn fork_child() {
@@ -304,4 +307,5 @@ unsafe extern "C" fn fork_child() {
     hooks::fork_child();
     // SAFETY: as above.
     unsafe { thread_cache::fork_child() };
+    hooks::fork_release_tenants();
 }
