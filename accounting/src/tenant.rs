@@ -42,6 +42,8 @@ pub(crate) struct Node {
     /// Objcgs whose `tenant` points here, each knowing its position:
     /// `objcg(objcgs[i]).list_index() == i`. Under `TREE` (once the node is published).
     objcgs: Mutex<Vec<ObjCgId>>,
+    /// Taken only under `TREE`, so that no thread holds it across a `fork` (the fork
+    /// handlers hold `TREE`).
     reclaim: Mutex<Option<Reclaim>>,
 }
 
@@ -348,7 +350,11 @@ impl Tenant {
     pub fn set_reclaim(&self, callback: impl Fn(&Tenant, u64) + Send + Sync + 'static) {
         let _root = scope::unscoped();
         let new: Reclaim = Arc::new(callback);
-        let old = locked(&self.node.reclaim).replace(new);
+        let old = {
+            let _tree = locked(&TREE);
+            locked(&self.node.reclaim).replace(new)
+        };
+        // Outside TREE: the old callback may own the last handle of a tenant (`kill`).
         drop(old);
     }
 }
@@ -356,7 +362,12 @@ impl Tenant {
 /// Runs `node`'s reclaim callback, if any and if the tenant is still alive. Called by the
 /// charge ladder, outside every CS, with `IN_RECLAIM` set.
 pub(crate) fn run_reclaim(node: &Node, bytes: u64) {
-    let cb = locked(&node.reclaim).clone();
+    // TREE: see `Node::reclaim`. This thread holds no lock here (the charge ladder runs
+    // outside every lock), and TREE's holders never wait for a charge ladder.
+    let cb = {
+        let _tree = locked(&TREE);
+        locked(&node.reclaim).clone()
+    };
     let Some(cb) = cb else { return };
     let Some(t) = upgrade(node) else { return };
     // Whatever the callback allocates (a log line, a panic's payload) belongs to the root,
