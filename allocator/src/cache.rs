@@ -95,9 +95,31 @@ pub fn register_dedicated(c: &'static CacheCore) {
     }
 }
 
+/// The head of `DEDICATED` when the fork handlers locked the caches. The parent and child
+/// handlers unlock from there: a cache registered during the fork (registration takes no
+/// lock) was not locked, and unlocking it could release a lock another thread holds.
+/// Written and read only by the forking thread, whose handlers the tenant tree lock
+/// serialises against any other forking thread.
+static FORK_HEAD: AtomicPtr<CacheCore> = AtomicPtr::new(ptr::null_mut());
+
 /// Calls `f` on every dedicated cache.
-pub fn for_each_dedicated(mut f: impl FnMut(&'static CacheCore)) {
-    let mut p = DEDICATED.load(Ordering::Acquire);
+pub fn for_each_dedicated(f: impl FnMut(&'static CacheCore)) {
+    walk_dedicated(DEDICATED.load(Ordering::Acquire), f);
+}
+
+/// Fork support, prepare: records which dedicated caches [`for_each_dedicated_at_fork`]
+/// walks until the next fork (those registered now).
+pub fn mark_dedicated_for_fork() {
+    FORK_HEAD.store(DEDICATED.load(Ordering::Acquire), Ordering::Relaxed);
+}
+
+/// Fork support: calls `f` on the dedicated caches registered when
+/// [`mark_dedicated_for_fork`] ran.
+pub fn for_each_dedicated_at_fork(f: impl FnMut(&'static CacheCore)) {
+    walk_dedicated(FORK_HEAD.load(Ordering::Relaxed), f);
+}
+
+fn walk_dedicated(mut p: *mut CacheCore, mut f: impl FnMut(&'static CacheCore)) {
     while !p.is_null() {
         // SAFETY: dedicated caches are leaked, so they live forever.
         let c: &'static CacheCore = unsafe { &*p };
@@ -498,6 +520,12 @@ impl CacheCore {
     /// Takes the lock and keeps it (fork prepare).
     pub fn lock_for_fork(&self) {
         self.lists.lock_raw();
+    }
+
+    /// Whether some thread holds the cache's lock (tests).
+    #[cfg(test)]
+    pub(crate) fn lock_is_held(&self) -> bool {
+        self.lists.try_lock().is_none()
     }
 
     /// Releases the lock taken by [`lock_for_fork`](Self::lock_for_fork).

@@ -273,11 +273,13 @@ fn root_usage() -> u64 {
 // paths nest them (thread registry -> accounting registry -> caches -> large-mapping cache),
 // so that the child inherits none of them held by a thread that does not exist there.
 
+/// The caches the fork handlers lock and unlock: every size class, and the dedicated caches
+/// registered when `fork_prepare` ran (`cache::mark_dedicated_for_fork`).
 fn for_each_cache(mut f: impl FnMut(&crate::cache::CacheCore)) {
     for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
         f(c);
     }
-    crate::cache::for_each_dedicated(&mut f);
+    crate::cache::for_each_dedicated_at_fork(&mut f);
 }
 
 unsafe extern "C" fn fork_prepare() {
@@ -285,6 +287,7 @@ unsafe extern "C" fn fork_prepare() {
     hooks::fork_prepare_tenants();
     thread_cache::fork_prepare();
     hooks::fork_prepare();
+    crate::cache::mark_dedicated_for_fork();
     for_each_cache(|c| c.lock_for_fork());
     large::fork_prepare();
 }
@@ -308,4 +311,35 @@ unsafe extern "C" fn fork_child() {
     // SAFETY: as above.
     unsafe { thread_cache::fork_child() };
     hooks::fork_release_tenants();
+}
+
+#[cfg(test)]
+mod tests {
+    use core::alloc::Layout;
+
+    use crate::dedicated::Cache;
+
+    /// A dedicated cache registered while a fork is in progress (after the prepare handler
+    /// locked the caches) was not locked by it, so the parent handler must not unlock it:
+    /// doing so released a lock another thread held. Runs the handlers without forking.
+    #[test]
+    fn fork_handlers_unlock_only_the_caches_they_locked() {
+        let layout = Layout::from_size_align(40, 8).unwrap();
+        let before = Cache::builder("fork-before", layout).build();
+        // SAFETY: paired with fork_parent below, in this thread.
+        unsafe { super::fork_prepare() };
+        assert!(before.core.lock_is_held(), "prepare locks every cache");
+        let during = Cache::builder("fork-during", layout).build();
+        // Another thread is inside this new cache's lock when the parent handler runs.
+        during.core.lock_for_fork();
+        // SAFETY: after fork_prepare in this thread.
+        unsafe { super::fork_parent() };
+        assert!(
+            during.core.lock_is_held(),
+            "the parent handler released a lock it never took"
+        );
+        // SAFETY: taken by lock_for_fork above, in this thread.
+        unsafe { during.core.unlock_after_fork() };
+        assert!(!before.core.lock_is_held() && !during.core.lock_is_held());
+    }
 }
