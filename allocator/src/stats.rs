@@ -48,6 +48,13 @@ pub struct AllocStats {
     pub allocated_charged: usize,
     /// Live large allocations.
     pub large_count: usize,
+    /// Dedicated caches built (`Cache`), the objects and bytes (object size times objects)
+    /// the program holds from them, and the bytes they keep resident; included in the
+    /// totals above.
+    pub dedicated_caches: usize,
+    pub dedicated_objects: usize,
+    pub dedicated_bytes: usize,
+    pub dedicated_resident: usize,
     /// Resident set size of the whole process as the OS reports it (0 where unknown).
     pub process_rss: usize,
     /// Per size class.
@@ -67,6 +74,10 @@ pub fn stats() -> AllocStats {
         metadata: 0,
         allocated_charged: crate::charge::CHARGED_LARGE.load(Ordering::Relaxed),
         large_count: large::COUNT.load(Ordering::Relaxed),
+        dedicated_caches: 0,
+        dedicated_objects: 0,
+        dedicated_bytes: 0,
+        dedicated_resident: 0,
         process_rss: sys::resident_bytes(),
         classes: classes_out,
     };
@@ -79,7 +90,6 @@ pub fn stats() -> AllocStats {
             .enumerate()
         {
             let k = &cache.counters;
-            let slab = cache.layout.slab_bytes();
             // Slots parked in the transfer cache left their slabs but nobody holds them.
             let parked = k.transfer.load(Ordering::Relaxed);
             out.cached += parked;
@@ -91,19 +101,32 @@ pub fn stats() -> AllocStats {
             if acc == 1 {
                 s.allocated_charged += held * out.size;
             }
-            let active = k.active_slabs.load(Ordering::Relaxed);
-            let empty = k.empty_slabs.load(Ordering::Relaxed);
-            let segs = k.segments.load(Ordering::Relaxed);
+            let (active, empty) = add_slabs(&mut s, cache);
             out.active_slabs += active;
             out.empty_slabs += empty;
-            let (header, _, _) = geometry(cache.layout.slab_shift);
-            s.active += active * slab;
-            s.resident += (active + empty) * slab + segs * header;
-            s.mapped += segs * SEGMENT;
-            s.metadata += segs * header + active * cache.layout.meta_bytes_paid();
         }
         s.allocated += out.objects * out.size;
     }
+    // Dedicated caches have no thread bins: what they handed out, less what waits in their
+    // transfer cache, is what the program holds.
+    crate::cache::for_each_dedicated(|cache| {
+        let k = &cache.counters;
+        let held = k
+            .used
+            .load(Ordering::Relaxed)
+            .saturating_sub(k.transfer.load(Ordering::Relaxed));
+        let bytes = held * cache.layout.object_size;
+        s.dedicated_caches += 1;
+        s.dedicated_objects += held;
+        s.dedicated_bytes += bytes;
+        s.allocated += bytes;
+        if cache.accounted {
+            s.allocated_charged += bytes;
+        }
+        let resident = s.resident;
+        add_slabs(&mut s, cache);
+        s.dedicated_resident += s.resident - resident;
+    });
     let large_bytes = large::MAPPED.load(Ordering::Relaxed);
     let large_cached = large::CACHED.load(Ordering::Relaxed);
     s.allocated += large_bytes.saturating_sub(s.large_count * sys::PAGE);
@@ -114,15 +137,32 @@ pub fn stats() -> AllocStats {
     s
 }
 
+/// Adds `cache`'s slabs and segments to `s`'s active, resident, mapped and metadata bytes;
+/// returns its (active, empty) slab counts.
+fn add_slabs(s: &mut AllocStats, cache: &crate::cache::CacheCore) -> (usize, usize) {
+    let k = &cache.counters;
+    let slab = cache.layout.slab_bytes();
+    let active = k.active_slabs.load(Ordering::Relaxed);
+    let empty = k.empty_slabs.load(Ordering::Relaxed);
+    let segs = k.segments.load(Ordering::Relaxed);
+    let (header, _, _) = geometry(cache.layout.slab_shift);
+    s.active += active * slab;
+    s.resident += (active + empty) * slab + segs * header;
+    s.mapped += segs * SEGMENT;
+    s.metadata += segs * header + active * cache.layout.meta_bytes_paid();
+    (active, empty)
+}
+
 /// Gives free memory back to the OS now: this thread's cached slots and every transfer cache
-/// go back to their slabs, every empty slab of every cache is released, and cached large
-/// mappings are unmapped. Other threads' bins (bounded to 128 KiB
+/// go back to their slabs, every empty slab of every cache (size classes and dedicated) is
+/// released, and cached large mappings are unmapped. Other threads' bins (bounded to 128 KiB
 /// per class each) are left alone.
 pub fn trim() {
     thread_cache::flush_current();
     for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
         c.trim();
     }
+    crate::cache::for_each_dedicated(|c| c.trim());
     large::trim();
 }
 
@@ -135,6 +175,14 @@ impl fmt::Display for AllocStats {
         writeln!(f, "metadata {}", self.metadata)?;
         writeln!(f, "allocated_charged {}", self.allocated_charged)?;
         writeln!(f, "large_count {}", self.large_count)?;
+        writeln!(
+            f,
+            "dedicated caches {} objects {} bytes {} resident {}",
+            self.dedicated_caches,
+            self.dedicated_objects,
+            self.dedicated_bytes,
+            self.dedicated_resident
+        )?;
         writeln!(f, "process_rss {}", self.process_rss)?;
         writeln!(
             f,

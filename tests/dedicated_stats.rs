@@ -1,0 +1,69 @@
+//! Dedicated caches in the allocator's statistics, the root tenant's usage and `trim()`.
+//! Alone in its binary, so that the dedicated-cache figures move only with this test.
+
+use std::alloc::Layout;
+
+use slabcg::{Cache, SlabAlloc, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+#[test]
+fn dedicated_caches_count_in_stats_root_usage_and_trim() {
+    let layout = Layout::from_size_align(1000, 8).unwrap();
+    let plain = Cache::builder("stats-plain", layout).build();
+    let charged = Cache::builder("stats-charged", layout)
+        .account(true)
+        .build();
+    let size = plain.info().object_size as u64;
+    let t = Tenant::new("stats-tenant");
+    let n = 5_000;
+    let mut held = Vec::with_capacity(2 * n);
+    let before = slabcg::stats();
+    let root_before = Tenant::root().current();
+    for _ in 0..n {
+        held.push((&plain, plain.alloc().unwrap()));
+    }
+    {
+        let _s = t.enter();
+        for _ in 0..n {
+            held.push((&charged, charged.alloc().unwrap()));
+        }
+    }
+    let during = slabcg::stats();
+    assert_eq!(during.dedicated_objects - before.dedicated_objects, 2 * n);
+    assert_eq!(
+        (during.dedicated_bytes - before.dedicated_bytes) as u64,
+        2 * n as u64 * size
+    );
+    assert!(during.allocated - before.allocated >= 2 * n * size as usize);
+    assert_eq!(
+        (during.allocated_charged - before.allocated_charged) as u64,
+        n as u64 * size
+    );
+    assert!(during.resident >= during.allocated);
+    assert_eq!(t.current_exact(), n as u64 * size);
+    // The root holds the unscoped objects too (and its children's charges).
+    let root_growth = Tenant::root().current() - root_before;
+    assert!(
+        root_growth >= 2 * n as u64 * size && root_growth < 2 * n as u64 * size + (1 << 20),
+        "root grew by {root_growth}"
+    );
+    for (cache, p) in held {
+        // SAFETY: allocated above from this cache, freed once.
+        unsafe { cache.free(p) };
+    }
+    let freed = slabcg::stats();
+    assert_eq!(freed.dedicated_objects, before.dedicated_objects);
+    // The freed slabs are kept as a reserve until trimmed; trim returns them.
+    slabcg::trim();
+    let trimmed = slabcg::stats();
+    assert!(
+        trimmed.dedicated_resident < freed.dedicated_resident,
+        "trim kept the dedicated caches' empty slabs: {} -> {}",
+        freed.dedicated_resident,
+        trimmed.dedicated_resident
+    );
+    assert!(during.dedicated_resident >= 2 * n * size as usize);
+    assert_eq!(t.current_exact(), 0);
+}
