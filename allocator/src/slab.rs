@@ -29,6 +29,8 @@ use crate::sys::PAGE;
 
 /// Bytes of owner metadata per slot: a u32 objcg id.
 pub const META_BYTES: usize = 4;
+/// Bytes of a free slot's first word, the free-list link.
+const LINK_BYTES: usize = core::mem::size_of::<*mut u8>();
 /// The largest slab.
 pub const MAX_SLAB_SHIFT: u32 = 20;
 const MIN_SLAB_SHIFT: u32 = 12;
@@ -102,8 +104,16 @@ impl SlabLayout {
         if stride > 1 << MAX_SLAB_SHIFT {
             return None;
         }
-        let padding = stride - object_size;
-        let pad_meta = accounted && padding >= META_BYTES;
+        // Owner word in the padding, 4-byte aligned, never in the first word: a free slot
+        // holds the free-list link there, and its owner word must survive (0 once uncharged,
+        // which is how a second free of an accounted object is told from a first).
+        let after = if object_size > LINK_BYTES {
+            object_size
+        } else {
+            LINK_BYTES
+        };
+        let pad_off = (after + META_BYTES - 1) & !(META_BYTES - 1);
+        let pad_meta = accounted && pad_off + META_BYTES <= stride;
         // The footprint a slot needs when its metadata does not fit in padding.
         let footprint = if accounted && !pad_meta {
             stride + META_BYTES
@@ -116,9 +126,7 @@ impl SlabLayout {
         let (objects, meta, meta_offset, meta_stride) = if !accounted {
             (natural, MetaPlacement::None, 0, 0)
         } else if pad_meta {
-            // Metadata right after the object, inside the padding, 4-byte aligned.
-            let off = (object_size + META_BYTES - 1) & !(META_BYTES - 1);
-            (natural, MetaPlacement::Padding, off, stride)
+            (natural, MetaPlacement::Padding, pad_off, stride)
         } else {
             let n = slab_bytes / footprint;
             if n == 0 {
@@ -262,5 +270,27 @@ mod tests {
         let l = SlabLayout::new(100, 8, true, false).unwrap();
         assert_eq!(l.meta, MetaPlacement::Padding);
         assert_eq!(l.meta_cost_slots, 0);
+    }
+
+    /// An owner word in padding lies after the object and after the free-list link (the
+    /// first word of a free slot): objects of 4 bytes or less put it at offset 4, which the
+    /// link overwrote on every free.
+    #[test]
+    fn padding_metadata_clears_the_object_and_the_link() {
+        for size in 1..=64 {
+            for align in [1, 2, 4, 8, 16] {
+                let l = SlabLayout::new(size, align, true, false).unwrap();
+                if l.meta == MetaPlacement::Padding {
+                    assert!(
+                        l.meta_offset >= size.max(LINK_BYTES),
+                        "{size}/{align}: {l:?}"
+                    );
+                    assert!(
+                        l.meta_offset + META_BYTES <= l.stride,
+                        "{size}/{align}: {l:?}"
+                    );
+                }
+            }
+        }
     }
 }
