@@ -18,7 +18,7 @@
 //! per batch. Batches beyond `TRANSFER_BYTES` per cache go back to their slabs.
 
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::lock::SpinLock;
 use crate::segment::{is_segment, segment_of, FreeObj, Segment, SlabDesc, SlabState};
@@ -77,6 +77,12 @@ pub struct CacheCore {
     pub counters: CacheCounters,
     /// Next dedicated cache in `DEDICATED` (fork handlers lock them all).
     next_dedicated: AtomicPtr<CacheCore>,
+    /// A dedicated cache's identity and state, for reusing the core of a dropped one
+    /// (`dedicated.rs`): a hash of its name, its stat index, and whether no `Cache` handle
+    /// uses it now. Unused by size classes.
+    pub(crate) name_hash: AtomicU64,
+    pub(crate) stat: AtomicU8,
+    pub(crate) retired: AtomicBool,
 }
 
 /// Every dedicated cache ever built (they are never freed), newest first.
@@ -159,6 +165,9 @@ impl CacheCore {
                 transfer: AtomicUsize::new(0),
             },
             next_dedicated: AtomicPtr::new(ptr::null_mut()),
+            name_hash: AtomicU64::new(0),
+            stat: AtomicU8::new(0),
+            retired: AtomicBool::new(false),
         }
     }
 

@@ -15,7 +15,10 @@
 //!
 //! A cache's shared part is never freed: segments name it in their headers for the life of
 //! the process. Dropping a `Cache` releases its empty slabs to the OS; objects still
-//! allocated from it stay valid (and leak), as with a kernel cache destroyed too early.
+//! allocated from it stay valid (and leak), as with a kernel cache destroyed too early. The
+//! next cache built with the same name, layout and accounting reuses the dropped one's core
+//! and segments (its `live_objects` then counts such leaked objects too), so building and
+//! dropping a cache in a loop does not map memory without bound.
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
@@ -94,23 +97,63 @@ impl CacheBuilder {
                 layout: self.layout,
             });
         };
+        let key = name_hash(&self.name);
+        if let Some(core) = revive(&layout, self.account, key) {
+            return Ok(Cache {
+                core,
+                name: self.name,
+                stat: StatIdx(core.stat.load(Ordering::Relaxed)),
+            });
+        }
         // The core and the stat name live as long as the process: no tenant pays for them,
         // whichever scope the cache is built in.
         let _root = hooks::unscoped();
         let core: &'static CacheCore =
             Box::leak(Box::new(CacheCore::new(layout, u32::MAX, self.account)));
-        crate::cache::register_dedicated(core);
         let stat = if self.account {
             stat_index(&self.name, &layout)
         } else {
             StatIdx::SLAB_OTHER
         };
+        core.name_hash.store(key, Ordering::Relaxed);
+        core.stat.store(stat.0, Ordering::Relaxed);
+        // Release (in the registration): a build that finds this core reads the fields above.
+        crate::cache::register_dedicated(core);
         Ok(Cache {
             core,
             name: self.name,
             stat,
         })
     }
+}
+
+/// The core of a dropped cache with this name, layout and accounting, claimed for a new
+/// `Cache`: a program that builds and drops the same cache again and again (say, per request)
+/// reuses one core and its segments instead of mapping new ones each time. The claim is a
+/// compare-and-swap of `retired`, so two builds never share a core.
+fn revive(layout: &SlabLayout, account: bool, key: u64) -> Option<&'static CacheCore> {
+    let mut found = None;
+    crate::cache::for_each_dedicated(|c| {
+        if found.is_none()
+            && c.accounted == account
+            && c.layout == *layout
+            && c.name_hash.load(Ordering::Relaxed) == key
+            && c.retired
+                .compare_exchange(true, false, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            found = Some(c);
+        }
+    });
+    found
+}
+
+/// FNV-1a of a cache's name: the part of its identity a reused core must match (for an
+/// accounted cache, its stat line carries the name it was first built with).
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// A layout a dedicated cache cannot serve.
@@ -279,6 +322,9 @@ impl Cache {
 impl Drop for Cache {
     fn drop(&mut self) {
         self.core.trim();
+        // Release: the next build of the same cache that claims the core (Acquire) sees
+        // everything this handle did to it.
+        self.core.retired.store(true, Ordering::Release);
     }
 }
 
