@@ -10,27 +10,22 @@
 //! until the time is up, and prints a line per run. Any disagreement with the ledger, a block
 //! that lost its contents, or `current > max` ends the process with the failed check.
 
-use std::time::{Duration, Instant};
-
 use slabcg::SlabAlloc;
 
 #[path = "../tests/common/churn.rs"]
 mod churn;
+#[path = "../tests/common/repeat.rs"]
+mod repeat;
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let seconds: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(60);
-    let threads: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8);
-    let open_queries: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(12);
-    let service_mib: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(16);
-    let until = Instant::now() + Duration::from_secs(seconds);
-    let mut run = 0u64;
-    while Instant::now() < until {
-        let t = Instant::now();
-        let seed = 0xc4a2 ^ run.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let seconds: u64 = repeat::arg(0, 60);
+    let threads: usize = repeat::arg(1, 8);
+    let open_queries: usize = repeat::arg(2, 12);
+    let service_mib: u64 = repeat::arg(3, 16);
+    repeat::repeat_for(seconds, 0xc4a2, |seed| {
         let r = churn::run(&churn::Config {
             threads,
             epochs: 6,
@@ -40,10 +35,9 @@ fn main() {
             service_max: service_mib << 20,
             seed,
         });
-        println!(
-            "run {run} (seed {seed:#x}): {} queries, {} helper threads, {} ops, {} refused by \
-             limits, {} freed by the reclaim callback, {} ledger checks, largest objcg id {} (bound {}), \
-             {:.1} s",
+        format!(
+            "{} queries, {} helper threads, {} ops, {} refused by limits, {} freed by the \
+             reclaim callback, {} ledger checks, largest objcg id {} (bound {})",
             r.queries,
             r.helper_threads,
             r.ops,
@@ -51,10 +45,7 @@ fn main() {
             r.reclaimed,
             r.checks,
             r.max_objcg_id,
-            r.id_bound,
-            t.elapsed().as_secs_f64()
-        );
-        run += 1;
-    }
-    println!("ok: {run} runs, every check passed");
+            r.id_bound
+        )
+    });
 }

@@ -11,10 +11,10 @@
 //! until the time is up, and prints a line per run. Any disagreement with the ledger, a block
 //! that lost its contents, or `current > max` ends the process with the failed check.
 
-use std::time::{Duration, Instant};
-
 use slabcg::SlabAlloc;
 
+#[path = "../tests/common/repeat.rs"]
+mod repeat;
 #[path = "../tests/common/stress.rs"]
 mod stress;
 
@@ -22,16 +22,11 @@ mod stress;
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let seconds: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(60);
-    let threads: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8);
-    let large_percent: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(2);
-    let live_cap: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(2000);
-    let until = Instant::now() + Duration::from_secs(seconds);
-    let mut run = 0u64;
-    while Instant::now() < until {
-        let t = Instant::now();
-        let seed = 0x5eed ^ run.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let seconds: u64 = repeat::arg(0, 60);
+    let threads: usize = repeat::arg(1, 8);
+    let large_percent: u64 = repeat::arg(2, 2);
+    let live_cap: usize = repeat::arg(3, 2000);
+    repeat::repeat_for(seconds, 0x5eed, |seed| {
         let r = stress::run(&stress::Config {
             threads,
             epochs: 8,
@@ -41,17 +36,10 @@ fn main() {
             fork_every: 4,
             seed,
         });
-        println!(
-            "run {run} (seed {seed:#x}): {} ops, {} refused by limits, {} objects freed by the \
-             reclaim callback, {} ledger checks ({} also in a forked child), {:.1} s",
-            r.ops,
-            r.refused,
-            r.reclaimed,
-            r.checks,
-            r.forks,
-            t.elapsed().as_secs_f64()
-        );
-        run += 1;
-    }
-    println!("ok: {run} runs, every check passed");
+        format!(
+            "{} ops, {} refused by limits, {} objects freed by the reclaim callback, {} ledger \
+             checks ({} also in a forked child)",
+            r.ops, r.refused, r.reclaimed, r.checks, r.forks
+        )
+    });
 }

@@ -17,6 +17,19 @@ fn alloc_in(t: &Tenant, layout: Layout) -> *mut u8 {
     unsafe { GLOBAL.alloc(layout) }
 }
 
+/// Allocates in `t` until refused, checking `current <= 4096` after each; the blocks.
+fn fill(t: &Tenant, layout: Layout) -> Vec<usize> {
+    let mut held = Vec::with_capacity(100);
+    loop {
+        let p = alloc_in(t, layout);
+        if p.is_null() {
+            return held;
+        }
+        held.push(p as usize);
+        assert!(t.current() <= 4096, "{} over the lowered max", t.current());
+    }
+}
+
 fn free(p: usize, layout: Layout) {
     // SAFETY: allocated with this layout, freed once.
     unsafe { GLOBAL.dealloc(p as *mut u8, layout) }
@@ -40,14 +53,7 @@ fn lowering_max_takes_back_stocked_bytes() {
             tx.send(()).unwrap();
             go_rx.recv().unwrap();
             // After the limit went down: whatever this thread's stock held is gone.
-            let mut held = Vec::with_capacity(100);
-            loop {
-                let p = alloc_in(&t, layout);
-                if p.is_null() {
-                    break;
-                }
-                held.push(p as usize);
-            }
+            let held = fill(&t, layout);
             let peak = t.current_exact();
             for p in held {
                 free(p, layout);
@@ -66,15 +72,7 @@ fn lowering_max_takes_back_stocked_bytes() {
     t.set_max(4096);
     assert!(t.current() <= 4096, "stocked bytes kept: {}", t.current());
     assert!(t.charge(60_000, StatItem::Sock).is_err());
-    let mut held = Vec::with_capacity(100);
-    loop {
-        let p = alloc_in(&t, layout);
-        if p.is_null() {
-            break;
-        }
-        held.push(p as usize);
-        assert!(t.current() <= 4096);
-    }
+    let held = fill(&t, layout);
     assert!(t.current_exact() <= 4096 && !held.is_empty());
     for p in held {
         free(p, layout);

@@ -32,7 +32,9 @@ use rng::Rng;
 
 #[path = "stamp.rs"]
 mod stamp;
-use stamp::{check_stamp, expected_usable, usable, write_stamp};
+use stamp::{
+    allocate, check_fresh, check_stamp, expected_usable, restamp_resized, usable, write_stamp,
+};
 
 /// How much work a run does.
 #[derive(Clone, Copy)]
@@ -312,24 +314,12 @@ impl Shared {
                 Owner::Service => self.service.enter(),
                 Owner::Query { .. } => q.tenant.enter(),
             };
-            // SAFETY: a valid non-zero layout.
-            unsafe {
-                if zeroed {
-                    alloc::alloc_zeroed(layout)
-                } else {
-                    alloc::alloc(layout)
-                }
-            }
+            allocate(layout, zeroed)
         };
         if p.is_null() {
             return self.refused(q, owner, "allocation");
         }
-        assert_eq!(p as usize % layout.align(), 0, "misaligned block");
-        if zeroed {
-            // SAFETY: p holds layout.size() bytes.
-            let all = unsafe { std::slice::from_raw_parts(p, layout.size()) };
-            assert!(all.iter().all(|&b| b == 0), "alloc_zeroed: dirty block");
-        }
+        check_fresh(p, layout, zeroed);
         let stamp = self.stamp();
         // SAFETY: p holds layout.size() bytes.
         unsafe { write_stamp(p, layout.size(), stamp) };
@@ -365,15 +355,9 @@ impl Shared {
             // The block is untouched.
             return self.refused(q, o.owner, "realloc");
         }
-        let kept = new_size.min(o.layout.size());
-        // SAFETY: p holds new_size >= kept bytes, copied from the old block.
-        unsafe { check_stamp(p, kept, o.stamp, kept == o.layout.size()) };
-        let layout = Layout::from_size_align(new_size, o.layout.align()).unwrap();
         let stamp = self.stamp();
-        // SAFETY: p holds new_size bytes.
-        unsafe { write_stamp(p, new_size, stamp) };
-        let usable = usable(p);
-        assert_eq!(usable, expected_usable(layout), "usable size of {layout:?}");
+        // SAFETY: realloc returned p with new_size bytes.
+        let (layout, usable) = unsafe { restamp_resized(p, o.layout, o.stamp, new_size, stamp) };
         q.objs[k] = Obj {
             p: p as usize,
             layout,
@@ -537,13 +521,7 @@ fn check(shared: &Shared, open: &[Query], epoch: usize) {
 
 /// Runs the workload; panics on the first disagreement.
 pub fn run(cfg: &Config) -> Report {
-    // A failed check on a worker ends the process at once, with the message on stderr.
-    std::panic::set_hook(Box::new(|info| {
-        use std::io::Write;
-        let trace = std::backtrace::Backtrace::force_capture();
-        let _ = write!(std::io::stderr(), "{info}\n{trace}\n");
-        std::process::abort();
-    }));
+    stamp::abort_on_panic();
     let service = Tenant::new("service");
     service.set_max(cfg.service_max);
     service.set_high(cfg.service_max / 2);

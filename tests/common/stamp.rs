@@ -1,7 +1,8 @@
-//! Stamps that tell whether a block kept its contents, and the size a block must be charged:
-//! shared by the randomized workloads (`stress.rs`, `churn.rs`).
+//! Shared by the randomized workloads (`stress.rs`, `churn.rs`): allocating and checking a
+//! fresh block, stamps that tell whether a block kept its contents, the size a block must be
+//! charged, and the panic hook.
 
-use std::alloc::Layout;
+use std::alloc::{self, Layout};
 
 use slabcg::allocator::size_class::{class_for, class_size};
 use slabcg::SlabAlloc;
@@ -62,4 +63,69 @@ pub fn expected_usable(layout: Layout) -> u64 {
 pub fn usable(p: *mut u8) -> u64 {
     // SAFETY: p is a live allocation of the global SlabAlloc.
     unsafe { SlabAlloc::usable_size(p) as u64 }
+}
+
+/// Makes a failed check on any thread end the process at once, with its message and a
+/// backtrace written straight to stderr: other threads could otherwise wait for the failed
+/// one forever (at a barrier), and the test harness's output capture is lost with the process.
+pub fn abort_on_panic() {
+    std::panic::set_hook(Box::new(|info| {
+        use std::io::Write;
+        let trace = std::backtrace::Backtrace::force_capture();
+        let _ = write!(std::io::stderr(), "{info}\n{trace}\n");
+        std::process::abort();
+    }));
+}
+
+/// Allocates `layout` (zeroed or not) through the global allocator, in the caller's scope;
+/// null when refused.
+pub fn allocate(layout: Layout, zeroed: bool) -> *mut u8 {
+    // SAFETY: the workloads' layouts have a non-zero size.
+    unsafe {
+        if zeroed {
+            alloc::alloc_zeroed(layout)
+        } else {
+            alloc::alloc(layout)
+        }
+    }
+}
+
+/// Checks a block `allocate` just returned: aligned, and zero when asked zeroed (its first
+/// 4 KiB and its last byte).
+pub fn check_fresh(p: *mut u8, layout: Layout, zeroed: bool) {
+    assert_eq!(p as usize % layout.align(), 0, "misaligned block");
+    if zeroed {
+        let size = layout.size();
+        // SAFETY: p holds size bytes.
+        let head = unsafe { std::slice::from_raw_parts(p, size.min(4096)) };
+        assert!(head.iter().all(|&b| b == 0), "alloc_zeroed: dirty block");
+        // SAFETY: as above.
+        assert_eq!(unsafe { *p.add(size - 1) }, 0, "alloc_zeroed: dirty end");
+    }
+}
+
+/// After `old` (stamped `old_stamp`) was reallocated to `new_size` bytes at `p`: checks the
+/// bytes it kept, stamps the block with `stamp` and checks its charged size. Returns its
+/// layout and usable size.
+///
+/// # Safety
+/// `p` must hold at least `new_size` writable bytes.
+pub unsafe fn restamp_resized(
+    p: *mut u8,
+    old: Layout,
+    old_stamp: u64,
+    new_size: usize,
+    stamp: u64,
+) -> (Layout, u64) {
+    let kept = new_size.min(old.size());
+    // SAFETY (both): p holds new_size >= kept bytes (caller's contract), copied from the old
+    // block.
+    unsafe {
+        check_stamp(p, kept, old_stamp, kept == old.size());
+        write_stamp(p, new_size, stamp);
+    }
+    let layout = Layout::from_size_align(new_size, old.align()).unwrap();
+    let usable = usable(p);
+    assert_eq!(usable, expected_usable(layout), "usable size of {layout:?}");
+    (layout, usable)
 }

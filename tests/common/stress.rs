@@ -91,7 +91,9 @@ use rng::Rng;
 
 #[path = "stamp.rs"]
 mod stamp;
-use stamp::{check_stamp, expected_usable, usable, write_stamp};
+use stamp::{
+    allocate, check_fresh, check_stamp, expected_usable, restamp_resized, usable, write_stamp,
+};
 
 /// The accounted dedicated cache (one per process, outliving every run's objects).
 fn cache() -> &'static Cache {
@@ -204,30 +206,13 @@ impl Worker {
             // The inner scope wins while it lives.
             let _outer = nested.then(|| tenants[outer].as_ref().unwrap().enter());
             let _scope = tenants[t].as_ref().unwrap().enter();
-            // SAFETY: a valid non-zero layout.
-            unsafe {
-                if zeroed {
-                    alloc::alloc_zeroed(layout)
-                } else {
-                    alloc::alloc(layout)
-                }
-            }
+            allocate(layout, zeroed)
         };
         if p.is_null() {
             return self.refused(t, "allocation");
         }
-        assert_eq!(p as usize % layout.align(), 0, "misaligned block");
+        check_fresh(p, layout, zeroed);
         let size = layout.size();
-        if zeroed {
-            // SAFETY: p holds size bytes.
-            let head = unsafe { std::slice::from_raw_parts(p, size.min(4096)) };
-            assert!(
-                head.iter().all(|&b| b == 0),
-                "alloc_zeroed returned dirty memory"
-            );
-            // SAFETY: as above.
-            assert_eq!(unsafe { *p.add(size - 1) }, 0, "alloc_zeroed: dirty end");
-        }
         let stamp = self.stamp();
         // SAFETY: p holds size bytes.
         unsafe { write_stamp(p, size, stamp) };
@@ -357,15 +342,9 @@ impl Worker {
             let payer = if keeps_owner { o.t } else { t };
             return self.refused(payer, "realloc");
         }
-        let kept = new_size.min(o.layout.size());
-        // SAFETY: q holds new_size >= kept bytes, copied from the old block.
-        unsafe { check_stamp(q, kept, o.stamp, kept == o.layout.size()) };
-        let layout = Layout::from_size_align(new_size, align).unwrap();
         let stamp = self.stamp();
-        // SAFETY: q holds new_size bytes.
-        unsafe { write_stamp(q, new_size, stamp) };
-        let usable = usable(q);
-        assert_eq!(usable, expected_usable(layout), "usable size of {layout:?}");
+        // SAFETY: realloc returned q with new_size bytes.
+        let (layout, usable) = unsafe { restamp_resized(q, o.layout, o.stamp, new_size, stamp) };
         self.live[k] = Obj {
             p: q as usize,
             layout,
@@ -545,15 +524,7 @@ fn check_in_child(table: &Mutex<Vec<Option<Tenant>>>, ledger: &Ledger, epoch: us
 
 /// Runs the workload; panics (naming the epoch and tenant) on the first disagreement.
 pub fn run(cfg: &Config) -> Report {
-    // A failed check on any thread ends the process: the others would wait at the barrier
-    // for it forever.
-    // Straight to stderr: the test harness's output capture is lost with the process.
-    std::panic::set_hook(Box::new(|info| {
-        use std::io::Write;
-        let trace = std::backtrace::Backtrace::force_capture();
-        let _ = write!(std::io::stderr(), "{info}\n{trace}\n");
-        std::process::abort();
-    }));
+    stamp::abort_on_panic();
     let mut handles: Vec<Option<Tenant>> = Vec::new();
     for n in &TREE {
         let t = match n.parent {
