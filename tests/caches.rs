@@ -106,7 +106,7 @@ fn bulk_charges_a_run_at_once_and_is_all_or_nothing() {
     assert_eq!(t.current_exact(), 40_000);
     // The cache has its own line in the tenant's report.
     let report = t.stat().to_string();
-    assert!(report.contains("slab_bulk 40000"), "{report}");
+    assert!(report.contains("slab_cache_bulk 40000"), "{report}");
     assert!(out.iter().all(|p| !p.is_null()));
     // 40 more would pass the 64 KiB limit: nothing is allocated or charged.
     let mut more = vec![std::ptr::null_mut(); 40];
@@ -204,4 +204,49 @@ fn a_rebuilt_cache_reuses_the_dropped_one() {
     assert_eq!(twin.live_objects(), 0);
     // The leaked object stays allocated, as documented for a cache dropped too early.
     let _ = leaked;
+}
+
+/// Each accounted cache's line in a tenant's report is one `key value` pair with a key of
+/// its own: a name with spaces, one that reads as a size class, and two live caches of one
+/// name printed ambiguous or unparseable lines.
+#[test]
+fn cache_lines_in_reports_have_unique_one_word_keys() {
+    let t = Tenant::new("report-keys");
+    let a = Layout::from_size_align(40, 8).unwrap();
+    let b = Layout::from_size_align(48, 8).unwrap();
+    let caches = [
+        Cache::builder("with space", a).account(true).build(),
+        Cache::builder("64", a).account(true).build(),
+        Cache::builder("twin", a).account(true).build(),
+        Cache::builder("twin", b).account(true).build(),
+    ];
+    // Reserved outside the scope: only the caches' objects are charged to `t`.
+    let mut held = Vec::with_capacity(caches.len());
+    {
+        let _s = t.enter();
+        for c in &caches {
+            held.push((c, c.alloc().unwrap()));
+        }
+    }
+    let report = t.stat().to_string();
+    let mut keys = HashSet::new();
+    for line in report.lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(words.len(), 2, "not `key value`: {line:?}");
+        assert!(
+            words[1].parse::<u64>().is_ok() || words[1] == "max",
+            "{line:?}"
+        );
+        assert!(
+            keys.insert(words[0].to_owned()),
+            "key twice: {line:?}\n{report}"
+        );
+    }
+    assert!(report.contains("slab_cache_with_space 40\n"), "{report}");
+    assert!(report.contains("slab_cache_64 40\n"), "{report}");
+    assert!(!report.contains("slab_64 "), "{report}");
+    for (c, p) in held {
+        // SAFETY: allocated above from c, freed once.
+        unsafe { c.free(p) };
+    }
 }

@@ -135,7 +135,7 @@ fn dedicated_caches_report_owner_meta() {
             assert_eq!(c.alloc_bulk(&mut out), n);
         }
         let st = t.stat();
-        assert_eq!(line(&st, &format!("slab_{name}")), (n * size) as u64);
+        assert_eq!(line(&st, &format!("slab_cache_{name}")), (n * size) as u64);
         let paid = match placement {
             MetaPlacement::External => {
                 assert!(i.meta_cost_slots > 0);
@@ -178,7 +178,7 @@ fn uncharged_and_unaccounted_objects_have_no_owner_meta() {
 }
 
 /// A process with a few dozen accounted dedicated caches (more than the dozen the stats
-/// once had room for) sees each in its own `slab_<name>` line and in `owner_meta`.
+/// once had room for) sees each in its own `slab_cache_<name>` line and in `owner_meta`.
 #[test]
 fn dozens_of_dedicated_caches_each_get_a_line() {
     let t = Tenant::new("meta-many");
@@ -204,7 +204,7 @@ fn dozens_of_dedicated_caches_each_get_a_line() {
     let st = t.stat();
     for (k, c) in caches.iter().enumerate() {
         assert_eq!(
-            line(&st, &format!("slab_meta-many-{k}")),
+            line(&st, &format!("slab_cache_meta-many-{k}")),
             c.info().object_size as u64
         );
     }

@@ -9,7 +9,7 @@
 //! Order rule: a thread touches `objcg.tenant` (and the node it points to) only while it
 //! holds a ref on the objcg (see `objcg.rs`), so every `put` comes after the last use.
 
-use crate::counter;
+use crate::counter::{self, Event};
 use crate::drain;
 use crate::hooks::StatIdx;
 use crate::objcg::{self, ObjCg, ObjCgId};
@@ -169,9 +169,9 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
         refused
     };
     // SAFETY: as above.
-    let c = &unsafe { &*refused.0 }.counter;
-    c.ev_max.fetch_add(1, Relaxed);
-    c.ev_oom.fetch_add(1, Relaxed);
+    let node = unsafe { &*refused.0 };
+    counter::record_event(node, Event::Max);
+    counter::record_event(node, Event::Oom);
     Err(refused)
 }
 

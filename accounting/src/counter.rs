@@ -27,10 +27,19 @@ pub(crate) struct Counter {
     max: AtomicU64,
     high: AtomicU64,
     peak: AtomicU64,
-    pub(crate) ev_high: AtomicU64,
-    pub(crate) ev_max: AtomicU64,
-    pub(crate) ev_oom: AtomicU64,
+    /// Events as cgroup v2 counts them, indexed by [`Event`]: `events` at this node and in
+    /// its subtree (memory.events), `local` at this node only (memory.events.local).
+    events: [AtomicU64; 3],
+    local: [AtomicU64; 3],
     pressure: AtomicBool,
+}
+
+/// The kinds of event a counter counts.
+#[derive(Clone, Copy)]
+pub(crate) enum Event {
+    High = 0,
+    Max = 1,
+    Oom = 2,
 }
 
 impl Counter {
@@ -40,9 +49,8 @@ impl Counter {
             max: AtomicU64::new(u64::MAX),
             high: AtomicU64::new(u64::MAX),
             peak: AtomicU64::new(0),
-            ev_high: AtomicU64::new(0),
-            ev_max: AtomicU64::new(0),
-            ev_oom: AtomicU64::new(0),
+            events: [const { AtomicU64::new(0) }; 3],
+            local: [const { AtomicU64::new(0) }; 3],
             pressure: AtomicBool::new(false),
         }
     }
@@ -136,14 +144,41 @@ impl Counter {
         }
     }
 
-    /// After a successful charge: count a high event and raise pressure if above `high`.
-    fn note_high(&self) {
+    /// After a successful charge: raise pressure if above `high`; whether it is.
+    fn over_high(&self) -> bool {
         if self.usage.load(Relaxed) > self.high.load(Relaxed) {
-            self.ev_high.fetch_add(1, Relaxed);
             if !self.pressure.load(Relaxed) {
                 self.pressure.store(true, Relaxed);
             }
+            return true;
         }
+        false
+    }
+
+    /// The events of `ev`'s kind at this node and below it (memory.events).
+    pub(crate) fn events(&self, ev: Event) -> u64 {
+        self.events[ev as usize].load(Relaxed)
+    }
+
+    /// The events of `ev`'s kind at this node only (memory.events.local).
+    pub(crate) fn events_local(&self, ev: Event) -> u64 {
+        self.local[ev as usize].load(Relaxed)
+    }
+}
+
+/// Counts an event at `node`: in its local count, and in the hierarchical count of `node` and
+/// of each ancestor below the root, as cgroup v2's `memcg_memory_event` does.
+pub(crate) fn record_event<N: Hierarchy>(node: &N, ev: Event) {
+    node.counter().local[ev as usize].fetch_add(1, Relaxed);
+    let mut cur = Some(node);
+    while let Some(c) = cur {
+        let parent = c.parent();
+        if parent.is_none() {
+            // The root counts no events (it has no limits).
+            break;
+        }
+        c.counter().events[ev as usize].fetch_add(1, Relaxed);
+        cur = parent;
     }
 }
 
@@ -168,7 +203,9 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
     }
     let mut cur = Some(node);
     while let Some(c) = cur {
-        c.counter().note_high();
+        if c.counter().over_high() {
+            record_event(c, Event::High);
+        }
         cur = c.parent();
     }
     Ok(())
@@ -278,7 +315,8 @@ mod tests {
         assert!(!n.c.under_pressure());
         assert!(try_charge(&n, 10).is_ok());
         assert!(n.c.under_pressure());
-        assert_eq!(n.c.ev_high.load(Relaxed), 1);
+        // A node without a parent is a root, which counts no events.
+        assert_eq!(n.c.events(Event::High), 0);
         uncharge(&n, 5);
         assert!(!n.c.under_pressure());
     }

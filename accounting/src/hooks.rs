@@ -93,9 +93,6 @@ pub fn set_slab_class_sizes(sizes: &'static [u32]) {
     crate::stat::set_class_sizes(sizes);
 }
 
-/// Names slab stat index `idx` (one not used by a size class), so reports print
-/// `slab_<name>` for it; the allocator gives each dedicated cache its own index this way.
-/// The first name given to an index wins; false when `idx` is out of range or taken.
 /// While the returned guard lives, this thread's allocations belong to the root, as outside
 /// any scope (they are never refused). For the allocator's own long-lived bookkeeping made
 /// on a user's call (a dedicated cache's core), which no tenant should pay for, and which
@@ -104,6 +101,11 @@ pub fn unscoped() -> impl Drop {
     crate::scope::unscoped()
 }
 
+/// Names slab stat index `idx` (one not used by a size class), so reports print
+/// `slab_cache_<name>` for it (the name made a single word, and made unique with
+/// `_<idx>` when another cache has it); the allocator gives each dedicated cache its own
+/// index this way. The first name given to an index wins; false when `idx` is out of range
+/// or taken. User context (it allocates and takes the tenant tree lock).
 pub fn set_slab_name(idx: StatIdx, name: &str) -> bool {
     crate::stat::set_slab_name(idx.0 as usize, name)
 }

@@ -85,10 +85,29 @@ static SLAB_NAMES: [OnceLock<Box<str>>; MAX_SLAB_CLASSES] =
     [const { OnceLock::new() }; MAX_SLAB_CLASSES];
 
 pub(crate) fn set_slab_name(idx: usize, name: &str) -> bool {
-    match SLAB_NAMES.get(idx) {
-        Some(n) => n.set(name.into()).is_ok(),
-        None => false,
+    let Some(slot) = SLAB_NAMES.get(idx) else {
+        return false;
+    };
+    // The key of the cache's `slab_<key> <bytes>` line: `cache_` (so that no name reads as
+    // a size class's `slab_<size>`), the name with each character outside [A-Za-z0-9_.-]
+    // made `_` (a line is `key value`), and `_<index>` when another cache's key is the same.
+    // Under the tree lock, so that two caches named alike at once get different keys.
+    let mut key = String::from("cache_");
+    key.extend(name.chars().map(|ch| {
+        if ch.is_ascii_alphanumeric() || matches!(ch, '_' | '.' | '-') {
+            ch
+        } else {
+            '_'
+        }
+    }));
+    let _tree = crate::tenant::tree_lock();
+    if SLAB_NAMES
+        .iter()
+        .any(|n| n.get().is_some_and(|k| **k == *key))
+    {
+        key.push_str(&format!("_{idx}"));
     }
+    slot.set(key.into()).is_ok()
 }
 
 /// See `hooks::set_slab_class_sizes`. The first registration wins.
@@ -163,7 +182,10 @@ pub struct TenantStat {
     pub max: u64,
     /// `u64::MAX` = unlimited.
     pub high: u64,
+    /// This tenant's events and its descendants' (memory.events).
     pub events: Events,
+    /// This tenant's own events (memory.events.local).
+    pub events_local: Events,
     pub under_pressure: bool,
     /// All slab bytes: the sum of `slab_classes` plus slab charged through `Tenant::charge`.
     pub slab: u64,
@@ -172,7 +194,7 @@ pub struct TenantStat {
     /// Bytes of owner metadata (one 4-byte objcg id per object) that this tenant's charged
     /// slab objects use: 4 x the objects counted in `slab_classes` (each index's bytes over
     /// its object size). Slab charged through `Tenant::charge` and dedicated caches without
-    /// their own `slab_<name>` line hold no counted objects.
+    /// their own `slab_cache_<name>` line hold no counted objects.
     pub owner_meta: u64,
     /// The part of the owner metadata that costs memory: objects whose owner words live in
     /// an array carved from the slab (`MetaPlacement::External`) pay for the slots that
@@ -202,11 +224,8 @@ impl TenantStat {
             peak: c.peak(),
             max: c.max(),
             high: c.high(),
-            events: Events {
-                high: c.ev_high.load(Relaxed),
-                max: c.ev_max.load(Relaxed),
-                oom: c.ev_oom.load(Relaxed),
-            },
+            events: Events::read(c, false),
+            events_local: Events::read(c, true),
             under_pressure: c.under_pressure(),
             slab,
             slab_classes,
@@ -238,6 +257,9 @@ impl fmt::Display for TenantStat {
         writeln!(f, "events.high {}", self.events.high)?;
         writeln!(f, "events.max {}", self.events.max)?;
         writeln!(f, "events.oom {}", self.events.oom)?;
+        writeln!(f, "events_local.high {}", self.events_local.high)?;
+        writeln!(f, "events_local.max {}", self.events_local.max)?;
+        writeln!(f, "events_local.oom {}", self.events_local.oom)?;
         writeln!(f, "slab {}", self.slab)?;
         let sizes = CLASS_SIZES.get().copied().unwrap_or(&[]);
         for (i, &b) in self.slab_classes.iter().enumerate() {

@@ -17,7 +17,7 @@ use core::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::charge::{self, Refused};
-use crate::counter::{self, Counter, Hierarchy};
+use crate::counter::{self, Counter, Event, Hierarchy};
 use crate::drain;
 use crate::hooks;
 use crate::objcg::{self, ObjCgId};
@@ -114,15 +114,36 @@ pub struct Tenant {
     node: Arc<Node>,
 }
 
-/// Event counts, as in cgroup v2 `memory.events`.
+/// Event counts, as in cgroup v2: [`Tenant::events`] counts the tenant's own events and its
+/// descendants' (`memory.events`), [`Tenant::events_local`] its own only
+/// (`memory.events.local`). An event is the tenant's own when its limit is the one involved:
+/// a charge that left its usage above its `high`, or one its `max` refused.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Events {
     /// Charges that left usage above `high`.
     pub high: u64,
     /// Charges refused by `max` (after draining and reclaim).
     pub max: u64,
-    /// Allocations that failed because of it.
+    /// Charges that failed because of it: allocations that returned null and
+    /// `Tenant::charge` calls that returned an error.
     pub oom: u64,
+}
+
+impl Events {
+    pub(crate) fn read(c: &Counter, local: bool) -> Events {
+        let get = |ev| {
+            if local {
+                c.events_local(ev)
+            } else {
+                c.events(ev)
+            }
+        };
+        Events {
+            high: get(Event::High),
+            max: get(Event::Max),
+            oom: get(Event::Oom),
+        }
+    }
 }
 
 /// A charge refused by a tenant's `max`.
@@ -263,13 +284,14 @@ impl Tenant {
         self.node.counter.peak()
     }
 
+    /// This tenant's events and its descendants' (cgroup v2 `memory.events`).
     pub fn events(&self) -> Events {
-        let c = &self.node.counter;
-        Events {
-            high: c.ev_high.load(Ordering::Relaxed),
-            max: c.ev_max.load(Ordering::Relaxed),
-            oom: c.ev_oom.load(Ordering::Relaxed),
-        }
+        Events::read(&self.node.counter, false)
+    }
+
+    /// This tenant's own events (cgroup v2 `memory.events.local`).
+    pub fn events_local(&self) -> Events {
+        Events::read(&self.node.counter, true)
     }
 
     /// A snapshot of this tenant's numbers. Like a read of cgroup v2's memory.stat, which
@@ -474,6 +496,12 @@ pub(crate) fn free_zombies() {
             drop(unsafe { Arc::from_raw(o) });
         }
     }
+}
+
+/// The tree lock, for other user-context state that must not be inherited held by a fork
+/// child (the fork handlers hold it).
+pub(crate) fn tree_lock() -> MutexGuard<'static, ()> {
+    locked(&TREE)
 }
 
 /// Fork support: the tree lock and the objcg id allocator's lock, held by the forking thread

@@ -4,7 +4,7 @@ mod common;
 
 use common::Rng;
 use slabcg_accounting::hooks::{self, SlabMeta, StatIdx};
-use slabcg_accounting::{current_tenant, drain_all_stocks, StatItem, Tenant};
+use slabcg_accounting::{current_tenant, drain_all_stocks, Events, StatItem, Tenant};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
@@ -247,6 +247,38 @@ fn charge_error_names_refusing_ancestor() {
     assert!(p.current() <= 10_000);
     c.uncharge(6000, StatItem::Large);
     assert_eq!(p.current_exact(), 0);
+}
+
+/// Events count up the tree as cgroup v2's memory.events does (they counted only at the
+/// tenant whose limit was involved): a refusal by a middle tenant's `max` is in its events
+/// and its ancestors', not its descendants'; `events_local` keeps each tenant's own.
+#[test]
+fn events_are_hierarchical_and_local_events_are_not() {
+    let top = Tenant::new("events-top");
+    let mid = top.child("events-mid");
+    let leaf = mid.child("events-leaf");
+    mid.set_max(10_000);
+    leaf.set_high(1000);
+    leaf.charge(4000, StatItem::Sock).unwrap();
+    assert!(leaf.charge(8000, StatItem::Sock).is_err());
+    let e = |max, oom, high| Events { high, max, oom };
+    assert_eq!(leaf.events(), e(0, 0, 1));
+    assert_eq!(leaf.events_local(), e(0, 0, 1));
+    assert_eq!(mid.events(), e(1, 1, 1));
+    assert_eq!(mid.events_local(), e(1, 1, 0));
+    assert_eq!(top.events(), e(1, 1, 1));
+    assert_eq!(top.events_local(), e(0, 0, 0));
+    let stat = top.stat();
+    assert_eq!((stat.events, stat.events_local), (top.events(), e(0, 0, 0)));
+    let text = stat.to_string();
+    assert!(text.contains("events.max 1\n") && text.contains("events_local.max 0\n"));
+    assert_eq!(
+        Tenant::root().events(),
+        Events::default(),
+        "the root counts no events"
+    );
+    leaf.uncharge(4000, StatItem::Sock);
+    assert_eq!(top.current_exact(), 0);
 }
 
 /// Going above high never fails; it counts events.high and raises pressure until usage drops.

@@ -10,7 +10,7 @@
 //! With `.account(true)` every slot carries owner metadata (placement reported by
 //! [`Cache::info`]) and objects allocated inside a tenant scope are charged to it; objects
 //! allocated outside any scope carry owner 0 and are not charged. The first 76 accounted
-//! caches get their own line in `tenant.stat()` (`slab_<name>`); later ones are counted in
+//! caches get their own line in `tenant.stat()` (`slab_cache_<name>`); later ones are counted in
 //! `slab` only.
 //!
 //! A cache's shared part is never freed: segments name it in their headers for the life of
@@ -186,7 +186,7 @@ pub struct Cache {
 }
 
 /// Stat indices left after the size classes go to the first accounted dedicated caches, so
-/// `tenant.stat()` shows `slab_<cache name>` for each and counts their owner metadata
+/// `tenant.stat()` shows `slab_cache_<cache name>` for each and counts their owner metadata
 /// (registered before the index is handed out, so before any charge lands on it); later
 /// caches share `SLAB_OTHER` (counted in `slab` only).
 fn stat_index(name: &str, layout: &SlabLayout) -> StatIdx {

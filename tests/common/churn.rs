@@ -212,7 +212,7 @@ impl Shared {
             q.tenant.uncharge(q.sock, StatItem::Sock);
             q.sock = 0;
         }
-        let e = q.tenant.events();
+        let e = q.tenant.events_local();
         self.query_max_events.fetch_add(e.max, Ordering::Relaxed);
         self.query_oom_events.fetch_add(e.oom, Ordering::Relaxed);
         self.check_limits(&q);
@@ -623,7 +623,7 @@ pub fn run(cfg: &Config) -> Report {
         "service after everything was freed"
     );
     assert_eq!(Tenant::root().stat().sock, 0, "root stat.sock at the end");
-    let e = shared.service.events();
+    let e = shared.service.events_local();
     let refused = shared.refused.load(Ordering::Relaxed);
     assert_eq!(
         e.max + shared.query_max_events.load(Ordering::Relaxed),

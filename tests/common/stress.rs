@@ -727,7 +727,10 @@ pub fn run(cfg: &Config) -> Report {
     let (mut max_events, mut oom_events) = (0, 0);
     for (i, tenant) in tenants.iter().enumerate() {
         if TREE[i].max != 0 {
-            let e = tenant.as_ref().expect("limited tenants stay").events();
+            let e = tenant
+                .as_ref()
+                .expect("limited tenants stay")
+                .events_local();
             max_events += e.max;
             oom_events += e.oom;
         }
