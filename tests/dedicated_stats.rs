@@ -1,4 +1,5 @@
-//! Dedicated caches in the allocator's statistics, the root tenant's usage and `trim()`.
+//! Dedicated caches in the allocator's statistics, the root tenant's usage and report, and
+//! `trim()`.
 //! Alone in its binary, so that the dedicated-cache figures move only with this test.
 
 use std::alloc::Layout;
@@ -43,6 +44,19 @@ fn dedicated_caches_count_in_stats_root_usage_and_trim() {
     );
     assert!(during.resident >= during.allocated);
     assert_eq!(t.current_exact(), n as u64 * size);
+    // The root's report adds up: its unscoped bytes are in `slab` and `large` (they were in
+    // `current` alone, and `peak` was below `current`).
+    let big = Layout::from_size_align(4 << 20, 8).unwrap();
+    // SAFETY: a valid layout; freed below.
+    let block = unsafe { std::alloc::alloc(big) };
+    assert!(!block.is_null());
+    let root = Tenant::root().stat();
+    assert_eq!(root.slab + root.large + root.sock, root.current, "{root}");
+    assert!(root.large >= 4 << 20, "{root}");
+    assert!(root.slab >= 2 * n as u64 * size, "{root}");
+    assert!(root.peak >= root.current, "{root}");
+    // SAFETY: allocated just above with `big`.
+    unsafe { std::alloc::dealloc(block, big) };
     // The root holds the unscoped objects too (and its children's charges).
     let root_growth = Tenant::root().current() - root_before;
     assert!(

@@ -157,17 +157,32 @@ pub fn fork_release_tenants() {
 
 // What the allocator registers, once, at its initialisation (the first registration of each
 // wins). Reading a `OnceLock` is one acquire load; neither reading nor setting allocates.
-static ROOT_SOURCE: OnceLock<fn() -> u64> = OnceLock::new();
+static ROOT_SOURCE: OnceLock<fn() -> Unscoped> = OnceLock::new();
 static ON_ACTIVATE: OnceLock<fn()> = OnceLock::new();
 static OBJECT_DRAIN: OnceLock<fn()> = OnceLock::new();
 
-/// Registers the allocator's count of unscoped bytes, added to `Tenant::root().current()`.
-pub fn set_root_usage_source(f: fn() -> u64) {
+/// Bytes the allocator holds for the program outside every tenant scope, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unscoped {
+    /// Slab objects (size classes and dedicated caches).
+    pub slab: u64,
+    /// Large blocks.
+    pub large: u64,
+}
+
+/// Registers the allocator's count of unscoped bytes, added to `Tenant::root().current()`
+/// and to the root's `stat()` (`slab` and `large`).
+pub fn set_root_usage_source(f: fn() -> Unscoped) {
     let _ = ROOT_SOURCE.set(f);
 }
 
+pub(crate) fn root_unscoped() -> Unscoped {
+    ROOT_SOURCE.get().map_or(Unscoped::default(), |f| f())
+}
+
 pub(crate) fn root_usage() -> u64 {
-    ROOT_SOURCE.get().map_or(0, |f| f())
+    let u = root_unscoped();
+    u.slab.saturating_add(u.large)
 }
 
 /// Whether `id` is currently an allocated objcg (false once it died and was freed). For

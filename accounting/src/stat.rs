@@ -173,6 +173,10 @@ fn owner_meta(slab_classes: &[u64; MAX_SLAB_CLASSES]) -> (u64, u64) {
 }
 
 /// A snapshot of one tenant's memory numbers. `Display` prints cgroup v2 style lines.
+///
+/// For the root, `current`, `slab` and `large` also count what was allocated outside every
+/// scope (the per-class lines count charged objects only), and `peak` is the highest charged
+/// usage, raised to `current` when that is higher (unscoped bytes have no recorded peak).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TenantStat {
     pub name: String,

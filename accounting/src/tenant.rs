@@ -301,7 +301,19 @@ impl Tenant {
         let _root = scope::unscoped();
         crate::drain::drain_all();
         free_zombies();
-        TenantStat::read(self.name(), &self.node, self.current())
+        if !self.is_root() {
+            return TenantStat::read(self.name(), &self.node, self.current());
+        }
+        // The root also holds what was allocated outside every scope: read once, so that
+        // `current`, `slab` and `large` agree.
+        let u = hooks::root_unscoped();
+        let charged = self.node.counter.usage();
+        let mut stat = TenantStat::read(self.name(), &self.node, charged);
+        stat.current = charged.saturating_add(u.slab).saturating_add(u.large);
+        stat.slab = stat.slab.saturating_add(u.slab);
+        stat.large = stat.large.saturating_add(u.large);
+        stat.peak = stat.peak.max(stat.current);
+        stat
     }
 
     /// Charges a non-heap resource (e.g. socket buffers) through this thread's stock.

@@ -463,14 +463,20 @@ fn stat_display() {
 
 #[test]
 fn root_is_sum_plus_source() {
-    fn source() -> u64 {
-        7
+    fn source() -> hooks::Unscoped {
+        hooks::Unscoped {
+            slab: 7,
+            large: 4096,
+        }
     }
     hooks::set_root_usage_source(source);
     let root = Tenant::root();
     root.set_max(1); // ignored: root is never limited
     assert_eq!(root.max(), u64::MAX);
-    assert!(root.current() >= 7);
+    assert!(root.current() >= 4103);
+    // The report counts the unscoped bytes by kind, so that it adds up.
+    let stat = root.stat();
+    assert!(stat.slab >= 7 && stat.large >= 4096 && stat.peak >= stat.current);
 }
 
 /// A chain of thousands of tenants can be built, charged and dropped from its leaf on a

@@ -264,9 +264,16 @@ pub fn init_once() {
 
 /// Bytes allocated outside every tenant scope: what the root tenant holds beyond its
 /// children's charges.
-fn root_usage() -> u64 {
+fn root_usage() -> hooks::Unscoped {
     let s = crate::stats::stats();
-    s.allocated.saturating_sub(s.allocated_charged) as u64
+    let unscoped = s.allocated.saturating_sub(s.allocated_charged) as u64;
+    let large = (s.large_allocated as u64)
+        .saturating_sub(charge::CHARGED_LARGE.load(core::sync::atomic::Ordering::Relaxed) as u64)
+        .min(unscoped);
+    hooks::Unscoped {
+        slab: unscoped - large,
+        large,
+    }
 }
 
 // Fork handlers: take every lock an allocation or free can need, in the order the runtime

@@ -46,8 +46,9 @@ pub struct AllocStats {
     /// Bytes of `allocated` charged to tenants (objects in accounted slabs, charged large
     /// allocations).
     pub allocated_charged: usize,
-    /// Live large allocations.
+    /// Live large allocations, and their usable bytes (included in `allocated`).
     pub large_count: usize,
+    pub large_allocated: usize,
     /// Dedicated caches built (`Cache`), the objects and bytes (object size times objects)
     /// the program holds from them, and the bytes they keep resident; included in the
     /// totals above.
@@ -74,6 +75,7 @@ pub fn stats() -> AllocStats {
         metadata: 0,
         allocated_charged: crate::charge::CHARGED_LARGE.load(Ordering::Relaxed),
         large_count: large::COUNT.load(Ordering::Relaxed),
+        large_allocated: 0,
         dedicated_caches: 0,
         dedicated_objects: 0,
         dedicated_bytes: 0,
@@ -129,7 +131,8 @@ pub fn stats() -> AllocStats {
     });
     let large_bytes = large::MAPPED.load(Ordering::Relaxed);
     let large_cached = large::CACHED.load(Ordering::Relaxed);
-    s.allocated += large_bytes.saturating_sub(s.large_count * sys::PAGE);
+    s.large_allocated = large_bytes.saturating_sub(s.large_count * sys::PAGE);
+    s.allocated += s.large_allocated;
     s.active += large_bytes;
     s.resident += large_bytes + large_cached;
     s.mapped += large_bytes + large_cached;
