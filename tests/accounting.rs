@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::thread;
 
+use slabcg::accounting::hooks::{self, StatIdx};
 use slabcg::{Cache, SlabAlloc, StatItem, Tenant};
 
 #[global_allocator]
@@ -585,12 +586,19 @@ fn lifecycle_calls_inside_a_full_tenant() {
         let cache = Cache::builder("full-cache", Layout::new::<[u64; 5]>())
             .account(true)
             .build();
+        // The public hook directly, with a name taken: its key is made unique under the tree
+        // lock, which allocated in this scope and then waited for itself in the refused
+        // allocation's reclaim step.
+        let last = StatIdx::slab(hooks::MAX_SLAB_CLASSES - 1);
+        let named = hooks::set_slab_name(last, "full-cache");
         drop(kid);
         drop(grandchild);
         drop(sibling);
         let stat = t.stat();
-        (full, t.current_exact(), err, stat, cache)
+        (full, t.current_exact(), err, stat, (cache, named))
     };
+    let (cache, named) = cache;
+    assert!(named);
     assert!(held.len() < held.capacity(), "the limit never refused");
     assert_eq!(after, full, "bookkeeping was charged to the scope's tenant");
     assert_eq!(stat.current, full);

@@ -3,8 +3,10 @@
 //!
 //! A charge fails only after: the slot refill fails (a batch, then exactly `n`) -> every
 //! thread's stock is drained -> retry -> the refusing ancestor's reclaim callback runs
-//! (outside every CS, at most once per thread at a time) -> retry -> fail, counting
-//! `events.max` and `events.oom` on the refusing ancestor.
+//! (outside every CS, at most once per thread at a time) -> retry -> if a callback ran,
+//! every stock is drained again (what it freed may sit charged in one) -> retry -> fail,
+//! counting `events.max` and `events.oom` on the refusing ancestor (locally) and on it and
+//! its ancestors below the root (hierarchically, `counter::record_event`).
 //!
 //! Order rule: a thread touches `objcg.tenant` (and the node it points to) only while it
 //! holds a ref on the objcg (see `objcg.rs`), so every `put` comes after the last use.
@@ -152,18 +154,21 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
     let refused = if s.flags() & IN_RECLAIM == 0 {
         s.set_flags(IN_RECLAIM, 0);
         // SAFETY: the refusing node is `t` or an ancestor of it, alive while we hold refs.
-        tenant::run_reclaim(unsafe { &*refused.0 }, n);
+        let ran = tenant::run_reclaim(unsafe { &*refused.0 }, n);
         s.set_flags(0, IN_RECLAIM);
-        if let Ok(got) = try_n() {
-            return Ok(got);
-        }
-        // What the callback freed can still be charged in a stock: this thread's object
-        // stock keeps a freed object of its tag charged for reuse. Drain again before
-        // refusing.
-        drain::drain_all();
         match try_n() {
             Ok(got) => return Ok(got),
-            Err(r) => r,
+            Err(r) if !ran => r,
+            Err(_) => {
+                // What the callback freed can still be charged in a stock: this thread's
+                // object stock keeps a freed object of its tag charged for reuse. Drain
+                // again before refusing.
+                drain::drain_all();
+                match try_n() {
+                    Ok(got) => return Ok(got),
+                    Err(r) => r,
+                }
+            }
         }
     } else {
         refused

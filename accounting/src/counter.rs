@@ -168,13 +168,16 @@ impl Counter {
 
 /// Counts an event at `node`: in its local count, and in the hierarchical count of `node` and
 /// of each ancestor below the root, as cgroup v2's `memcg_memory_event` does.
+/// The root counts none: it has no limits (it refuses only a charge past 2^64 bytes).
 pub(crate) fn record_event<N: Hierarchy>(node: &N, ev: Event) {
+    if node.parent().is_none() {
+        return;
+    }
     node.counter().local[ev as usize].fetch_add(1, Relaxed);
     let mut cur = Some(node);
     while let Some(c) = cur {
         let parent = c.parent();
         if parent.is_none() {
-            // The root counts no events (it has no limits).
             break;
         }
         c.counter().events[ev as usize].fetch_add(1, Relaxed);

@@ -97,8 +97,24 @@ pub fn set_slab_class_sizes(sizes: &'static [u32]) {
 /// any scope (they are never refused). For the allocator's own long-lived bookkeeping made
 /// on a user's call (a dedicated cache's core), which no tenant should pay for, and which
 /// would abort the process if the caller's tenant were full. User context only.
+#[must_use = "the root scope ends when the guard is dropped"]
 pub fn unscoped() -> impl Drop {
     crate::scope::unscoped()
+}
+
+/// The tenant tree's lock, which the fork handlers hold across a fork: for the allocator's
+/// user-context bookkeeping that a fork child must not inherit half-done (registering a
+/// dedicated cache). Takes the root scope too. User context only; not re-entrant.
+pub fn lifecycle_lock() -> LifecycleLock {
+    LifecycleLock {
+        _guard: crate::tenant::tree_lock(),
+    }
+}
+
+/// Holds [`lifecycle_lock`] until dropped.
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct LifecycleLock {
+    _guard: crate::tenant::TreeGuard,
 }
 
 /// Names slab stat index `idx` (one not used by a size class), so reports print
@@ -144,7 +160,8 @@ pub use crate::drain::{fork_child, fork_parent, fork_prepare};
 /// allocator's locks (and builds the root tenant if no thread has), so that a child never
 /// inherits them held by a thread that is gone. Their holders allocate, so they come before
 /// the allocator's own locks and [`fork_prepare`]. Pair with [`fork_release_tenants`] last
-/// in both the parent and the child handler. User context: allocates nothing itself.
+/// in both the parent and the child handler. Allocates (as the root) only the first time,
+/// if no tenant was ever used.
 pub fn fork_prepare_tenants() {
     crate::tenant::lock_for_fork();
 }

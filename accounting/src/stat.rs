@@ -88,6 +88,8 @@ pub(crate) fn set_slab_name(idx: usize, name: &str) -> bool {
     let Some(slot) = SLAB_NAMES.get(idx) else {
         return false;
     };
+    // The key lives as long as the process: no tenant pays for it.
+    let _root = crate::scope::unscoped();
     // The key of the cache's `slab_<key> <bytes>` line: `cache_` (so that no name reads as
     // a size class's `slab_<size>`), the name with each character outside [A-Za-z0-9_.-]
     // made `_` (a line is `key value`), and `_<index>` when another cache's key is the same.

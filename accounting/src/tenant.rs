@@ -385,7 +385,7 @@ impl Tenant {
         let _root = scope::unscoped();
         let new: Reclaim = Arc::new(callback);
         let old = {
-            let _tree = locked(&TREE);
+            let _tree = tree_lock();
             locked(&self.node.reclaim).replace(new)
         };
         // Outside TREE: the old callback may own the last handle of a tenant (`kill`).
@@ -395,20 +395,23 @@ impl Tenant {
 
 /// Runs `node`'s reclaim callback, if any and if the tenant is still alive. Called by the
 /// charge ladder, outside every CS, with `IN_RECLAIM` set.
-pub(crate) fn run_reclaim(node: &Node, bytes: u64) {
-    // TREE: see `Node::reclaim`. This thread holds no lock here (the charge ladder runs
-    // outside every lock), and TREE's holders never wait for a charge ladder.
-    let cb = {
-        let _tree = locked(&TREE);
-        locked(&node.reclaim).clone()
-    };
-    let Some(cb) = cb else { return };
-    let Some(t) = upgrade(node) else { return };
+/// Whether a callback ran.
+pub(crate) fn run_reclaim(node: &Node, bytes: u64) -> bool {
     // Whatever the callback allocates (a log line, a panic's payload) belongs to the root,
     // like the kernel's reclaim dipping into reserves: charged to the full tenant it would
     // be refused, and an infallible allocation would abort the process.
     let _root = scope::unscoped();
+    // TREE: see `Node::reclaim`. This thread holds no lock here (the charge ladder runs
+    // outside every lock), and TREE's holders never run a charge ladder (they allocate as
+    // the root, which is never refused).
+    let cb = {
+        let _tree = tree_lock();
+        locked(&node.reclaim).clone()
+    };
+    let Some(cb) = cb else { return false };
+    let Some(t) = upgrade(node) else { return false };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&t, bytes)));
+    true
 }
 
 /// A new handle on `node` if it is still alive.
@@ -459,7 +462,7 @@ impl Drop for Tenant {
 /// release its count on the parent (which may die in turn).
 fn kill(node: &Node) {
     let mut callbacks = Vec::new();
-    let g = locked(&TREE);
+    let g = tree_lock();
     let mut cur = node;
     while let Some(parent) = cur.parent.as_deref() {
         let moved = core::mem::take(&mut *locked(&cur.objcgs));
@@ -489,9 +492,8 @@ fn kill(node: &Node) {
 /// Frees dead objcgs: unlists them, recycles their ids and releases their origin nodes.
 /// User context only (allocates, locks).
 pub(crate) fn free_zombies() {
-    let _root = scope::unscoped();
     let mut origins = Vec::new();
-    let g = locked(&TREE);
+    let g = tree_lock();
     objcg::take_zombies(|id, tenant, at, origin| {
         // SAFETY: `origin` is still owned (released below) and keeps `tenant` alive.
         if let Some(t) = unsafe { tenant.as_ref() } {
@@ -510,10 +512,20 @@ pub(crate) fn free_zombies() {
     }
 }
 
-/// The tree lock, for other user-context state that must not be inherited held by a fork
-/// child (the fork handlers hold it).
-pub(crate) fn tree_lock() -> MutexGuard<'static, ()> {
-    locked(&TREE)
+/// The tree lock, taken as the root: every holder may allocate, and an allocation refused
+/// inside (charged to a full tenant) would run the charge ladder, whose reclaim step takes
+/// this lock again. Fields drop in order: the lock first, then the root scope.
+pub(crate) struct TreeGuard {
+    _lock: MutexGuard<'static, ()>,
+    _root: scope::Unscoped,
+}
+
+pub(crate) fn tree_lock() -> TreeGuard {
+    let root = scope::unscoped();
+    TreeGuard {
+        _lock: locked(&TREE),
+        _root: root,
+    }
 }
 
 /// Fork support: the tree lock and the objcg id allocator's lock, held by the forking thread
@@ -532,7 +544,10 @@ static FORK_LOCKS: ForkLocks = ForkLocks(UnsafeCell::new(None));
 /// stay half-built in the child) and takes the tree and id locks, which every other lock of
 /// the process may be taken under (their holders allocate), so they come first.
 pub(crate) fn lock_for_fork() {
-    let _ = root_node();
+    {
+        let _root = scope::unscoped();
+        let _ = root_node();
+    }
     let held = (locked(&TREE), objcg::lock_ids());
     // SAFETY: this thread holds TREE: no other thread is between lock_for_fork and
     // unlock_after_fork.
@@ -615,7 +630,7 @@ impl Tenant {
     /// its position in the list.
     #[cfg(test)]
     pub(crate) fn objcg_list(&self) -> Vec<ObjCgId> {
-        let _g = locked(&TREE);
+        let _g = tree_lock();
         let list = locked(&self.node.objcgs).clone();
         for (i, &id) in list.iter().enumerate() {
             let oc = objcg::lookup(id).expect("listed objcg resolves");

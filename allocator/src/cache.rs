@@ -64,6 +64,9 @@ pub struct CacheCounters {
     pub segments: AtomicUsize,
     /// Slots held in the transfer cache (handed out by slabs, not held by the program).
     pub transfer: AtomicUsize,
+    /// Objects of a dedicated accounted cache charged to a tenant (not those allocated
+    /// outside every scope, which belong to the root).
+    pub charged: AtomicUsize,
 }
 
 /// The shared part of one cache.
@@ -101,11 +104,12 @@ pub fn register_dedicated(c: &'static CacheCore) {
     }
 }
 
-/// The head of `DEDICATED` when the fork handlers locked the caches. The parent and child
-/// handlers unlock from there: a cache registered during the fork (registration takes no
-/// lock) was not locked, and unlocking it could release a lock another thread holds.
-/// Written and read only by the forking thread, whose handlers the tenant tree lock
-/// serialises against any other forking thread.
+/// The head of `DEDICATED` when the fork handlers locked the caches; the parent and child
+/// handlers unlock from there, so that they unlock exactly what prepare locked. (`Cache`
+/// registers under the tenant tree lock, which the handlers hold, so no cache joins during
+/// a fork; a cache that did would not have been locked, and unlocking it could release a
+/// lock another thread holds.) Written and read only by the forking thread, whose handlers
+/// the tenant tree lock serialises against any other forking thread.
 static FORK_HEAD: AtomicPtr<CacheCore> = AtomicPtr::new(ptr::null_mut());
 
 /// Calls `f` on every dedicated cache.
@@ -163,6 +167,7 @@ impl CacheCore {
                 released_slabs: AtomicUsize::new(0),
                 segments: AtomicUsize::new(0),
                 transfer: AtomicUsize::new(0),
+                charged: AtomicUsize::new(0),
             },
             next_dedicated: AtomicPtr::new(ptr::null_mut()),
             name_hash: AtomicU64::new(0),

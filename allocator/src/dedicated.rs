@@ -118,7 +118,13 @@ impl CacheBuilder {
         core.name_hash.store(key, Ordering::Relaxed);
         core.stat.store(stat.0, Ordering::Relaxed);
         // Release (in the registration): a build that finds this core reads the fields above.
-        crate::cache::register_dedicated(core);
+        // Under the lifecycle lock, which the fork handlers hold: a cache registered between
+        // their prepare and parent handlers would not be locked across the fork, and a
+        // child could inherit its lock held.
+        {
+            let _lifecycle = hooks::lifecycle_lock();
+            crate::cache::register_dedicated(core);
+        }
         Ok(Cache {
             core,
             name: self.name,
@@ -298,6 +304,9 @@ impl Cache {
         if self.core.accounted {
             // SAFETY: p is a slot of this accounted cache.
             unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
+            if cg != 0 {
+                self.core.counters.charged.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -312,6 +321,9 @@ impl Cache {
             // SAFETY: p is a slot start of a segment of this accounted cache.
             let w = unsafe { &*owner_word(p) };
             let cg = w.swap(0, Ordering::Relaxed);
+            if cg != 0 {
+                self.core.counters.charged.fetch_sub(1, Ordering::Relaxed);
+            }
             // SAFETY: an object of this cache is charged object_size to the owner its word
             // recorded, which the swap just cleared (a second free finds 0: no uncharge).
             unsafe { self.uncharge(cg, self.core.layout.object_size) };

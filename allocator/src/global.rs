@@ -326,27 +326,37 @@ mod tests {
 
     use crate::dedicated::Cache;
 
-    /// A dedicated cache registered while a fork is in progress (after the prepare handler
-    /// locked the caches) was not locked by it, so the parent handler must not unlock it:
-    /// doing so released a lock another thread held. Runs the handlers without forking.
+    /// A dedicated cache cannot be registered while a fork is in progress (between the
+    /// prepare handler, which locks every registered cache, and the parent or child handler,
+    /// which unlocks them): a cache registered then was never locked, and was unlocked
+    /// anyway (releasing a lock another thread held) or inherited locked by the child.
+    /// Registration waits for the fork to finish. Runs the handlers without forking.
     #[test]
-    fn fork_handlers_unlock_only_the_caches_they_locked() {
+    fn a_cache_built_during_a_fork_registers_after_it() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
         let layout = Layout::from_size_align(40, 8).unwrap();
         let before = Cache::builder("fork-before", layout).build();
         // SAFETY: paired with fork_parent below, in this thread.
         unsafe { super::fork_prepare() };
         assert!(before.core.lock_is_held(), "prepare locks every cache");
-        let during = Cache::builder("fork-during", layout).build();
-        // Another thread is inside this new cache's lock when the parent handler runs.
-        during.core.lock_for_fork();
+        let built = Arc::new(AtomicBool::new(false));
+        let builder = {
+            let built = built.clone();
+            std::thread::spawn(move || {
+                let c = Cache::builder("fork-during", layout).build();
+                built.store(true, Ordering::SeqCst);
+                c
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !built.load(Ordering::SeqCst),
+            "a cache was registered during the fork"
+        );
         // SAFETY: after fork_prepare in this thread.
         unsafe { super::fork_parent() };
-        assert!(
-            during.core.lock_is_held(),
-            "the parent handler released a lock it never took"
-        );
-        // SAFETY: taken by lock_for_fork above, in this thread.
-        unsafe { during.core.unlock_after_fork() };
+        let during = builder.join().unwrap();
         assert!(!before.core.lock_is_held() && !during.core.lock_is_held());
     }
 }

@@ -15,7 +15,8 @@
 //!
 //! Owner metadata (seed 002): an accounted slab records the objcg id (4 bytes) of every slot.
 //! It goes, in order of preference,
-//! - into per-slot padding when `stride - object_size >= 4` ([`MetaPlacement::Padding`]),
+//! - into per-slot padding when 4 bytes fit there after both the object and a free slot's
+//!   8-byte free-list link ([`MetaPlacement::Padding`]),
 //! - into the leftover tail when `4 * objects` fits there ([`MetaPlacement::Leftover`]),
 //! - else into an array at the end of the slab, paid for by fewer slots
 //!   ([`MetaPlacement::External`]: the kernel allocates this array separately; we carve it

@@ -122,9 +122,9 @@ pub fn stats() -> AllocStats {
         s.dedicated_objects += held;
         s.dedicated_bytes += bytes;
         s.allocated += bytes;
-        if cache.accounted {
-            s.allocated_charged += bytes;
-        }
+        // Objects allocated outside every scope carry no owner: they are the root's.
+        s.allocated_charged +=
+            k.charged.load(Ordering::Relaxed).min(held) * cache.layout.object_size;
         let resident = s.resident;
         add_slabs(&mut s, cache);
         s.dedicated_resident += s.resident - resident;
