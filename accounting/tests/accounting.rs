@@ -484,7 +484,7 @@ fn root_is_sum_plus_source() {
 /// overflowed a 2 MiB stack at about 40,000 levels, and this 64 KiB one far sooner).
 #[test]
 fn a_deep_chain_of_tenants_drops_without_recursion() {
-    let depth = if cfg!(miri) { 100 } else { 5_000 };
+    let depth = if cfg!(miri) { 20 } else { 5_000 };
     let leaf = {
         let mut t = Tenant::new("deep-0");
         for _ in 1..depth {
