@@ -20,6 +20,8 @@
 use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
+use slabcg_accounting::hooks;
+
 use crate::lock::SpinLock;
 use crate::segment::{is_segment, segment_of, FreeObj, Segment, SlabDesc, SlabState};
 use crate::slab::SlabLayout;
@@ -91,45 +93,22 @@ pub struct CacheCore {
 /// Every dedicated cache ever built (they are never freed), newest first.
 static DEDICATED: AtomicPtr<CacheCore> = AtomicPtr::new(ptr::null_mut());
 
-/// Links a dedicated cache into the list the fork handlers walk.
+/// Links a dedicated cache into the list the fork handlers walk. Under the lifecycle lock
+/// (`hooks::lifecycle_lock`), which the fork handlers hold from prepare to parent or child:
+/// a cache that joined in between would not have been locked by prepare, yet be unlocked
+/// after the fork (releasing a lock another thread holds) or inherited locked by the child.
 pub fn register_dedicated(c: &'static CacheCore) {
-    let me = c as *const CacheCore as *mut CacheCore;
-    let mut head = DEDICATED.load(Ordering::Acquire);
-    loop {
-        c.next_dedicated.store(head, Ordering::Relaxed);
-        match DEDICATED.compare_exchange_weak(head, me, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return,
-            Err(h) => head = h,
-        }
-    }
+    let _lifecycle = hooks::lifecycle_lock();
+    // The lock makes this the only writer; readers walk the list without it, so the head is
+    // published with Release after the link (and the core's fields) are written.
+    c.next_dedicated
+        .store(DEDICATED.load(Ordering::Relaxed), Ordering::Relaxed);
+    DEDICATED.store(c as *const CacheCore as *mut CacheCore, Ordering::Release);
 }
-
-/// The head of `DEDICATED` when the fork handlers locked the caches; the parent and child
-/// handlers unlock from there, so that they unlock exactly what prepare locked. (`Cache`
-/// registers under the tenant tree lock, which the handlers hold, so no cache joins during
-/// a fork; a cache that did would not have been locked, and unlocking it could release a
-/// lock another thread holds.) Written and read only by the forking thread, whose handlers
-/// the tenant tree lock serialises against any other forking thread.
-static FORK_HEAD: AtomicPtr<CacheCore> = AtomicPtr::new(ptr::null_mut());
 
 /// Calls `f` on every dedicated cache.
-pub fn for_each_dedicated(f: impl FnMut(&'static CacheCore)) {
-    walk_dedicated(DEDICATED.load(Ordering::Acquire), f);
-}
-
-/// Fork support, prepare: records which dedicated caches [`for_each_dedicated_at_fork`]
-/// walks until the next fork (those registered now).
-pub fn mark_dedicated_for_fork() {
-    FORK_HEAD.store(DEDICATED.load(Ordering::Acquire), Ordering::Relaxed);
-}
-
-/// Fork support: calls `f` on the dedicated caches registered when
-/// [`mark_dedicated_for_fork`] ran.
-pub fn for_each_dedicated_at_fork(f: impl FnMut(&'static CacheCore)) {
-    walk_dedicated(FORK_HEAD.load(Ordering::Relaxed), f);
-}
-
-fn walk_dedicated(mut p: *mut CacheCore, mut f: impl FnMut(&'static CacheCore)) {
+pub fn for_each_dedicated(mut f: impl FnMut(&'static CacheCore)) {
+    let mut p = DEDICATED.load(Ordering::Acquire);
     while !p.is_null() {
         // SAFETY: dedicated caches are leaked, so they live forever.
         let c: &'static CacheCore = unsafe { &*p };

@@ -118,13 +118,7 @@ impl CacheBuilder {
         core.name_hash.store(key, Ordering::Relaxed);
         core.stat.store(stat.0, Ordering::Relaxed);
         // Release (in the registration): a build that finds this core reads the fields above.
-        // Under the lifecycle lock, which the fork handlers hold: a cache registered between
-        // their prepare and parent handlers would not be locked across the fork, and a
-        // child could inherit its lock held.
-        {
-            let _lifecycle = hooks::lifecycle_lock();
-            crate::cache::register_dedicated(core);
-        }
+        crate::cache::register_dedicated(core);
         Ok(Cache {
             core,
             name: self.name,

@@ -280,13 +280,13 @@ fn root_usage() -> hooks::Unscoped {
 // paths nest them (thread registry -> accounting registry -> caches -> large-mapping cache),
 // so that the child inherits none of them held by a thread that does not exist there.
 
-/// The caches the fork handlers lock and unlock: every size class, and the dedicated caches
-/// registered when `fork_prepare` ran (`cache::mark_dedicated_for_fork`).
+/// The caches the fork handlers lock and unlock: every size class and every dedicated cache
+/// (none joins during a fork: `cache::register_dedicated`).
 fn for_each_cache(mut f: impl FnMut(&crate::cache::CacheCore)) {
     for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
         f(c);
     }
-    crate::cache::for_each_dedicated_at_fork(&mut f);
+    crate::cache::for_each_dedicated(&mut f);
 }
 
 unsafe extern "C" fn fork_prepare() {
@@ -294,7 +294,6 @@ unsafe extern "C" fn fork_prepare() {
     hooks::fork_prepare_tenants();
     thread_cache::fork_prepare();
     hooks::fork_prepare();
-    crate::cache::mark_dedicated_for_fork();
     for_each_cache(|c| c.lock_for_fork());
     large::fork_prepare();
 }
