@@ -19,6 +19,7 @@
 //!   miss -> charge::charge_slow                  #[cold] #[inline(never)]
 //!     refill a batch from counter::try_charge (CAS walk up the ancestors), evict LRU slot,
 //!     failure ladder: exact n -> drain::drain_all -> retry -> reclaim callback -> retry
+//!     -> (if a callback ran) drain::drain_all -> retry
 //!     (drain_all first calls the allocator's object drain, `hooks::set_object_drain`)
 //! hooks::uncharge(id, n, idx): the mirror image (stock::refill / charge::uncharge_slow).
 //! Tenant::charge / uncharge: the same paths on the slot's API pool, whose bytes hold no

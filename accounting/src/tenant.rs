@@ -9,7 +9,9 @@
 //! when the last of those goes (zombie objcgs are freed in user context, `free_zombies`).
 //!
 //! Lifecycle work (kill, free zombies) is user context and serialised by `TREE`; creating a
-//! child needs no lock beyond the objcg id allocator's. The hooks never take either.
+//! child needs no lock beyond the objcg id allocator's. Of the hooks, only the charge
+//! failure ladder takes `TREE`, briefly, to read a reclaim callback (`run_reclaim`); every
+//! holder of `TREE` runs as the root, so it never enters that ladder itself (`tree_lock`).
 
 use core::cell::UnsafeCell;
 use core::fmt;
@@ -393,9 +395,8 @@ impl Tenant {
     }
 }
 
-/// Runs `node`'s reclaim callback, if any and if the tenant is still alive. Called by the
-/// charge ladder, outside every CS, with `IN_RECLAIM` set.
-/// Whether a callback ran.
+/// Runs `node`'s reclaim callback, if any and if the tenant is still alive, and says
+/// whether one ran. Called by the charge ladder, outside every CS, with `IN_RECLAIM` set.
 pub(crate) fn run_reclaim(node: &Node, bytes: u64) -> bool {
     // Whatever the callback allocates (a log line, a panic's payload) belongs to the root,
     // like the kernel's reclaim dipping into reserves: charged to the full tenant it would

@@ -15,8 +15,8 @@
 //! After every epoch, once every thread that charged has exited, each open query's and the
 //! service's `current()`, read **without a drain**, must equal the ledger (thread exit gave
 //! every stock back), and `stat()` must add up. At the end everything is freed, the service
-//! reads 0, the `events.max` of the service and of every query add up to the refusals the
-//! workers saw, and objcg ids were recycled: the largest id stays below a bound set by the
+//! reads 0, the local `events.max` of the service and of every query add up to the
+//! refusals the workers saw, and objcg ids were recycled: the largest id stays below a bound set by the
 //! tenants that can be referenced at once, not by the thousands of queries created.
 
 use std::alloc::{self, Layout};
