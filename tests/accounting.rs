@@ -34,6 +34,17 @@ fn alloc_in(t: &Tenant, layout: Layout) -> *mut u8 {
     unsafe { GLOBAL.alloc(layout) }
 }
 
+/// Waits for forked child `pid` (of round `round`) and asserts it exited with status 0.
+fn wait_for_clean_exit(pid: libc::pid_t, round: usize) {
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child {round}: status {status:#x}"
+    );
+}
+
 fn free(o: Obj) {
     // SAFETY: allocated with this layout, freed once.
     unsafe { GLOBAL.dealloc(o.p as *mut u8, o.layout) }
@@ -541,13 +552,8 @@ fn fork_while_threads_charge_a_tenant() {
             // SAFETY: _exit is always safe.
             unsafe { libc::_exit(if ok { 0 } else { 3 }) };
         }
-        let mut status = 0;
-        // SAFETY: waiting for our own child (a hang here is the bug this test catches).
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child {round}: {status}"
-        );
+        // A hang here is the bug this test catches.
+        wait_for_clean_exit(pid, round);
     }
     stop.store(true, Ordering::Relaxed);
     for w in workers {
@@ -567,7 +573,7 @@ fn lifecycle_calls_inside_a_full_tenant() {
     let smallest = Layout::from_size_align(1, 1).unwrap();
     // Reserved up front: nothing below may allocate in the scope except the calls tested.
     let mut held: Vec<*mut u8> = Vec::with_capacity(80_000);
-    let (full, after, err, stat, cache) = {
+    let (full, after, err, stat, cache, named) = {
         let _s = t.enter();
         loop {
             // SAFETY: a valid layout.
@@ -587,17 +593,16 @@ fn lifecycle_calls_inside_a_full_tenant() {
             .account(true)
             .build();
         // The public hook directly, with a name taken: its key is made unique under the tree
-        // lock, which allocated in this scope and then waited for itself in the refused
-        // allocation's reclaim step.
+        // lock (this hung when the key was allocated in this scope: the refused allocation's
+        // reclaim step waited for the lock the thread held).
         let last = StatIdx::slab(hooks::MAX_SLAB_CLASSES - 1);
         let named = hooks::set_slab_name(last, "full-cache");
         drop(kid);
         drop(grandchild);
         drop(sibling);
         let stat = t.stat();
-        (full, t.current_exact(), err, stat, (cache, named))
+        (full, t.current_exact(), err, stat, cache, named)
     };
-    let (cache, named) = cache;
     assert!(named);
     assert!(held.len() < held.capacity(), "the limit never refused");
     assert_eq!(after, full, "bookkeeping was charged to the scope's tenant");
@@ -718,13 +723,8 @@ fn fork_while_threads_create_and_drop_tenants() {
             // SAFETY: _exit is always safe.
             unsafe { libc::_exit(if ok { 0 } else { 3 }) };
         }
-        let mut status = 0;
-        // SAFETY: waiting for our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "child {round}: status {status:#x} (a hang is killed by SIGALRM)"
-        );
+        // A hang is killed by SIGALRM, which fails this.
+        wait_for_clean_exit(pid, round);
     }
     stop.store(true, Ordering::Relaxed);
     for w in workers {

@@ -2,26 +2,12 @@
 
 mod common;
 
-use common::Rng;
+use common::{charge, give_back, Rng};
 use slabcg_accounting::hooks::{self, SlabMeta, StatIdx};
 use slabcg_accounting::{current_tenant, drain_all_stocks, Events, StatItem, Tenant};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
-
-/// `hooks::charge` for this file's tests, which charge only objcgs of tenants they hold a
-/// handle on or are in a scope of.
-fn charge(id: hooks::ObjCgId, n: usize, idx: StatIdx) -> bool {
-    // SAFETY: the callers' discipline above keeps the objcg alive.
-    unsafe { hooks::charge(id, n, idx) }
-}
-
-/// `hooks::uncharge` for this file's tests, each of which gives back only bytes it charged
-/// with `hooks::charge` and still holds.
-fn give_back(id: hooks::ObjCgId, n: usize, idx: StatIdx) {
-    // SAFETY: the callers' discipline above: n bytes charged to id for idx, outstanding.
-    unsafe { hooks::uncharge(id, n, idx) }
-}
 
 const KIB: u64 = 1024;
 /// Iterations of the stress loops; fewer under Miri, which runs them ~1000x slower.

@@ -1,17 +1,13 @@
 //! No spurious failure: in its own test binary so no concurrent test drains the idle
 //! stocks before the test looks at them.
 
+mod common;
+
+use common::{charge, give_back};
 use slabcg_accounting::hooks::{self, StatIdx};
 use slabcg_accounting::Tenant;
 use std::sync::mpsc;
 use std::thread;
-
-/// `hooks::charge` for this file's tests, which charge only objcgs of tenants they hold a
-/// handle on or are in a scope of.
-fn charge(id: hooks::ObjCgId, n: usize, idx: StatIdx) -> bool {
-    // SAFETY: the callers' discipline above keeps the objcg alive.
-    unsafe { hooks::charge(id, n, idx) }
-}
 
 const KIB: u64 = 1024;
 
@@ -35,8 +31,7 @@ fn no_spurious_failure_with_idle_stocks() {
                 let id = hooks::current_objcg();
                 // Leaves a batch of pre-charged bytes in this thread's stock.
                 assert!(charge(id, 64, StatIdx::slab(0)));
-                // SAFETY: uncharges exactly what this test charged to the id above.
-                unsafe { hooks::uncharge(id, 64, StatIdx::slab(0)) };
+                give_back(id, 64, StatIdx::slab(0));
             }
             done_tx.send(()).unwrap();
             rel_rx.recv().unwrap(); // idle, blocked
@@ -64,8 +59,7 @@ fn no_spurious_failure_with_idle_stocks() {
     assert_eq!(t.events().oom, 1);
     assert_eq!(t.current(), max);
     for _ in 0..(max / 4096) {
-        // SAFETY: uncharges exactly what this test charged to the id above.
-        unsafe { hooks::uncharge(id, 4096, StatIdx::slab(2)) };
+        give_back(id, 4096, StatIdx::slab(2));
     }
     drop(_g);
     releases.into_iter().for_each(|r| r.send(()).unwrap());

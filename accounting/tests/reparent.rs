@@ -1,16 +1,12 @@
 //! Reparenting. In its own test binary, run as one test, because it checks that an objcg id
 //! is freed, which a concurrently created tenant could otherwise reuse at once.
 
+mod common;
+
+use common::{charge, give_back};
 use slabcg_accounting::hooks::{self, StatIdx};
 use slabcg_accounting::{drain_all_stocks, Tenant};
 use std::thread;
-
-/// `hooks::charge` for this file's tests, which charge only objcgs of tenants they hold a
-/// handle on or are in a scope of.
-fn charge(id: hooks::ObjCgId, n: usize, idx: StatIdx) -> bool {
-    // SAFETY: the callers' discipline above keeps the objcg alive.
-    unsafe { hooks::charge(id, n, idx) }
-}
 
 #[test]
 fn reparenting_all() {
@@ -35,10 +31,8 @@ fn reparenting() {
     assert!(hooks::objcg_live(id), "live charges keep the objcg");
     // A grandchild dying too: objcgs inherited by the parent move up again.
     thread::spawn(move || {
-        // SAFETY: uncharges exactly what this test charged to the id above.
-        unsafe { hooks::uncharge(id, 1000, StatIdx::slab(3)) };
-        // SAFETY: uncharges exactly what this test charged to the id above.
-        unsafe { hooks::uncharge(id, 300, StatIdx::LARGE) };
+        give_back(id, 1000, StatIdx::slab(3));
+        give_back(id, 300, StatIdx::LARGE);
     })
     .join()
     .unwrap();
@@ -59,8 +53,7 @@ fn reparenting_two_levels() {
     drop(leaf);
     drop(mid);
     assert_eq!(top.current_exact(), 5000);
-    // SAFETY: uncharges exactly what this test charged to the id above.
-    unsafe { hooks::uncharge(id, 5000, StatIdx::slab(0)) };
+    give_back(id, 5000, StatIdx::slab(0));
     assert_eq!(top.current_exact(), 0);
     drain_all_stocks();
     assert!(!hooks::objcg_live(id));
