@@ -46,15 +46,17 @@ pub struct AllocStats {
     /// Bytes of `allocated` charged to tenants (objects in accounted slabs, charged large
     /// allocations).
     pub allocated_charged: usize,
-    /// Live large allocations, and their usable bytes (included in `allocated`).
+    /// Live large allocations.
     pub large_count: usize,
+    /// Usable bytes of live large allocations (part of `allocated`).
     pub large_allocated: usize,
-    /// Dedicated caches built (`Cache`), the objects and bytes (object size times objects)
-    /// the program holds from them, and the bytes they keep resident; included in the
-    /// totals above.
+    /// Dedicated caches built (`Cache`; a rebuilt one that reuses a dropped core counts once).
     pub dedicated_caches: usize,
+    /// Objects the program holds from dedicated caches.
     pub dedicated_objects: usize,
+    /// Their bytes, object size times objects (part of `allocated`).
     pub dedicated_bytes: usize,
+    /// Bytes dedicated caches keep resident (part of `resident`).
     pub dedicated_resident: usize,
     /// Resident set size of the whole process as the OS reports it (0 where unknown).
     pub process_rss: usize,
@@ -178,14 +180,11 @@ impl fmt::Display for AllocStats {
         writeln!(f, "metadata {}", self.metadata)?;
         writeln!(f, "allocated_charged {}", self.allocated_charged)?;
         writeln!(f, "large_count {}", self.large_count)?;
-        writeln!(
-            f,
-            "dedicated caches {} objects {} bytes {} resident {}",
-            self.dedicated_caches,
-            self.dedicated_objects,
-            self.dedicated_bytes,
-            self.dedicated_resident
-        )?;
+        writeln!(f, "large_allocated {}", self.large_allocated)?;
+        writeln!(f, "dedicated_caches {}", self.dedicated_caches)?;
+        writeln!(f, "dedicated_objects {}", self.dedicated_objects)?;
+        writeln!(f, "dedicated_bytes {}", self.dedicated_bytes)?;
+        writeln!(f, "dedicated_resident {}", self.dedicated_resident)?;
         writeln!(f, "process_rss {}", self.process_rss)?;
         writeln!(
             f,
