@@ -32,9 +32,7 @@ use rng::Rng;
 
 #[path = "stamp.rs"]
 mod stamp;
-use stamp::{
-    allocate, check_fresh, check_stamp, expected_usable, restamp_resized, usable, write_stamp,
-};
+use stamp::{allocate, check_stamp, restamp_resized, take_fresh};
 
 /// How much work a run does.
 #[derive(Clone, Copy)]
@@ -319,12 +317,9 @@ impl Shared {
         if p.is_null() {
             return self.refused(q, owner, "allocation");
         }
-        check_fresh(p, layout, zeroed);
         let stamp = self.stamp();
-        // SAFETY: p holds layout.size() bytes.
-        unsafe { write_stamp(p, layout.size(), stamp) };
-        let usable = usable(p);
-        assert_eq!(usable, expected_usable(layout), "usable size of {layout:?}");
+        // SAFETY: allocate just returned p (non-null) for layout.
+        let usable = unsafe { take_fresh(p, layout, zeroed, stamp) };
         q.objs.push(Obj {
             p: p as usize,
             layout,

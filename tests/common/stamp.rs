@@ -14,7 +14,7 @@ use slabcg::SlabAlloc;
 pub unsafe fn write_stamp(p: *mut u8, size: usize, stamp: u64) {
     let bytes = stamp.to_le_bytes();
     let n = size.min(8);
-    // SAFETY: p holds size >= n bytes (caller's contract).
+    // SAFETY: p holds size bytes (caller's contract), and n <= size.
     unsafe {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, n);
         *p.add(size - 1) = end_byte(stamp, size);
@@ -53,15 +53,19 @@ pub unsafe fn check_stamp(p: *const u8, size: usize, stamp: u64, whole: bool) {
 
 /// What a block of `layout` must be charged, from the size classes (not from the allocator's
 /// own `usable_size`): its class's size, or for a large block the size rounded up to pages.
-pub fn expected_usable(layout: Layout) -> u64 {
+fn expected_usable(layout: Layout) -> u64 {
     match class_for(layout.size(), layout.align()) {
         Some(c) => class_size(c) as u64,
         None => layout.size().next_multiple_of(4096) as u64,
     }
 }
 
-pub fn usable(p: *mut u8) -> u64 {
-    // SAFETY: p is a live allocation of the global SlabAlloc.
+/// The allocator's usable size of `p`.
+///
+/// # Safety
+/// `p` must be a live allocation of the global `SlabAlloc`.
+unsafe fn usable(p: *mut u8) -> u64 {
+    // SAFETY: caller's contract.
     unsafe { SlabAlloc::usable_size(p) as u64 }
 }
 
@@ -80,7 +84,8 @@ pub fn abort_on_panic() {
 /// Allocates `layout` (zeroed or not) through the global allocator, in the caller's scope;
 /// null when refused.
 pub fn allocate(layout: Layout, zeroed: bool) -> *mut u8 {
-    // SAFETY: the workloads' layouts have a non-zero size.
+    assert_ne!(layout.size(), 0, "the workloads allocate at least a byte");
+    // SAFETY: a layout of non-zero size (checked above).
     unsafe {
         if zeroed {
             alloc::alloc_zeroed(layout)
@@ -90,18 +95,30 @@ pub fn allocate(layout: Layout, zeroed: bool) -> *mut u8 {
     }
 }
 
-/// Checks a block `allocate` just returned: aligned, and zero when asked zeroed (its first
-/// 4 KiB and its last byte).
-pub fn check_fresh(p: *mut u8, layout: Layout, zeroed: bool) {
+/// Takes in a block `allocate(layout, zeroed)` just returned: checks that it is aligned,
+/// that it is zero when asked zeroed (its first 4 KiB and its last byte) and that its
+/// usable size is the one it must be charged; stamps it with `stamp`. Returns the usable
+/// size.
+///
+/// # Safety
+/// `p` must be that block (non-null, live, `layout.size()` bytes), not used since.
+pub unsafe fn take_fresh(p: *mut u8, layout: Layout, zeroed: bool, stamp: u64) -> u64 {
     assert_eq!(p as usize % layout.align(), 0, "misaligned block");
+    let size = layout.size();
     if zeroed {
-        let size = layout.size();
-        // SAFETY: p holds size bytes.
+        // SAFETY: p holds size bytes (caller's contract).
         let head = unsafe { std::slice::from_raw_parts(p, size.min(4096)) };
         assert!(head.iter().all(|&b| b == 0), "alloc_zeroed: dirty block");
         // SAFETY: as above.
         assert_eq!(unsafe { *p.add(size - 1) }, 0, "alloc_zeroed: dirty end");
     }
+    // SAFETY (both): p is a live allocation of size bytes (caller's contract).
+    let usable = unsafe {
+        write_stamp(p, size, stamp);
+        usable(p)
+    };
+    assert_eq!(usable, expected_usable(layout), "usable size of {layout:?}");
+    usable
 }
 
 /// After `old` (stamped `old_stamp`) was reallocated to `new_size` bytes at `p`: checks the
@@ -125,7 +142,8 @@ pub unsafe fn restamp_resized(
         write_stamp(p, new_size, stamp);
     }
     let layout = Layout::from_size_align(new_size, old.align()).unwrap();
-    let usable = usable(p);
+    // SAFETY: p is a live allocation (caller's contract).
+    let usable = unsafe { usable(p) };
     assert_eq!(usable, expected_usable(layout), "usable size of {layout:?}");
     (layout, usable)
 }

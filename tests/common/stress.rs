@@ -91,9 +91,7 @@ use rng::Rng;
 
 #[path = "stamp.rs"]
 mod stamp;
-use stamp::{
-    allocate, check_fresh, check_stamp, expected_usable, restamp_resized, usable, write_stamp,
-};
+use stamp::{allocate, check_stamp, restamp_resized, take_fresh, write_stamp};
 
 /// The accounted dedicated cache (one per process, outliving every run's objects).
 fn cache() -> &'static Cache {
@@ -211,13 +209,9 @@ impl Worker {
         if p.is_null() {
             return self.refused(t, "allocation");
         }
-        check_fresh(p, layout, zeroed);
-        let size = layout.size();
         let stamp = self.stamp();
-        // SAFETY: p holds size bytes.
-        unsafe { write_stamp(p, size, stamp) };
-        let usable = usable(p);
-        assert_eq!(usable, expected_usable(layout), "usable size of {layout:?}");
+        // SAFETY: allocate just returned p (non-null) for layout.
+        let usable = unsafe { take_fresh(p, layout, zeroed, stamp) };
         self.live.push(Obj {
             p: p as usize,
             layout,
