@@ -101,7 +101,7 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
                 s.touch(i);
             } else {
                 let i = s.victim();
-                victim = s.take(i);
+                s.take_into(i, &mut victim);
                 s.fill(i, id, pool, left);
                 d = s.add_stat(i, idx, n as i64);
                 spare_ref = 0;
@@ -268,10 +268,8 @@ pub(crate) fn release(c: &Contents) {
         if c.bytes + c.api != 0 {
             counter::uncharge(t, c.bytes + c.api);
         }
-        for (k, &d) in c.stats.iter().enumerate() {
-            if d != 0 {
-                stat::flush(t, k, d as i64);
-            }
+        for (k, d) in c.deltas() {
+            stat::flush(t, k, d as i64);
         }
     }
     oc.put(c.bytes + 1);

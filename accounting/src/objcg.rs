@@ -199,8 +199,8 @@ impl ObjCg {
 }
 
 /// Takes the whole zombie list. For each dead objcg calls `f(id, tenant, list_index,
-/// origin)` after clearing the entry; `f` must recycle the id with [`recycle`] and release
-/// `origin`.
+/// origin)` after clearing the entry; the caller must recycle the id with [`recycle`] and
+/// release `origin`.
 pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node, usize, *const Node)) {
     let mut id = ZOMBIES.swap(0, Ordering::Acquire);
     while let Some(oc) = lookup(id) {
@@ -218,9 +218,12 @@ pub(crate) fn has_zombies() -> bool {
     ZOMBIES.load(Ordering::Relaxed) != 0
 }
 
-/// Makes a freed id available again. User context.
-pub(crate) fn recycle(id: ObjCgId) {
-    IDS.lock().unwrap_or_else(|e| e.into_inner()).free.push(id);
+/// Makes freed ids available again, under one lock. User context.
+pub(crate) fn recycle(ids: &[ObjCgId]) {
+    if !ids.is_empty() {
+        let mut a = IDS.lock().unwrap_or_else(|e| e.into_inner());
+        a.free.extend_from_slice(ids);
+    }
 }
 
 /// Whether `id` is currently allocated (tests and debug checks).

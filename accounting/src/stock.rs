@@ -15,14 +15,16 @@
 //!   holds nothing);
 //! - `ids[i] != 0  =>` the slot holds exactly one slot ref on objcg `ids[i]`, and `bytes[i]`
 //!   of that objcg's refs; `bytes[i] <= STOCK_HIGH`; `api[i] <= STOCK_HIGH`;
-//!   `|stats[i][k]| <= STAT_FLUSH`.
+//!   `|stats[i][k]| <= STAT_FLUSH`;
+//! - `stats[i][k] != 0  =>  dirty[i] & (1 << (k % 64)) != 0` (a set bit may be stale: it
+//!   only says where to look), and `ids[i] == 0 => dirty[i] == 0`.
 //!
 //! Who touches what:
-//! - the owner thread: everything, but `ids`, `bytes`, `api` and `stats` only between
+//! - the owner thread: everything, but `ids`, `bytes`, `api`, `stats` and `dirty` only between
 //!   `enter()` and `leave()` (the critical section, CS) and only when `enter()` saw no
 //!   `steal`; `flags`, `clock`, `stamps` are owner-only.
 //! - a drainer (`drain.rs`, holding the registry lock): `steal`, reads `in_cs`, and takes
-//!   `ids`/`bytes`/`api`/`stats` once it saw `in_cs == 0` after setting `steal` and running
+//!   `ids`/`bytes`/`api`/`stats`/`dirty` once it saw `in_cs == 0` after setting `steal` and running
 //!   a remote barrier; `next` (the registry link).
 //!
 //! All shared fields are atomics used with `Relaxed` loads/stores, which compile to plain
@@ -73,6 +75,10 @@ pub(crate) struct Stock {
     /// Registry link; read and written only under the registry lock.
     pub(crate) next: AtomicPtr<Stock>,
     stats: [[AtomicI32; NR_STAT]; NR_SLOTS],
+    /// Per slot, which stat deltas may be non-zero, folded modulo 64 (module invariants):
+    /// giving a slot back reads the few set ones instead of all `NR_STAT`, which a tenant
+    /// per query pays on every eviction.
+    dirty: [AtomicU64; NR_SLOTS],
 }
 
 thread_local! {
@@ -90,6 +96,8 @@ pub(crate) struct Contents {
     /// Bytes that hold none.
     pub(crate) api: u64,
     pub(crate) stats: [i32; NR_STAT],
+    /// Where `stats` may be non-zero: bit `k % 64` for index `k` (as `Stock::dirty`).
+    pub(crate) dirty: u64,
 }
 
 impl Contents {
@@ -98,7 +106,30 @@ impl Contents {
         bytes: 0,
         api: 0,
         stats: [0; NR_STAT],
+        dirty: 0,
     };
+
+    /// The indices of `stats` that may be non-zero, with their deltas (zeros skipped).
+    pub(crate) fn deltas(&self) -> impl Iterator<Item = (usize, i32)> + '_ {
+        dirty_indices(self.dirty).filter_map(|k| match self.stats.get(k) {
+            Some(&d) if d != 0 => Some((k, d)),
+            _ => None,
+        })
+    }
+}
+
+/// The stat indices a folded dirty mask covers: for each set bit `b`, `b`, `b + 64`, ...
+/// below `NR_STAT`.
+fn dirty_indices(mut mask: u64) -> impl Iterator<Item = usize> {
+    core::iter::from_fn(move || {
+        if mask == 0 {
+            return None;
+        }
+        let b = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        Some(b)
+    })
+    .flat_map(|b| (b..NR_STAT).step_by(64))
 }
 
 /// Which pool of a slot an operation uses (module docs).
@@ -124,6 +155,7 @@ impl Stock {
             stamps: [const { AtomicU64::new(0) }; NR_SLOTS],
             next: AtomicPtr::new(core::ptr::null_mut()),
             stats: [const { [const { AtomicI32::new(0) }; NR_STAT] }; NR_SLOTS],
+            dirty: [const { AtomicU64::new(0) }; NR_SLOTS],
         }
     }
 
@@ -171,12 +203,16 @@ impl Stock {
             return false;
         }
         // n <= b <= STOCK_HIGH, so no overflow in i64.
-        let d = st.load(Relaxed) as i64 + n as i64;
+        let old = st.load(Relaxed);
+        let d = old as i64 + n as i64;
         if d > STAT_FLUSH {
             return false;
         }
         self.pool(i, pool).store(b - n, Relaxed);
         st.store(d as i32, Relaxed);
+        if old == 0 {
+            self.mark(i, idx);
+        }
         true
     }
 
@@ -192,12 +228,16 @@ impl Stock {
         if b > STOCK_HIGH {
             return false;
         }
-        let d = st.load(Relaxed) as i64 - n as i64;
+        let old = st.load(Relaxed);
+        let d = old as i64 - n as i64;
         if d < -STAT_FLUSH {
             return false;
         }
         self.pool(i, pool).store(b, Relaxed);
         st.store(d as i32, Relaxed);
+        if old == 0 {
+            self.mark(i, idx);
+        }
         true
     }
 
@@ -207,14 +247,26 @@ impl Stock {
         let Some(st) = self.stats[i].get(idx.0 as usize) else {
             return d;
         };
-        let v = (st.load(Relaxed) as i64).saturating_add(d);
+        let old = st.load(Relaxed);
+        let v = (old as i64).saturating_add(d);
         if v.unsigned_abs() > STAT_FLUSH as u64 {
             st.store(0, Relaxed);
             v
         } else {
             st.store(v as i32, Relaxed);
+            if old == 0 {
+                self.mark(i, idx);
+            }
             0
         }
+    }
+
+    /// Records that slot `i`'s delta at `idx` may be non-zero. Called when a delta leaves
+    /// 0, so a slot busy with one size class pays it once per round trip through 0. In CS.
+    #[inline(always)]
+    fn mark(&self, i: usize, idx: StatIdx) {
+        let m = self.dirty[i].load(Relaxed);
+        self.dirty[i].store(m | 1 << (idx.0 % 64), Relaxed);
     }
 
     /// Marks slot `i` as used now (approximate LRU: stamped on every slow-path visit, and a
@@ -248,27 +300,43 @@ impl Stock {
     /// an idle thread costs one load per empty slot, not one per stat index.
     pub(crate) fn take(&self, i: usize) -> Contents {
         let mut c = Contents::EMPTY;
+        self.take_into(i, &mut c);
+        c
+    }
+
+    /// [`take`](Self::take) into `c`, which must be empty (`Contents::EMPTY`): the eviction
+    /// path fills its own `Contents` in place rather than moving half a KiB.
+    pub(crate) fn take_into(&self, i: usize, c: &mut Contents) {
+        debug_assert!(c.id == 0 && c.dirty == 0 && c.stats.iter().all(|&d| d == 0));
         c.id = self.ids[i].load(Relaxed);
         if c.id == 0 {
             debug_assert!(
                 self.bytes[i].load(Relaxed) == 0
                     && self.api[i].load(Relaxed) == 0
+                    && self.dirty[i].load(Relaxed) == 0
                     && self.stats[i].iter().all(|s| s.load(Relaxed) == 0)
             );
-            return c;
+            return;
         }
         self.ids[i].store(0, Relaxed);
         c.bytes = self.bytes[i].load(Relaxed);
         self.bytes[i].store(0, Relaxed);
         c.api = self.api[i].load(Relaxed);
         self.api[i].store(0, Relaxed);
-        for (d, s) in c.stats.iter_mut().zip(self.stats[i].iter()) {
-            *d = s.load(Relaxed);
-            if *d != 0 {
-                s.store(0, Relaxed);
+        c.dirty = self.dirty[i].load(Relaxed);
+        self.dirty[i].store(0, Relaxed);
+        debug_assert!(self.stats[i]
+            .iter()
+            .enumerate()
+            .all(|(k, s)| s.load(Relaxed) == 0 || c.dirty & 1 << (k % 64) != 0));
+        for k in dirty_indices(c.dirty) {
+            if let (Some(d), Some(s)) = (c.stats.get_mut(k), self.stats[i].get(k)) {
+                *d = s.load(Relaxed);
+                if *d != 0 {
+                    s.store(0, Relaxed);
+                }
             }
         }
-        c
     }
 
     /// Takes every slot. Same rules as `take`.

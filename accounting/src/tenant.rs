@@ -494,15 +494,19 @@ fn kill(node: &Node) {
 /// User context only (allocates, locks).
 pub(crate) fn free_zombies() {
     let mut origins = Vec::new();
+    let mut ids = Vec::new();
     let g = tree_lock();
     objcg::take_zombies(|id, tenant, at, origin| {
         // SAFETY: `origin` is still owned (released below) and keeps `tenant` alive.
         if let Some(t) = unsafe { tenant.as_ref() } {
             list_remove(&mut locked(&t.objcgs), id, at);
         }
-        objcg::recycle(id);
+        ids.push(id);
         origins.push(origin);
     });
+    // Recycled only now that no list names them; under TREE, so that an id is never
+    // handed out again while a concurrent sweep could still see it listed.
+    objcg::recycle(&ids);
     drop(g);
     for o in origins {
         if !o.is_null() {
@@ -563,12 +567,31 @@ pub(crate) fn unlock_after_fork() {
     drop(held);
 }
 
-/// [`free_zombies`] on the hot lifecycle paths (creating and dropping tenants): most calls
-/// find no zombie and skip the lock. A zombie queued just after the check, or one that
-/// another thread is freeing right now, is left to a later call; zombies are freed lazily
-/// anyway. `drain_all_stocks()` and `stat()` call `free_zombies`, which waits for the lock.
+/// Lifecycle operations (tenant creations and drops) a thread makes between two looks at
+/// the zombie list: a tenant per query would otherwise take the tree lock once more per
+/// creation and per drop, and two threads doing so would pass it back and forth.
+pub(crate) const ZOMBIE_SWEEP_EVERY: u32 = 32;
+
+/// [`free_zombies`] on the hot lifecycle paths (creating and dropping tenants), every
+/// `ZOMBIE_SWEEP_EVERY`th call on each thread, and only when there is a zombie. So at most
+/// that many dead objcgs (with their nodes) per thread wait between sweeps, the cost of one
+/// lock round trip is shared by as many queries, and each sweep frees the whole list. A
+/// zombie queued just after the check, or one that another thread is freeing right now, is
+/// left to a later call. `drain_all_stocks()` and `stat()` call `free_zombies`, which waits
+/// for the lock.
 fn free_zombies_if_any() {
-    if objcg::has_zombies() {
+    thread_local! {
+        static LIFECYCLE_OPS: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+    }
+    // During thread-local teardown, sweep every time (rare).
+    let due = LIFECYCLE_OPS
+        .try_with(|n| {
+            let v = n.get() + 1;
+            n.set(if v >= ZOMBIE_SWEEP_EVERY { 0 } else { v });
+            v >= ZOMBIE_SWEEP_EVERY
+        })
+        .unwrap_or(true);
+    if due && objcg::has_zombies() {
         free_zombies();
     }
 }
@@ -625,6 +648,12 @@ impl Tenant {
     /// The objcg id allocations in this tenant's scope carry (0 for the root).
     pub fn objcg_id(&self) -> hooks::ObjCgId {
         self.node.objcg()
+    }
+
+    /// The shared stat at `idx`, as flushed so far (no drain).
+    #[cfg(test)]
+    pub(crate) fn stat_flushed(&self, idx: usize) -> u64 {
+        self.node.stats.get(idx)
     }
 
     /// The objcgs that point at this tenant, after checking that each one does and knows

@@ -147,3 +147,95 @@ fn objcg_lists_stay_indexed_through_reparenting() {
     assert_eq!(parent.objcg_list(), vec![parent.objcg_id()]);
     assert_eq!(parent.current_exact(), 0);
 }
+
+/// A slot evicted from the stock flushes every stat delta it cached, also at stat indices
+/// that share a bit of the slot's folded dirty mask (0, 64, 128 and 2, 66, 130), deltas that
+/// went back through 0 and came back, and negative ones.
+#[test]
+fn evicted_slot_flushes_every_stat_delta() {
+    let t = Tenant::new("evict-stats");
+    let id = t.objcg_id();
+    // For a negative delta: 40 bytes charged on another thread (flushed when it exits),
+    // given back here below, so this thread's slot caches -40.
+    let neg = StatIdx::slab(3);
+    std::thread::scope(|s| {
+        s.spawn(|| assert!(charge(id, 40, neg)));
+    });
+    let idxs = [
+        StatIdx::slab(0),
+        StatIdx::slab(64),
+        StatIdx::LARGE, // 128
+        StatIdx::slab(2),
+        StatIdx::slab(66),
+        StatIdx::SLAB_OTHER, // 130
+        StatIdx::slab(5),
+    ];
+    for (k, &idx) in idxs.iter().enumerate() {
+        assert!(charge(id, 100 + k, idx));
+    }
+    // SAFETY: gives back the 40 bytes charged to `id` on the thread above.
+    unsafe { hooks::uncharge(id, 40, neg) };
+    // slab(5) back through 0, then up again.
+    // SAFETY: gives back bytes charged to `id` for slab(5) just above.
+    unsafe { hooks::uncharge(id, 106, StatIdx::slab(5)) };
+    assert!(charge(id, 7, StatIdx::slab(5)));
+    // Nothing flushed yet: every delta is cached in this thread's slot.
+    assert_eq!(t.stat_flushed(StatIdx::slab(64).0 as usize), 0);
+    // Fill every other slot of this thread's stock: `t`'s slot, the least recently used, is
+    // evicted by the last one.
+    let others: Vec<Tenant> = (0..NR_SLOTS)
+        .map(|i| Tenant::new(&format!("evict-stats{i}")))
+        .collect();
+    for o in &others {
+        assert!(charge(o.objcg_id(), 8, StatIdx::slab(1)));
+    }
+    for (k, &idx) in idxs.iter().enumerate().take(6) {
+        assert_eq!(
+            t.stat_flushed(idx.0 as usize),
+            100 + k as u64,
+            "index {}",
+            idx.0
+        );
+    }
+    assert_eq!(t.stat_flushed(StatIdx::slab(5).0 as usize), 7);
+    // +40 flushed at the other thread's exit, -40 now.
+    assert_eq!(t.stat_flushed(neg.0 as usize), 0);
+    for (k, &idx) in idxs.iter().enumerate() {
+        let n = if idx == StatIdx::slab(5) { 7 } else { 100 + k };
+        // SAFETY: gives back what this test charged to `id` at `idx` and still holds.
+        unsafe { hooks::uncharge(id, n, idx) };
+    }
+    for o in &others {
+        // SAFETY: gives back the 8 bytes charged to each of these above.
+        unsafe { hooks::uncharge(o.objcg_id(), 8, StatIdx::slab(1)) };
+    }
+    let st = t.stat();
+    assert_eq!((st.slab, st.large, st.current), (0, 0, 0));
+}
+
+/// Dead objcgs are freed by the lifecycle paths themselves, every `ZOMBIE_SWEEP_EVERY`
+/// creations or drops on a thread, without a drain: a service that starts and ends queries
+/// keeps a bounded list of them.
+#[test]
+fn lifecycle_sweeps_zombies_without_drains() {
+    let service = Tenant::new("sweep-service");
+    for _ in 0..300 {
+        let q = service.child("sweep-query");
+        let id = q.objcg_id();
+        assert!(charge(id, 64, StatIdx::slab(2)));
+        drop(q);
+        // SAFETY: gives back the 64 bytes just charged to `id`. The id's objcg dies once
+        // this thread's stock evicts its slot.
+        unsafe { hooks::uncharge(id, 64, StatIdx::slab(2)) };
+        // Listed: the service's own, those cached in this thread's stock, and zombies not
+        // yet swept (at most one sweep interval's worth, as drops and creations alternate).
+        let listed = service.objcg_list().len();
+        assert!(
+            listed <= 1 + NR_SLOTS + crate::tenant::ZOMBIE_SWEEP_EVERY as usize,
+            "{listed} objcgs listed"
+        );
+    }
+    crate::drain::drain_all_stocks();
+    assert_eq!(service.objcg_list(), vec![service.objcg_id()]);
+    assert_eq!(service.current_exact(), 0);
+}

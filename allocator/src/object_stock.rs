@@ -70,6 +70,7 @@ use core::sync::atomic::Ordering;
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
 use crate::classes;
+use crate::lock::SpinGuard;
 use crate::segment::FreeObj;
 use crate::size_class::{class_size, NUM_CLASSES};
 use crate::thread_cache::{self, bin_max, ThreadCache};
@@ -176,20 +177,32 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
     if !thread_cache::is_live(tc) || tc.tag.load(Ordering::Relaxed) == u64::from(cg) {
         return;
     }
-    let mut taken = NOTHING;
-    {
-        let mut d = tc.stock.lock();
-        let t = tc.tag.load(Ordering::Relaxed);
-        let misses = tc.tag_misses.get() + 1;
-        let empty = tc.bins.iter().all(|b| b.tagged.count() == 0);
-        if t & (STEAL | DRAINED) != 0 || empty || misses >= RETAG_AFTER {
-            taken = take_bins(tc, &mut d, false);
-            tc.tag.store(u64::from(cg), Ordering::Relaxed);
-            tc.tag_misses.set(0);
-        } else {
-            tc.tag_misses.set(misses);
-        }
+    let d = tc.stock.lock();
+    let t = tc.tag.load(Ordering::Relaxed);
+    let misses = tc.tag_misses.get() + 1;
+    let drained = t & (STEAL | DRAINED) != 0;
+    if !drained && tc.bins.iter().all(|b| b.tagged.count() == 0) {
+        // Nothing to give back (and `rec` is all zero without DRAINED): just retag. A
+        // thread that works for one short-lived tenant after another (a tenant per query)
+        // comes here once per tenant.
+        tc.tag.store(u64::from(cg), Ordering::Relaxed);
+        tc.tag_misses.set(0);
+    } else if drained || misses >= RETAG_AFTER {
+        retag_giving_back(tc, d, cg);
+    } else {
+        tc.tag_misses.set(misses);
     }
+}
+
+/// [`note_miss`]'s retag when the tagged bins hold objects or a drainer has been here:
+/// takes them under the lock `d`, then gives them back after releasing it.
+#[cold]
+#[inline(never)]
+fn retag_giving_back(tc: &ThreadCache, mut d: SpinGuard<'_, Drained>, cg: ObjCgId) {
+    let taken = take_bins(tc, &mut d, false);
+    tc.tag.store(u64::from(cg), Ordering::Relaxed);
+    tc.tag_misses.set(0);
+    drop(d);
     give_back(&taken);
 }
 
