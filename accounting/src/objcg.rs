@@ -53,9 +53,10 @@ pub(crate) struct ObjCg {
 }
 
 static TABLE: [AtomicPtr<ObjCg>; NCHUNKS] = [const { AtomicPtr::new(null_mut()) }; NCHUNKS];
-/// Head of the zombie list (an id; 0 = empty). Pushed from anywhere, popped whole in user
-/// context, so there is no ABA.
-static ZOMBIES: AtomicU32 = AtomicU32::new(0);
+/// The zombie list: its head id in the low 32 bits (0 = empty) and its length in the high
+/// 32, updated together by one CAS. Pushed from anywhere, popped whole in user context, so
+/// there is no ABA.
+static ZOMBIES: AtomicU64 = AtomicU64::new(0);
 
 struct IdAlloc {
     next: ObjCgId,
@@ -169,13 +170,14 @@ impl ObjCg {
 
     #[cold]
     fn push_zombie(&self) {
-        let mut head = ZOMBIES.load(Ordering::Relaxed);
+        let mut old = ZOMBIES.load(Ordering::Relaxed);
         loop {
-            self.next_zombie.store(head, Ordering::Relaxed);
-            match ZOMBIES.compare_exchange_weak(head, self.id, Ordering::Release, Ordering::Relaxed)
-            {
+            self.next_zombie.store(old as u32, Ordering::Relaxed);
+            // The length cannot pass u32::MAX: there are fewer ids than that.
+            let new = ((old >> 32) + 1) << 32 | u64::from(self.id);
+            match ZOMBIES.compare_exchange_weak(old, new, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
-                Err(seen) => head = seen,
+                Err(seen) => old = seen,
             }
         }
     }
@@ -202,7 +204,7 @@ impl ObjCg {
 /// origin)` after clearing the entry; the caller must recycle the id with [`recycle`] and
 /// release `origin`.
 pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node, usize, *const Node)) {
-    let mut id = ZOMBIES.swap(0, Ordering::Acquire);
+    let mut id = ZOMBIES.swap(0, Ordering::Acquire) as u32;
     while let Some(oc) = lookup(id) {
         let next = oc.next_zombie.load(Ordering::Relaxed);
         debug_assert_eq!(oc.refs.load(Ordering::Relaxed), 0);
@@ -213,9 +215,9 @@ pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node, usize, *const
     }
 }
 
-/// Whether any dead objcg waits to be freed (a hint: one may be queued right after).
-pub(crate) fn has_zombies() -> bool {
-    ZOMBIES.load(Ordering::Relaxed) != 0
+/// How many dead objcgs wait to be freed (a hint: more may be queued right after).
+pub(crate) fn zombie_count() -> u32 {
+    (ZOMBIES.load(Ordering::Relaxed) >> 32) as u32
 }
 
 /// Makes freed ids available again, under one lock. User context.

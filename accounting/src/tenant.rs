@@ -567,31 +567,18 @@ pub(crate) fn unlock_after_fork() {
     drop(held);
 }
 
-/// Lifecycle operations (tenant creations and drops) a thread makes between two looks at
-/// the zombie list: a tenant per query would otherwise take the tree lock once more per
-/// creation and per drop, and two threads doing so would pass it back and forth.
+/// Dead objcgs the lifecycle paths let wait before they free them: a tenant per query would
+/// otherwise take the tree lock once more per creation or drop, and two threads doing so
+/// would pass it back and forth.
 pub(crate) const ZOMBIE_SWEEP_EVERY: u32 = 32;
 
-/// [`free_zombies`] on the hot lifecycle paths (creating and dropping tenants), every
-/// `ZOMBIE_SWEEP_EVERY`th call on each thread, and only when there is a zombie. So at most
-/// that many dead objcgs (with their nodes) per thread wait between sweeps, the cost of one
-/// lock round trip is shared by as many queries, and each sweep frees the whole list. A
-/// zombie queued just after the check, or one that another thread is freeing right now, is
-/// left to a later call. `drain_all_stocks()` and `stat()` call `free_zombies`, which waits
-/// for the lock.
+/// [`free_zombies`] on the hot lifecycle paths (creating and dropping tenants), once
+/// `ZOMBIE_SWEEP_EVERY` dead objcgs wait (process-wide, so it holds also when every query
+/// runs on a thread of its own): one lock round trip then frees them all. A zombie queued
+/// just after the check, or one that another thread is freeing right now, is left to a later
+/// call. `drain_all_stocks()` and `stat()` call `free_zombies` whatever the count.
 fn free_zombies_if_any() {
-    thread_local! {
-        static LIFECYCLE_OPS: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
-    }
-    // During thread-local teardown, sweep every time (rare).
-    let due = LIFECYCLE_OPS
-        .try_with(|n| {
-            let v = n.get() + 1;
-            n.set(if v >= ZOMBIE_SWEEP_EVERY { 0 } else { v });
-            v >= ZOMBIE_SWEEP_EVERY
-        })
-        .unwrap_or(true);
-    if due && objcg::has_zombies() {
+    if objcg::zombie_count() >= ZOMBIE_SWEEP_EVERY {
         free_zombies();
     }
 }
