@@ -60,20 +60,22 @@ const fn class_of_slow(size: usize) -> usize {
     }
 }
 
-const fn build_lut() -> [u8; LUT_MAX / 8 + 1] {
-    let mut t = [0u8; LUT_MAX / 8 + 1];
+const fn build_lut() -> [u8; LUT_MAX + 1] {
+    let mut t = [0u8; LUT_MAX + 1];
     let mut i = 0;
     while i < t.len() {
-        t[i] = class_of_slow(i * 8) as u8;
+        t[i] = class_of_slow(i) as u8;
         i += 1;
     }
     t
 }
 
-/// `LUT[(size + 7) / 8]` is the class of `size` for `size <= LUT_MAX`. A `const`, not a
-/// `static`: each user gets a crate-local copy addressed RIP-relative, so the fast path does
-/// not first load the table's address from the GOT.
-const LUT: [u8; LUT_MAX / 8 + 1] = build_lut();
+/// `LUT[size]` is the class of `size` for `size <= LUT_MAX`: indexed by the size itself, so
+/// the lookup is one load with no rounding (1 KiB of table instead of 129 bytes, two
+/// instructions off every allocation and free up to 1 KiB). A `const`, not a `static`: each
+/// user gets a crate-local copy addressed RIP-relative, so the fast path does not first load
+/// the table's address from the GOT.
+const LUT: [u8; LUT_MAX + 1] = build_lut();
 
 /// Class of a request whose size (rounded up to its alignment where that exceeds 8) is
 /// at most [`LUT_MAX`]. One table load.
@@ -82,7 +84,7 @@ pub fn class_of_small(size: usize) -> usize {
     debug_assert!(size <= LUT_MAX);
     // The index is in bounds for size <= LUT_MAX; `get` keeps a bad caller from reading out of
     // bounds without a panic path (the fallback is never taken for valid input).
-    match LUT.get((size + 7) >> 3) {
+    match LUT.get(size) {
         Some(&c) => c as usize,
         None => class_of_slow(size),
     }
