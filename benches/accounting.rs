@@ -7,6 +7,8 @@
 
 #[path = "common/accounting_pairs.rs"]
 mod pairs;
+#[path = "common/query.rs"]
+mod query;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -156,15 +158,7 @@ impl Queries {
     }
 
     fn run_one(&mut self) {
-        let q = self.service.child("query");
-        q.set_max(1 << 20);
-        let result = {
-            let _scope = q.enter();
-            let scratch = vec![0u8; 300];
-            black_box(&scratch);
-            Box::new([1u8; 64])
-        };
-        drop(q);
+        let result = query::query(&self.service);
         if !self.ring.is_empty() {
             drop(self.ring[self.next].replace(result));
             self.next = (self.next + 1) % self.ring.len();

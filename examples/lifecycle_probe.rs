@@ -1,8 +1,8 @@
 //! The whole life of a per-query tenant, repeated, for instruction counts (callgrind) and
-//! for timing one thread against several: the same query as `cargo bench --bench accounting
-//! -- tenant_lifecycle` (a child of a service with a limit, a scope with a 300-byte scratch
-//! buffer and a 64-byte result that outlives the query, the drop), with the last 1,000
-//! results of each thread kept alive.
+//! for timing one thread against several: the query of `cargo bench --bench accounting --
+//! tenant_lifecycle` (`benches/common/query.rs`: a child of a service with a limit, a scope
+//! with a 300-byte scratch buffer and a 64-byte result that outlives the query, the drop),
+//! with the last 1,000 results of each thread kept alive.
 //!
 //! ```sh
 //! cargo build --release --example lifecycle_probe
@@ -16,9 +16,10 @@
 //! are children of their own service, so the service's lines are not shared between the
 //! threads; the tree lock, the objcg ids and the root still are.
 
-use std::hint::black_box;
-
 use slabcg::{SlabAlloc, Tenant};
+
+#[path = "../benches/common/query.rs"]
+mod query;
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
@@ -34,16 +35,7 @@ fn service(name: &str) -> Tenant {
 /// One query: its tenant is born, allocates, and dies while its result lives on (in
 /// `ring`, replacing the oldest result).
 fn query(service: &Tenant, ring: &mut [Option<Box<[u8; 64]>>], next: &mut usize) {
-    let q = service.child("query");
-    q.set_max(1 << 20);
-    let result = {
-        let _scope = q.enter();
-        let scratch = vec![0u8; 300];
-        black_box(&scratch);
-        Box::new([1u8; 64])
-    };
-    drop(q);
-    drop(ring[*next].replace(result));
+    drop(ring[*next].replace(query::query(service)));
     *next = (*next + 1) % ring.len();
 }
 
