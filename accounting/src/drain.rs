@@ -76,14 +76,23 @@ thread_local! {
     static EXIT: ExitGuard = const { ExitGuard };
 }
 
-/// Links this thread's stock into the registry and arms the exit guard. Returns false (and
-/// marks the stock exited) when the thread is already past its exit guard, e.g. when called
-/// from a later thread-local destructor: the caller then uses the counters directly.
+/// Links this thread's stock into the registry and arms the exit hooks. Returns false (and
+/// marks the stock exited) when it cannot be sure that thread exit will unlink the stock:
+/// the caller then uses the counters directly.
+///
+/// Two hooks, because neither covers every case alone. The `thread_local!` guard runs early
+/// in thread exit, but one armed after the thread's `thread_local!` destructors ran (a first
+/// charge or uncharge from a pthread key destructor, e.g. a C library's thread cleanup
+/// freeing an object) would never run, leaving a dead thread's stock in the registry: its
+/// bytes stuck, and a later thread reusing its TLS block would link the registry into a
+/// cycle. The pthread key runs after those destructors, and again for keys set during them.
 #[cold]
 pub(crate) fn register(s: &Stock) -> bool {
     // Registering a `Drop` thread-local goes through the C runtime's
     // `__cxa_thread_atexit_impl`, which uses libc's malloc, not the global allocator.
-    if EXIT.try_with(|_| ()).is_err() {
+    if EXIT.try_with(|_| ()).is_err()
+        || !sys::on_thread_exit(exit_hook, s as *const Stock as *const u8)
+    {
         s.set_flags(EXITED, 0);
         return false;
     }
@@ -95,8 +104,19 @@ pub(crate) fn register(s: &Stock) -> bool {
     true
 }
 
+/// The pthread key destructor armed by [`register`].
+///
+/// # Safety
+/// `p` is the exiting thread's own `STOCK`, whose TLS memory outlives the key destructors.
+unsafe extern "C" fn exit_hook(p: *mut core::ffi::c_void) {
+    // SAFETY: as the caller promises; `exit` is idempotent (a stock the thread-local guard
+    // already unlinked is left alone).
+    exit(unsafe { &*(p as *const Stock) });
+}
+
 /// Thread exit: from now on this thread charges the counters directly; give back what the
-/// stock holds and unlink it.
+/// stock holds and unlink it. Runs at most once with effect (from the thread-local guard or
+/// the pthread key, whichever comes first).
 fn exit(s: &Stock) {
     s.set_flags(EXITED, 0);
     if s.flags() & REGISTERED == 0 {

@@ -1,5 +1,5 @@
-//! The only file of this crate that talks to the OS: `membarrier(2)`, and `mmap`/`mprotect`
-//! for the fallback barrier.
+//! The only file of this crate that talks to the OS: `membarrier(2)`, `mmap`/`mprotect`
+//! for the fallback barrier, and a pthread key for thread exit ([`on_thread_exit`]).
 //!
 //! Contract: [`remote_barrier`] returns `true` only if, by the time it returns, every other
 //! thread of this process has executed a full memory barrier at some point after the call
@@ -306,4 +306,56 @@ pub(crate) fn remote_barrier_kind() -> &'static str {
         MPROTECT => "mprotect",
         _ => "none",
     }
+}
+
+/// Arranges for `dtor(arg)` to run when the calling thread exits, through a pthread key
+/// destructor (one key for the process, created on first use). glibc runs key destructors
+/// after the `thread_local!` destructors, and runs them again, up to
+/// `PTHREAD_DESTRUCTOR_ITERATIONS` (4) rounds, for keys set during a round: so this also
+/// arms from inside another key's destructor, except in the last round. False when the
+/// platform refused (out of keys) or has no pthreads: the caller must then do without.
+/// Never goes through the global allocator (glibc keeps key values in the thread
+/// descriptor, or in blocks from its own malloc).
+#[cfg(unix)]
+pub(crate) fn on_thread_exit(
+    dtor: unsafe extern "C" fn(*mut core::ffi::c_void),
+    arg: *const u8,
+) -> bool {
+    use core::sync::atomic::AtomicU32;
+    const NONE: u32 = u32::MAX;
+    const FAILED: u32 = u32::MAX - 1;
+    static KEY: AtomicU32 = AtomicU32::new(NONE);
+    let mut key = KEY.load(Ordering::Acquire);
+    if key == NONE {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: `k` is a valid out pointer; `dtor` has the C ABI pthread expects.
+        let made = unsafe { libc::pthread_key_create(&mut k, Some(dtor)) } == 0;
+        let new = if made && k < FAILED { k } else { FAILED };
+        key = match KEY.compare_exchange(NONE, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => new,
+            Err(won) => {
+                // Another thread created the key first: ours is unused.
+                if made {
+                    // SAFETY: `k` is a key this call created and nobody else saw.
+                    unsafe { libc::pthread_key_delete(k) };
+                }
+                won
+            }
+        };
+    }
+    if key == FAILED {
+        return false;
+    }
+    // SAFETY: `key` was created above with `dtor`; a non-null value makes pthread call
+    // `dtor(arg)` when this thread exits.
+    unsafe { libc::pthread_setspecific(key, arg.cast()) == 0 }
+}
+
+/// Without pthreads there is no exit hook here: the caller does without.
+#[cfg(not(unix))]
+pub(crate) fn on_thread_exit(
+    _dtor: unsafe extern "C" fn(*mut core::ffi::c_void),
+    _arg: *const u8,
+) -> bool {
+    false
 }
