@@ -231,6 +231,27 @@ pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
     })
 }
 
+/// An object charged `old` bytes for `old_idx` becomes one charged `new <= old` bytes for
+/// `new_idx` (a shrinking move of the object's contents to a smaller slot): the counters
+/// lose `old - new`, the stats move, and the objcg loses the refs of the bytes given back.
+/// Straight to the shared counters and stats, without the stock: nothing here can be
+/// refused, so a tenant at its limit can always shrink. Rare (the allocator calls it only
+/// when a shrinking realloc could not be charged the ordinary way).
+pub(crate) fn shrink(id: ObjCgId, old: u64, old_idx: StatIdx, new: u64, new_idx: StatIdx) {
+    debug_assert!(new <= old);
+    let Some(oc) = objcg::lookup(id) else { return };
+    // SAFETY: the caller holds the `old` bytes charged to `id`, each a ref on the objcg,
+    // dropped only below.
+    if let Some(t) = unsafe { oc.tenant() } {
+        if old > new {
+            counter::uncharge(t, old - new);
+        }
+        stat::flush(t, old_idx.0 as usize, -(old as i64));
+        stat::flush(t, new_idx.0 as usize, new as i64);
+    }
+    oc.put(old - new);
+}
+
 /// The slow work after a stock critical section: give `uncharge` bytes back to the counter,
 /// flush the stat delta `d`, then drop `refs` refs on `oc` (which include the `uncharge`
 /// bytes, so the objcg and its tenant stay alive until the uncharge is done).

@@ -88,6 +88,28 @@ pub unsafe fn uncharge(id: ObjCgId, n: usize, idx: StatIdx) {
     charge::uncharge(id, Pool::Objects, n as u64, idx);
 }
 
+/// Turns `old` bytes charged to `id` (!= 0) for `old_idx` into `new` bytes for `new_idx`,
+/// `new <= old`, without going through a limit: for an object whose contents move to a
+/// smaller slot (a shrinking `realloc`), which must succeed in a tenant at its limit. Does
+/// nothing when `new > old`.
+///
+/// # Safety
+/// As [`uncharge`] for the `old` bytes: they are outstanding, and the caller's object holds
+/// them; afterwards it holds the `new` bytes, which a later [`uncharge`] for `new_idx`
+/// gives back.
+pub unsafe fn shrink_charge(
+    id: ObjCgId,
+    old: usize,
+    old_idx: StatIdx,
+    new: usize,
+    new_idx: StatIdx,
+) {
+    debug_assert!(id != 0, "shrink of objcg 0");
+    if new <= old {
+        charge::shrink(id, old as u64, old_idx, new as u64, new_idx);
+    }
+}
+
 /// Registers the byte sizes of the allocator's size classes (for `slab_<size>` lines).
 pub fn set_slab_class_sizes(sizes: &'static [u32]) {
     crate::stat::set_class_sizes(sizes);

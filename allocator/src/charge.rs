@@ -25,7 +25,10 @@
 //!   the recorded owner keeps the object; a large block's owner is charged or uncharged the
 //!   difference (a refused growth charge fails the realloc and leaves the block as it was).
 //! - `realloc` that moves: like `alloc` in the caller's current tenant, then `dealloc` of the
-//!   old block, so a block reallocated under another tenant moves to that tenant.
+//!   old block, so a block reallocated under another tenant moves to that tenant. One
+//!   exception, with the same result: a shrink into a smaller size class of a block that is
+//!   already the caller's tenant's moves the block's charge with it instead of charging the
+//!   new block first, so no limit can refuse it (`realloc_shrink_small`).
 
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -216,6 +219,63 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
             object_stock::settle(tc);
         }
     });
+}
+
+/// A shrinking `realloc` of the accounted slot `p` (class `old_c`) into the smaller class
+/// `new_c`, for when the caller's tenant refused the new block as an allocation (it is at
+/// its limit) although the shrink lowers its usage. When the block is the caller's tenant's
+/// own, moves its first `copy` bytes to a fresh slot of `new_c` and moves the charge with
+/// them ([`hooks::shrink_charge`], which no limit refuses), so that a shrink, which std's
+/// collections treat as infallible, does not fail on the limit. Null, with nothing changed,
+/// for a block of another tenant (the move charges the caller's tenant, which refused) or
+/// when memory is exhausted.
+///
+/// # Safety
+/// `p` must be a live allocation of class `old_c` with `copy` bytes to keep, `copy <=
+/// class_size(new_c) < class_size(old_c)`; on success it is freed.
+#[cold]
+#[inline(never)]
+pub unsafe fn realloc_shrink_small(p: *mut u8, old_c: usize, new_c: usize, copy: usize) -> *mut u8 {
+    let null = core::ptr::null_mut();
+    let cg = hooks::current_objcg();
+    if cg == 0 || !is_accounted(p) || class_size(new_c) >= class_size(old_c) {
+        return null;
+    }
+    crate::classes::cache(old_c, true).check_slot_start(p);
+    // SAFETY: p is a slot of the accounted cache of class old_c (just checked).
+    let w = unsafe { &*class_owner_word(p, old_c) };
+    if w.load(Ordering::Relaxed) != cg {
+        return null;
+    }
+    let mut q = thread_cache::with(|tc| tc.bin(new_c, true).pop());
+    if q.is_null() {
+        q = thread_cache::alloc_slow(new_c, true);
+        if q.is_null() {
+            return q;
+        }
+    }
+    // SAFETY: q is a fresh slot of the accounted cache of class new_c; p's owner word said
+    // its class_size(old_c) bytes are charged to cg, and from here q holds the smaller
+    // charge (p's word is cleared below, before p goes back uncharged).
+    unsafe {
+        (*class_owner_word(q, new_c)).store(cg, Ordering::Relaxed);
+        hooks::shrink_charge(
+            cg,
+            class_size(old_c),
+            StatIdx::slab(old_c),
+            class_size(new_c),
+            StatIdx::slab(new_c),
+        );
+        core::ptr::copy_nonoverlapping(p, q, copy);
+    }
+    w.store(0, Ordering::Relaxed);
+    // SAFETY: p is a live slot of the accounted class old_c, given up, charged to nobody.
+    unsafe {
+        if !thread_cache::with(|tc| tc.bin(old_c, true).push(p)) {
+            thread_cache::free_slow(p, old_c, true);
+        }
+    }
+    q
 }
 
 /// A large allocation charged to the current tenant (if any).

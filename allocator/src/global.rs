@@ -216,6 +216,19 @@ unsafe impl GlobalAlloc for SlabAlloc {
             }
             _ => {}
         }
+        if let (Some(a), Some(b)) = (old, new) {
+            if new_size < layout.size() && hooks::accounting_active() {
+                // A shrink between size classes of a block of the caller's tenant moves the
+                // charge with the block, so that it never meets the limit (std treats a
+                // shrink as infallible); null when that does not apply.
+                // SAFETY: p is a live block of class a holding at least new_size bytes to
+                // keep (new_size < layout.size()).
+                let q = unsafe { charge::realloc_shrink_small(p, a, b, new_size) };
+                if !q.is_null() {
+                    return q;
+                }
+            }
+        }
         let q = alloc_impl(new_size, align);
         if !q.is_null() {
             // SAFETY: both blocks are live and distinct, and each holds at least the bytes

@@ -1,0 +1,126 @@
+//! A `realloc` that shrinks a block into a smaller size class moves it to a fresh slot. In a
+//! tenant at its limit that new slot used to be charged like any allocation and refused,
+//! although the shrink lowers the tenant's usage; `Vec::shrink_to_fit` then aborted the
+//! process (found by a bug hunt). Now the charge moves with the block (`charge.rs`,
+//! `realloc_shrink_small`).
+
+use std::alloc::{GlobalAlloc, Layout};
+
+use slabcg::{SlabAlloc, StatItem, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+const MAX: u64 = 1 << 20;
+
+/// A tenant limited to `MAX`, holding a block of `layout`, filled to its limit with Sock
+/// bytes; returns the block and the Sock bytes to give back.
+fn full_tenant_with_block(name: &str, layout: Layout) -> (Tenant, *mut u8, u64) {
+    let t = Tenant::new(name);
+    t.set_max(MAX);
+    let p = {
+        let _g = t.enter();
+        // SAFETY: layouts here have a non-zero size.
+        unsafe { GLOBAL.alloc(layout) }
+    };
+    assert!(!p.is_null());
+    // SAFETY: p holds layout.size() writable bytes.
+    unsafe { std::ptr::write_bytes(p, 0xA5, layout.size()) };
+    let room = MAX - t.current_exact();
+    t.charge(room, StatItem::Sock).unwrap();
+    assert_eq!(t.current_exact(), MAX);
+    (t, p, room)
+}
+
+#[test]
+fn shrink_across_classes_succeeds_at_the_limit() {
+    for (from, to, align) in [
+        (4096usize, 100usize, 8usize),
+        (1024, 512, 8),
+        (1000, 24, 64),
+    ] {
+        let layout = Layout::from_size_align(from, align).unwrap();
+        let (t, p, room) = full_tenant_with_block("shrink", layout);
+        let events = t.events();
+        let q = {
+            let _g = t.enter();
+            // SAFETY: p is live with `layout`; `to` is non-zero.
+            unsafe { GLOBAL.realloc(p, layout, to) }
+        };
+        assert!(
+            !q.is_null(),
+            "shrink {from} -> {to} (align {align}) refused at the limit"
+        );
+        assert_eq!(q as usize % align, 0);
+        // SAFETY: q holds at least `to` bytes, copied from p.
+        assert!(unsafe { std::slice::from_raw_parts(q, to) }
+            .iter()
+            .all(|&b| b == 0xA5));
+        assert_eq!(t.events(), events, "a shrink counts no limit event");
+        let st = t.stat();
+        assert!(st.current < MAX, "usage dropped: {}", st.current);
+        assert_eq!(
+            st.slab,
+            st.current - st.sock,
+            "the slab bytes are the new block's"
+        );
+        // SAFETY: q is live with the new layout.
+        unsafe { GLOBAL.dealloc(q, Layout::from_size_align(to, align).unwrap()) };
+        t.uncharge(room, StatItem::Sock);
+        assert_eq!(t.current_exact(), 0);
+        let st = t.stat();
+        assert_eq!((st.slab, st.sock), (0, 0));
+    }
+}
+
+/// Through std, as a program does it: this aborted the process.
+#[test]
+fn vec_shrink_to_fit_at_the_limit() {
+    let t = Tenant::new("vec-shrink");
+    t.set_max(MAX);
+    let room;
+    {
+        let _g = t.enter();
+        let mut v: Vec<u8> = Vec::with_capacity(4096);
+        v.extend_from_slice(&[7u8; 100]);
+        room = MAX - t.current_exact();
+        t.charge(room, StatItem::Sock).unwrap();
+        v.shrink_to_fit();
+        assert_eq!(v.capacity(), 100);
+        assert!(v.iter().all(|&b| b == 7));
+    }
+    t.uncharge(room, StatItem::Sock);
+    assert_eq!(t.current_exact(), 0);
+}
+
+/// A block of another tenant moves to the caller's tenant on a moving realloc (README), so
+/// a full caller's tenant still refuses it, and the block stays where it was, charged to
+/// its owner.
+#[test]
+fn shrink_of_another_tenants_block_is_refused_when_full() {
+    let owner = Tenant::new("shrink-owner");
+    let layout = Layout::from_size_align(4096, 8).unwrap();
+    let p = {
+        let _g = owner.enter();
+        // SAFETY: non-zero size.
+        unsafe { GLOBAL.alloc(layout) }
+    };
+    assert!(!p.is_null());
+    let held = owner.current_exact();
+    let (full, filler, room) = full_tenant_with_block("shrink-full", Layout::new::<u64>());
+    let q = {
+        let _g = full.enter();
+        // SAFETY: p is live with `layout`.
+        unsafe { GLOBAL.realloc(p, layout, 100) }
+    };
+    assert!(q.is_null());
+    assert_eq!(owner.current_exact(), held);
+    assert_eq!(full.current_exact(), MAX);
+    // SAFETY: p is still live with `layout`; `filler` with its own.
+    unsafe {
+        GLOBAL.dealloc(p, layout);
+        GLOBAL.dealloc(filler, Layout::new::<u64>());
+    }
+    full.uncharge(room, StatItem::Sock);
+    assert_eq!((owner.current_exact(), full.current_exact()), (0, 0));
+}
