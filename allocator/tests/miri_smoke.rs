@@ -237,6 +237,19 @@ fn accounted_allocations_in_a_tenant() {
             blocks.push((alloc_filled(mid, 10 + i) as usize, mid));
         }
         blocks.push((alloc_filled(big, 30) as usize, big));
+        // A shrink into a smaller class of the tenant's own block moves its charge with it
+        // (`realloc_shrink_small`).
+        // SAFETY: `mid` has a non-zero size; each block is used within its size and freed
+        // once with its layout.
+        unsafe {
+            let p = GLOBAL.alloc(mid);
+            assert!(!p.is_null());
+            std::ptr::write_bytes(p, 0x5A, 48);
+            let q = GLOBAL.realloc(p, mid, 48);
+            assert!(!q.is_null());
+            assert!(std::slice::from_raw_parts(q, 48).iter().all(|&b| b == 0x5A));
+            GLOBAL.dealloc(q, small);
+        }
         let mut objs = [std::ptr::null_mut(); 4];
         assert_eq!(cache.alloc_bulk(&mut objs), 4);
         let one = cache.alloc().unwrap();
