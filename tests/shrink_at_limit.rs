@@ -1,8 +1,8 @@
-//! A `realloc` that shrinks a block into a smaller size class moves it to a fresh slot. In a
-//! tenant at its limit that new slot used to be charged like any allocation and refused,
-//! although the shrink lowers the tenant's usage; `Vec::shrink_to_fit` then aborted the
-//! process (found by a bug hunt). Now the charge moves with the block (`charge.rs`,
-//! `realloc_shrink_small`).
+//! A `realloc` that shrinks a block into a smaller size class (from a larger class or from a
+//! large block) moves it to a fresh slot. In a tenant at its limit that new slot used to be
+//! charged like any allocation and refused, although the shrink lowers the tenant's usage;
+//! `Vec::shrink_to_fit` then aborted the process (found by a bug hunt). Now the charge moves
+//! with the block (`charge.rs`, `realloc_shrink_small`, `realloc_shrink_large`).
 
 use std::alloc::{GlobalAlloc, Layout};
 
@@ -38,6 +38,9 @@ fn shrink_across_classes_succeeds_at_the_limit() {
         (4096usize, 100usize, 8usize),
         (1024, 512, 8),
         (1000, 24, 64),
+        // Large blocks shrinking into a size class.
+        (300_000, 100, 8),
+        (200_000, 100_000, 64),
     ] {
         let layout = Layout::from_size_align(from, align).unwrap();
         let (t, p, room) = full_tenant_with_block("shrink", layout);
@@ -59,6 +62,7 @@ fn shrink_across_classes_succeeds_at_the_limit() {
         assert_eq!(t.events(), events, "a shrink counts no limit event");
         let st = t.stat();
         assert!(st.current < MAX, "usage dropped: {}", st.current);
+        assert_eq!(st.large, 0);
         assert_eq!(
             st.slab,
             st.current - st.sock,
@@ -69,7 +73,7 @@ fn shrink_across_classes_succeeds_at_the_limit() {
         t.uncharge(room, StatItem::Sock);
         assert_eq!(t.current_exact(), 0);
         let st = t.stat();
-        assert_eq!((st.slab, st.sock), (0, 0));
+        assert_eq!((st.slab, st.large, st.sock), (0, 0, 0));
     }
 }
 

@@ -26,9 +26,10 @@
 //!   difference (a refused growth charge fails the realloc and leaves the block as it was).
 //! - `realloc` that moves: like `alloc` in the caller's current tenant, then `dealloc` of the
 //!   old block, so a block reallocated under another tenant moves to that tenant. One
-//!   exception, with the same result: a shrink into a smaller size class of a block that is
-//!   already the caller's tenant's moves the block's charge with it instead of charging the
-//!   new block first, so no limit can refuse it (`realloc_shrink_small`).
+//!   exception, with the same result: a shrink into a size class of a block (a larger
+//!   class's slot, or a large block) that is already the caller's tenant's moves the
+//!   block's charge with it instead of charging the new block first, so no limit can refuse
+//!   it (`realloc_shrink_small`, `realloc_shrink_large`).
 
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -222,17 +223,16 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
 }
 
 /// A shrinking `realloc` of the accounted slot `p` (class `old_c`) into the smaller class
-/// `new_c`, for when the caller's tenant refused the new block as an allocation (it is at
-/// its limit) although the shrink lowers its usage. When the block is the caller's tenant's
-/// own, moves its first `copy` bytes to a fresh slot of `new_c` and moves the charge with
-/// them ([`hooks::shrink_charge`], which no limit refuses), so that a shrink, which std's
-/// collections treat as infallible, does not fail on the limit. Null, with nothing changed,
-/// for a block of another tenant (the move charges the caller's tenant, which refused) or
-/// when memory is exhausted.
+/// `new_c`, done without a new charge: a tenant at its limit would refuse the new block as
+/// an allocation although the shrink lowers its usage, and std's collections treat a shrink
+/// as infallible. When the block is the caller's tenant's own, moves its first `copy` bytes
+/// to a fresh slot of `new_c` with the charge ([`move_into_slot`]) and frees the old slot
+/// uncharged. Null, with nothing changed, for a block of another tenant (the move charges
+/// the caller's tenant: the ordinary path decides) or when memory is exhausted.
 ///
 /// # Safety
 /// `p` must be a live allocation of class `old_c` with `copy` bytes to keep, `copy <=
-/// class_size(new_c) < class_size(old_c)`; on success it is freed.
+/// class_size(new_c)`; on success it is freed.
 #[cold]
 #[inline(never)]
 pub unsafe fn realloc_shrink_small(p: *mut u8, old_c: usize, new_c: usize, copy: usize) -> *mut u8 {
@@ -247,33 +247,80 @@ pub unsafe fn realloc_shrink_small(p: *mut u8, old_c: usize, new_c: usize, copy:
     if w.load(Ordering::Relaxed) != cg {
         return null;
     }
-    let mut q = thread_cache::with(|tc| tc.bin(new_c, true).pop());
+    // SAFETY: p's owner word says class_size(old_c) bytes of it are charged to cg; p holds
+    // `copy` bytes to keep.
+    let q = unsafe { move_into_slot(cg, class_size(old_c), StatIdx::slab(old_c), new_c, p, copy) };
+    if !q.is_null() {
+        // p's charge went to q: p goes back charged to nobody.
+        w.store(0, Ordering::Relaxed);
+        // SAFETY: p is a live slot of the accounted class old_c, given up.
+        unsafe {
+            if !thread_cache::with(|tc| tc.bin(old_c, true).push(p)) {
+                thread_cache::free_slow(p, old_c, true);
+            }
+        }
+    }
+    q
+}
+
+/// [`realloc_shrink_small`] for a large block shrinking into size class `new_c`.
+///
+/// # Safety
+/// `p` must be a live large allocation with `copy` bytes to keep, `copy <=
+/// class_size(new_c)`; on success it is freed.
+#[cold]
+#[inline(never)]
+pub unsafe fn realloc_shrink_large(p: *mut u8, new_c: usize, copy: usize) -> *mut u8 {
+    let null = core::ptr::null_mut();
+    let cg = hooks::current_objcg();
+    if cg == 0 {
+        return null;
+    }
+    // SAFETY: caller's contract: p is a live large allocation.
+    let (owner, usable) = unsafe { (large::owner(p), large::usable_size(p)) };
+    if owner.load(Ordering::Relaxed) != cg || class_size(new_c) >= usable {
+        return null;
+    }
+    // SAFETY: the large header says `usable` bytes of p are charged to cg.
+    let q = unsafe { move_into_slot(cg, usable, StatIdx::LARGE, new_c, p, copy) };
+    if !q.is_null() {
+        owner.store(0, Ordering::Relaxed);
+        CHARGED_LARGE.fetch_sub(usable, Ordering::Relaxed);
+        // SAFETY: p is a live large allocation, given up, charged to nobody now.
+        unsafe { large::free(p) };
+    }
+    q
+}
+
+/// Takes a fresh slot of the accounted class `c`, records `cg` as its owner, turns the
+/// `old` bytes charged to `cg` for `old_idx` into the slot's smaller charge
+/// ([`hooks::shrink_charge`], which no limit refuses) and copies `copy` bytes from `src`
+/// into it. Null, with nothing changed, when memory is exhausted.
+///
+/// # Safety
+/// `old` bytes charged to `cg` for `old_idx` are outstanding and held by the block at
+/// `src`, which the caller frees uncharged on success; `copy <= class_size(c) < old`.
+unsafe fn move_into_slot(
+    cg: ObjCgId,
+    old: usize,
+    old_idx: StatIdx,
+    c: usize,
+    src: *const u8,
+    copy: usize,
+) -> *mut u8 {
+    let mut q = thread_cache::with(|tc| tc.bin(c, true).pop());
     if q.is_null() {
-        q = thread_cache::alloc_slow(new_c, true);
+        q = thread_cache::alloc_slow(c, true);
         if q.is_null() {
             return q;
         }
     }
-    // SAFETY: q is a fresh slot of the accounted cache of class new_c; p's owner word said
-    // its class_size(old_c) bytes are charged to cg, and from here q holds the smaller
-    // charge (p's word is cleared below, before p goes back uncharged).
+    // SAFETY: q is a fresh slot of the accounted cache of class c; the caller's `old`
+    // bytes now pay for it (the smaller charge), and src holds `copy` bytes.
     unsafe {
-        (*class_owner_word(q, new_c)).store(cg, Ordering::Relaxed);
-        hooks::shrink_charge(
-            cg,
-            class_size(old_c),
-            StatIdx::slab(old_c),
-            class_size(new_c),
-            StatIdx::slab(new_c),
-        );
-        core::ptr::copy_nonoverlapping(p, q, copy);
-    }
-    w.store(0, Ordering::Relaxed);
-    // SAFETY: p is a live slot of the accounted class old_c, given up, charged to nobody.
-    unsafe {
-        if !thread_cache::with(|tc| tc.bin(old_c, true).push(p)) {
-            thread_cache::free_slow(p, old_c, true);
-        }
+        (*class_owner_word(q, c)).store(cg, Ordering::Relaxed);
+        hooks::shrink_charge(cg, old, old_idx, class_size(c), StatIdx::slab(c));
+        core::ptr::copy_nonoverlapping(src, q, copy);
     }
     q
 }

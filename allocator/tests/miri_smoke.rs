@@ -249,6 +249,15 @@ fn accounted_allocations_in_a_tenant() {
             assert!(!q.is_null());
             assert!(std::slice::from_raw_parts(q, 48).iter().all(|&b| b == 0x5A));
             GLOBAL.dealloc(q, small);
+            // And a large block into a class (`realloc_shrink_large`).
+            let huge = Layout::from_size_align(200_000, 8).unwrap();
+            let p = GLOBAL.alloc(huge);
+            assert!(!p.is_null());
+            std::ptr::write_bytes(p, 0x3C, 48);
+            let q = GLOBAL.realloc(p, huge, 48);
+            assert!(!q.is_null());
+            assert!(std::slice::from_raw_parts(q, 48).iter().all(|&b| b == 0x3C));
+            GLOBAL.dealloc(q, small);
         }
         let mut objs = [std::ptr::null_mut(); 4];
         assert_eq!(cache.alloc_bulk(&mut objs), 4);
