@@ -215,6 +215,23 @@ fn dedicated_cache_single_and_bulk() {
 /// the object stock; others freed on another thread, uncharged there), a large allocation, an
 /// accounted dedicated cache's objects; a drain of every stock, after which the tenant's
 /// exact usage is what it still holds, then zero.
+/// Reallocates a fresh block of `from` down to `to` and checks the kept bytes.
+fn shrink_keeps(from: Layout, to: Layout, seed: u8) {
+    // SAFETY: both layouts have a non-zero size, `to` is smaller; each block is used within
+    // its size and freed once with its layout.
+    unsafe {
+        let p = GLOBAL.alloc(from);
+        assert!(!p.is_null());
+        std::ptr::write_bytes(p, seed, to.size());
+        let q = GLOBAL.realloc(p, from, to.size());
+        assert!(!q.is_null());
+        assert!(std::slice::from_raw_parts(q, to.size())
+            .iter()
+            .all(|&b| b == seed));
+        GLOBAL.dealloc(q, to);
+    }
+}
+
 #[test]
 fn accounted_allocations_in_a_tenant() {
     let tenant = Tenant::new("miri");
@@ -237,28 +254,10 @@ fn accounted_allocations_in_a_tenant() {
             blocks.push((alloc_filled(mid, 10 + i) as usize, mid));
         }
         blocks.push((alloc_filled(big, 30) as usize, big));
-        // A shrink into a smaller class of the tenant's own block moves its charge with it
-        // (`realloc_shrink_small`).
-        // SAFETY: `mid` has a non-zero size; each block is used within its size and freed
-        // once with its layout.
-        unsafe {
-            let p = GLOBAL.alloc(mid);
-            assert!(!p.is_null());
-            std::ptr::write_bytes(p, 0x5A, 48);
-            let q = GLOBAL.realloc(p, mid, 48);
-            assert!(!q.is_null());
-            assert!(std::slice::from_raw_parts(q, 48).iter().all(|&b| b == 0x5A));
-            GLOBAL.dealloc(q, small);
-            // And a large block into a class (`realloc_shrink_large`).
-            let huge = Layout::from_size_align(200_000, 8).unwrap();
-            let p = GLOBAL.alloc(huge);
-            assert!(!p.is_null());
-            std::ptr::write_bytes(p, 0x3C, 48);
-            let q = GLOBAL.realloc(p, huge, 48);
-            assert!(!q.is_null());
-            assert!(std::slice::from_raw_parts(q, 48).iter().all(|&b| b == 0x3C));
-            GLOBAL.dealloc(q, small);
-        }
+        // A shrink into a smaller class of the tenant's own block moves its charge with it,
+        // from a class (`realloc_shrink_small`) and from a large block (`..._large`).
+        shrink_keeps(mid, small, 0x5A);
+        shrink_keeps(Layout::from_size_align(200_000, 8).unwrap(), small, 0x3C);
         let mut objs = [std::ptr::null_mut(); 4];
         assert_eq!(cache.alloc_bulk(&mut objs), 4);
         let one = cache.alloc().unwrap();
