@@ -128,3 +128,42 @@ fn shrink_of_another_tenants_block_is_refused_when_full() {
     full.uncharge(room, StatItem::Sock);
     assert_eq!((owner.current_exact(), full.current_exact()), (0, 0));
 }
+
+/// Below the limit the same moves take their bytes from the thread's stock; either way the
+/// tenant ends up charged exactly what a fresh block of the new size costs.
+#[test]
+fn shrink_moves_the_charge_exactly() {
+    for (from, to) in [(4096usize, 100usize), (300_000, 100), (1024, 512)] {
+        let (old, new) = (
+            Layout::from_size_align(from, 8).unwrap(),
+            Layout::from_size_align(to, 8).unwrap(),
+        );
+        let fresh = Tenant::new("shrink-fresh");
+        let t = Tenant::new("shrink-exact");
+        // SAFETY: non-zero sizes.
+        let (p, f) = unsafe {
+            let g = t.enter();
+            let p = GLOBAL.alloc(old);
+            drop(g);
+            let _f = fresh.enter();
+            (p, GLOBAL.alloc(new))
+        };
+        assert!(!p.is_null() && !f.is_null());
+        let q = {
+            let _g = t.enter();
+            // SAFETY: p is live with `old`.
+            unsafe { GLOBAL.realloc(p, old, to) }
+        };
+        assert!(!q.is_null());
+        assert_eq!(t.current_exact(), fresh.current_exact(), "{from} -> {to}");
+        let (st, sf) = (t.stat(), fresh.stat());
+        assert_eq!((st.slab, st.large), (sf.slab, sf.large));
+        assert_eq!(st.slab_classes, sf.slab_classes, "per-class bytes");
+        // SAFETY: q and f are live with `new`.
+        unsafe {
+            GLOBAL.dealloc(q, new);
+            GLOBAL.dealloc(f, new);
+        }
+        assert_eq!((t.current_exact(), fresh.current_exact()), (0, 0));
+    }
+}

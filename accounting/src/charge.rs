@@ -232,13 +232,20 @@ pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
 }
 
 /// An object charged `old` bytes for `old_idx` becomes one charged `new <= old` bytes for
-/// `new_idx` (a shrinking move of the object's contents to a smaller slot): the counters
-/// lose `old - new`, the stats move, and the objcg loses the refs of the bytes given back.
-/// Straight to the shared counters and stats, without the stock: nothing here can be
-/// refused, so a tenant at its limit can always shrink. Rare (the allocator calls it only
-/// when a shrinking realloc could not be charged the ordinary way).
+/// `new_idx` (a shrinking move of the object's contents to a smaller slot): the tenant
+/// loses `old - new`, the stats move, and the objcg loses the refs of the bytes given back.
+/// Nothing here checks a limit, so a tenant at its limit can always shrink. The allocator
+/// calls it for every shrinking move of a block of the caller's tenant.
 pub(crate) fn shrink(id: ObjCgId, old: u64, old_idx: StatIdx, new: u64, new_idx: StatIdx) {
     debug_assert!(new <= old);
+    // Usually this thread's slot for `id` holds `new` pre-charged bytes: the new object
+    // takes them (with their refs) as an allocation would, and the old object's bytes go
+    // back as a free's would, all in this thread's stock.
+    if crate::stock::consume(id, Pool::Objects, new, new_idx) {
+        uncharge(id, Pool::Objects, old, old_idx);
+        return;
+    }
+    // Else straight to the shared counters and stats, which no limit can refuse.
     let Some(oc) = objcg::lookup(id) else { return };
     // SAFETY: the caller holds the `old` bytes charged to `id`, each a ref on the objcg,
     // dropped only below.
