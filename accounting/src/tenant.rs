@@ -187,7 +187,7 @@ impl Tenant {
     /// A new child of this tenant.
     pub fn child(&self, name: &str) -> Tenant {
         let _root = scope::unscoped();
-        free_zombies_if_any();
+        free_zombies_if_due();
         // No `TREE` here: the parent cannot die meanwhile (this handle keeps it alive, so
         // `kill` cannot run on it), and nothing else can see the new node, its objcg or its
         // list until this returns.
@@ -454,7 +454,7 @@ impl Drop for Tenant {
             fence(Ordering::Acquire);
             let _root = scope::unscoped();
             kill(&self.node);
-            free_zombies_if_any();
+            free_zombies_if_due();
         }
     }
 }
@@ -577,7 +577,7 @@ pub(crate) const ZOMBIE_SWEEP_EVERY: u32 = 32;
 /// runs on a thread of its own): one lock round trip then frees them all. A zombie queued
 /// just after the check, or one that another thread is freeing right now, is left to a later
 /// call. `drain_all_stocks()` and `stat()` call `free_zombies` whatever the count.
-fn free_zombies_if_any() {
+fn free_zombies_if_due() {
     if objcg::zombie_count() >= ZOMBIE_SWEEP_EVERY {
         free_zombies();
     }

@@ -208,18 +208,28 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
     // SAFETY: the slot was charged `class_size(c)` to `owner` when allocated, and its owner
     // word, cleared just now, said so (a second free finds 0 and stops above).
     unsafe { hooks::uncharge(owner, class_size(c), StatIdx::slab(c)) };
-    // SAFETY: caller's contract: a live slot of this class, given up.
-    unsafe {
-        if !thread_cache::with(|tc| tc.bin(c, true).push(p)) {
-            thread_cache::free_slow(p, c, true);
-        }
-    }
+    // SAFETY: caller's contract: a live slot of this class, given up; uncharged just above.
+    unsafe { free_uncharged(p, c) };
     // A drainer may be why the slot was not kept: give back what it left in the bins.
     thread_cache::with(|tc| {
         if tc.must_settle() {
             object_stock::settle(tc);
         }
     });
+}
+
+/// Puts the accounted slot `p` of class `c`, charged to nobody and its owner word cleared,
+/// in this thread's bin of uncharged slots (or, the bin full, back towards its slab).
+///
+/// # Safety
+/// `p` must be a live slot of the accounted cache of class `c`, given up.
+unsafe fn free_uncharged(p: *mut u8, c: usize) {
+    // SAFETY: caller's contract.
+    unsafe {
+        if !thread_cache::with(|tc| tc.bin(c, true).push(p)) {
+            thread_cache::free_slow(p, c, true);
+        }
+    }
 }
 
 /// A shrinking `realloc` of the accounted slot `p` (class `old_c`) into the smaller class
@@ -236,16 +246,15 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
 #[cold]
 #[inline(never)]
 pub unsafe fn realloc_shrink_small(p: *mut u8, old_c: usize, new_c: usize, copy: usize) -> *mut u8 {
-    let null = core::ptr::null_mut();
     let cg = hooks::current_objcg();
     if cg == 0 || !is_accounted(p) || class_size(new_c) >= class_size(old_c) {
-        return null;
+        return core::ptr::null_mut();
     }
     crate::classes::cache(old_c, true).check_slot_start(p);
     // SAFETY: p is a slot of the accounted cache of class old_c (just checked).
     let w = unsafe { &*class_owner_word(p, old_c) };
     if w.load(Ordering::Relaxed) != cg {
-        return null;
+        return core::ptr::null_mut();
     }
     // SAFETY: p's owner word says class_size(old_c) bytes of it are charged to cg; p holds
     // `copy` bytes to keep.
@@ -254,11 +263,7 @@ pub unsafe fn realloc_shrink_small(p: *mut u8, old_c: usize, new_c: usize, copy:
         // p's charge went to q: p goes back charged to nobody.
         w.store(0, Ordering::Relaxed);
         // SAFETY: p is a live slot of the accounted class old_c, given up.
-        unsafe {
-            if !thread_cache::with(|tc| tc.bin(old_c, true).push(p)) {
-                thread_cache::free_slow(p, old_c, true);
-            }
-        }
+        unsafe { free_uncharged(p, old_c) };
     }
     q
 }
@@ -271,15 +276,14 @@ pub unsafe fn realloc_shrink_small(p: *mut u8, old_c: usize, new_c: usize, copy:
 #[cold]
 #[inline(never)]
 pub unsafe fn realloc_shrink_large(p: *mut u8, new_c: usize, copy: usize) -> *mut u8 {
-    let null = core::ptr::null_mut();
     let cg = hooks::current_objcg();
     if cg == 0 {
-        return null;
+        return core::ptr::null_mut();
     }
     // SAFETY: caller's contract: p is a live large allocation.
     let (owner, usable) = unsafe { (large::owner(p), large::usable_size(p)) };
     if owner.load(Ordering::Relaxed) != cg || class_size(new_c) >= usable {
-        return null;
+        return core::ptr::null_mut();
     }
     // SAFETY: the large header says `usable` bytes of p are charged to cg.
     let q = unsafe { move_into_slot(cg, usable, StatIdx::LARGE, new_c, p, copy) };

@@ -216,21 +216,24 @@ unsafe impl GlobalAlloc for SlabAlloc {
             }
             _ => {}
         }
-        if let (Some(b), true) = (new, new_size < layout.size() && hooks::accounting_active()) {
-            // A shrink into a size class of a block of the caller's tenant moves the charge
-            // with the block, so that it never meets the limit (std treats a shrink as
-            // infallible); null when that does not apply.
-            // SAFETY: p is a live block of class a (or a large block) holding at least
-            // new_size bytes to keep (new_size < layout.size()).
-            let q = unsafe {
-                match old {
-                    Some(a) => charge::realloc_shrink_small(p, a, b, new_size),
-                    None => charge::realloc_shrink_large(p, b, new_size),
+        // A shrink into a size class of a block of the caller's tenant moves the charge with
+        // the block, so that it never meets the limit (std treats a shrink as infallible);
+        // null when that does not apply.
+        match new {
+            Some(b) if new_size < layout.size() && hooks::accounting_active() => {
+                // SAFETY: p is a live block of class `a` (or, for `None`, a large block)
+                // holding at least new_size bytes to keep (new_size < layout.size()).
+                let q = unsafe {
+                    match old {
+                        Some(a) => charge::realloc_shrink_small(p, a, b, new_size),
+                        None => charge::realloc_shrink_large(p, b, new_size),
+                    }
+                };
+                if !q.is_null() {
+                    return q;
                 }
-            };
-            if !q.is_null() {
-                return q;
             }
+            _ => {}
         }
         let q = alloc_impl(new_size, align);
         if !q.is_null() {
