@@ -34,15 +34,29 @@ fn alloc_in(t: &Tenant, layout: Layout) -> *mut u8 {
     unsafe { GLOBAL.alloc(layout) }
 }
 
-/// Waits for forked child `pid` (of round `round`) and asserts it exited with status 0.
-fn wait_for_clean_exit(pid: libc::pid_t, round: usize) {
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child {round}: status {status:#x}"
-    );
+/// Forks `rounds` times; each child runs `child(round)`, which says whether its checks
+/// held, and leaves with `_exit`, killed by an alarm after 20 s if it hangs. Asserts that
+/// every child exited cleanly (a hang or a failed check fails the test).
+fn fork_rounds(rounds: usize, child: impl Fn(usize) -> bool) {
+    for round in 0..rounds {
+        // SAFETY: the child runs `child` and leaves with _exit, never returning into the test.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: plain libc call in the child.
+            unsafe { libc::alarm(20) };
+            let ok = child(round);
+            // SAFETY: _exit is always safe.
+            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child {round}: status {status:#x}"
+        );
+    }
 }
 
 fn free(o: Obj) {
@@ -535,26 +549,18 @@ fn fork_while_threads_charge_a_tenant() {
             })
         })
         .collect();
-    for round in 0..30 {
-        // SAFETY: the child allocates, charges and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            let ok = {
-                let _g = c.enter();
-                let v: Vec<u8> = vec![round as u8; 100_000];
-                let w: Vec<u64> = (0..1000).collect();
-                let held = c.current_exact();
-                held >= (v.len() + w.len() * 8) as u64
-            };
-            let _ = t.current_exact();
-            let ok = ok && c.current_exact() == 0;
-            // SAFETY: _exit is always safe.
-            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
-        }
-        // A hang here is the bug this test catches.
-        wait_for_clean_exit(pid, round);
-    }
+    // A hung child is the bug this test catches.
+    fork_rounds(30, |round| {
+        let ok = {
+            let _g = c.enter();
+            let v: Vec<u8> = vec![round as u8; 100_000];
+            let w: Vec<u64> = (0..1000).collect();
+            let held = c.current_exact();
+            held >= (v.len() + w.len() * 8) as u64
+        };
+        let _ = t.current_exact();
+        ok && c.current_exact() == 0
+    });
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.join().unwrap();
@@ -702,30 +708,20 @@ fn fork_while_threads_create_and_drop_tenants() {
             })
         })
         .collect();
-    for round in 0..200 {
-        // SAFETY: the child uses tenants and the allocator, then leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            // SAFETY: plain libc call in the child.
-            unsafe { libc::alarm(20) };
-            let t = Tenant::new("fork-tree-child");
-            let kid = parent.child("fork-tree-grandchild");
-            let ok = {
-                let _g = kid.enter();
-                let v = vec![round as u8; 10_000];
-                kid.current_exact() >= v.len() as u64
-            };
-            let ok = ok && kid.stat().current == 0;
-            drop(kid);
-            drop(t);
-            slabcg::drain_all_stocks();
-            // SAFETY: _exit is always safe.
-            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
-        }
-        // A hang is killed by SIGALRM, which fails this.
-        wait_for_clean_exit(pid, round);
-    }
+    fork_rounds(200, |round| {
+        let t = Tenant::new("fork-tree-child");
+        let kid = parent.child("fork-tree-grandchild");
+        let ok = {
+            let _g = kid.enter();
+            let v = vec![round as u8; 10_000];
+            kid.current_exact() >= v.len() as u64
+        };
+        let ok = ok && kid.stat().current == 0;
+        drop(kid);
+        drop(t);
+        slabcg::drain_all_stocks();
+        ok
+    });
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.join().unwrap();
