@@ -22,6 +22,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize
 
 use slabcg_accounting::hooks;
 
+use crate::free_mark;
 use crate::lock::SpinLock;
 use crate::segment::{is_segment, segment_of, FreeObj, Segment, SlabDesc, SlabState};
 use crate::slab::SlabLayout;
@@ -174,6 +175,7 @@ impl CacheCore {
             // Slots in the transfer cache already count as handed out (`used`).
             chain = Chain { head, count };
         }
+        let marks = free_mark::fits(self.layout.stride);
         let objects = self.layout.objects as u32;
         let stride = self.layout.stride;
         while chain.count < want {
@@ -199,6 +201,11 @@ impl CacheCore {
                         (*d).carved += 1;
                         o
                     };
+                    // Leaving its slab, or carved from a slab that may hold the marks of an
+                    // earlier life.
+                    if marks {
+                        free_mark::clear(obj);
+                    }
                     (*obj).next = chain.head;
                     chain.head = obj;
                     chain.count += 1;
@@ -261,7 +268,8 @@ impl CacheCore {
     }
 
     /// Gives back `count` slots linked from `head`. Detects and reports (fatally) pointers that
-    /// are not slots of this cache and slots of slabs with nothing handed out (double frees).
+    /// are not slots of this cache and double frees: slots already on their slab's free list
+    /// (see `free_mark`; slots of 16 bytes or more) or in slabs with nothing handed out.
     ///
     /// # Safety
     /// The chain must be well formed: `count` slots linked through their first word.
@@ -278,12 +286,17 @@ impl CacheCore {
     }
 
     /// Parks a whole batch in the transfer cache when it has room. Checks that every slot
-    /// lies in a segment of this cache (the full checks run when slots reach their slabs).
+    /// lies in a segment of this cache and is not on its slab's free list (the full checks
+    /// run when slots reach their slabs). Parked slots are not marked: clearing the marks
+    /// would cost the refill that takes the batch a walk over it.
     ///
     /// # Safety
     /// As [`flush`](Self::flush).
     unsafe fn try_transfer(&self, head: *mut FreeObj, count: usize) -> bool {
         let bytes = count * self.layout.stride;
+        // Only size classes use the transfer cache, and every class is 16 bytes or more.
+        debug_assert!(free_mark::fits(self.layout.stride));
+        let mut suspect = false;
         let mut o = head;
         let mut n = 0;
         while !o.is_null() {
@@ -292,14 +305,24 @@ impl CacheCore {
             if !is_segment(o as *const u8) || !ptr::eq(unsafe { (*seg).cache }, self) {
                 sys::fatal("free of a pointer that slabcg did not allocate with this layout");
             }
-            // SAFETY: o is a slot of the chain.
-            o = unsafe { (*o).next };
+            // SAFETY: o lies in a segment of this cache, whose slots are at least 16 bytes;
+            // the caller gives it up.
+            unsafe {
+                if free_mark::is_set(o) {
+                    suspect = true;
+                }
+                o = (*o).next;
+            }
             n += 1;
         }
         if n != count {
             sys::fatal("corrupted free chain (count mismatch)");
         }
         let mut l = self.lists.lock();
+        if suspect {
+            // SAFETY: the chain is well formed (just walked); under the lock.
+            unsafe { self.check_not_free(&l, head, count) };
+        }
         if l.ntransfer == TRANSFER_SLOTS
             || (l.transfer_objects * self.layout.stride + bytes > TRANSFER_BYTES && l.ntransfer > 0)
         {
@@ -336,6 +359,7 @@ impl CacheCore {
         let mut to_release: *mut SlabDesc = ptr::null_mut();
         let mut l = self.lists.lock();
         let reserve = self.reserve_slabs();
+        let marks = free_mark::fits(self.layout.stride);
         let mut obj = head;
         let mut n = 0;
         while n < count && !obj.is_null() {
@@ -344,6 +368,13 @@ impl CacheCore {
             unsafe {
                 let next = (*obj).next;
                 let d = self.desc_of_checked(obj as *mut u8);
+                if marks {
+                    // A duplicate later in this chain finds the first copy on the slab.
+                    if free_mark::is_set(obj) && self.is_free_in(&l, obj) {
+                        double_free_in_cache();
+                    }
+                    free_mark::set(obj);
+                }
                 (*obj).next = (*d).free;
                 (*d).free = obj;
                 if (*d).state == SlabState::Full {
@@ -457,6 +488,52 @@ impl CacheCore {
         }
     }
 
+    /// Whether slot `o` (a slot start of this cache, marked) is on its slab's free list.
+    /// Only asked about marked slots, which nearly always are, so the walk's length does not
+    /// matter.
+    ///
+    /// # Safety
+    /// Under the lock (`_l`), which guards the slab free lists.
+    unsafe fn is_free_in(&self, _l: &Lists, o: *mut FreeObj) -> bool {
+        let (seg, k, _) = self.check_slot_start(o as *mut u8);
+        // SAFETY: check_slot_start says seg is a live segment of this cache and k < nslabs;
+        // the list is read under the lock (caller's contract), the walk bounded by the
+        // slab's slot count in case the list is corrupt.
+        unsafe {
+            if k >= (*seg).fresh {
+                return false;
+            }
+            let mut f = (*Segment::desc(seg, k)).free;
+            let mut steps = 0;
+            while !f.is_null() && steps < self.layout.objects {
+                if f == o {
+                    return true;
+                }
+                f = (*f).next;
+                steps += 1;
+            }
+        }
+        false
+    }
+
+    /// Reports a double free when a slot of the chain is on its slab's free list
+    /// (try_transfer's slow path: some slot carried the mark).
+    ///
+    /// # Safety
+    /// `head` starts a well-formed chain of `count` slots of this cache; under the lock.
+    unsafe fn check_not_free(&self, l: &Lists, head: *mut FreeObj, count: usize) {
+        let mut o = head;
+        for _ in 0..count {
+            // SAFETY: o is one of the chain's slots (caller's contract).
+            unsafe {
+                if free_mark::is_set(o) && self.is_free_in(l, o) {
+                    double_free_in_cache();
+                }
+                o = (*o).next;
+            }
+        }
+    }
+
     /// The descriptor of the slab holding slot `p`, after checking that `p` is the start of a
     /// slot of this cache in a slab in use; aborts with a message otherwise.
     ///
@@ -529,6 +606,12 @@ impl CacheCore {
         // SAFETY: forwarded contract.
         unsafe { self.lists.unlock_raw() }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn double_free_in_cache() -> ! {
+    sys::fatal("double free (the slot is already free in its cache)")
 }
 
 fn inc(c: &AtomicUsize) {

@@ -198,6 +198,13 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
     // a slot of this accounted class: an invalid free (a foreign pointer, the middle of a
     // slot, the wrong layout) is reported instead of clearing some other slot's owner.
     crate::classes::cache(c, true).check_slot_start(p);
+    // The tagged push refuses a slot that already heads the tagged bin: a double free.
+    // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
+    if thread_cache::with(|tc| unsafe { tc.bins.get_unchecked(c) }.tagged.is_head(p)) {
+        crate::sys::fatal(
+            "double free of an accounted object (the slot is already the first kept slot of this thread)",
+        );
+    }
     // SAFETY: caller's contract, just checked.
     let w = unsafe { &*class_owner_word(p, c) };
     let owner = w.load(Ordering::Relaxed);

@@ -37,6 +37,7 @@ pub mod cache;
 pub mod charge;
 pub mod classes;
 pub mod dedicated;
+mod free_mark;
 pub mod global;
 pub mod large;
 pub mod lock;

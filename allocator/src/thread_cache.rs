@@ -77,22 +77,35 @@ impl Bin {
         p.cast()
     }
 
-    /// Pushes a slot, or returns false when the bin is full (or not initialised).
+    /// Pushes a slot, or returns false when the bin is full (or not initialised), or when
+    /// `p` already heads the bin.
+    ///
+    /// A slot that already heads the bin is being freed twice (the commonest double free:
+    /// the same pointer twice with no free of its class between). Pushing it would link it
+    /// to itself, and every later allocation would hand it out again. The callers' slow
+    /// paths report it ([`Bin::is_head`]); the compare is the only double-free check on the
+    /// fast path, the flushes check the rest (`cache.rs`).
     ///
     /// # Safety
     /// `p` must be a slot of this bin's class that nobody uses any more.
     #[inline(always)]
     pub unsafe fn push(&self, p: *mut u8) -> bool {
         let n = self.count.load(Ordering::Relaxed);
-        if n >= self.max.get() {
+        let o = p as *mut FreeObj;
+        let head = self.head.load(Ordering::Relaxed);
+        if n >= self.max.get() || o == head {
             return false;
         }
-        let o = p as *mut FreeObj;
         // SAFETY: the caller hands us the slot; its first word becomes the link.
-        unsafe { (*o).next = self.head.load(Ordering::Relaxed) };
+        unsafe { (*o).next = head };
         self.head.store(o, Ordering::Relaxed);
         self.count.store(n + 1, Ordering::Relaxed);
         true
+    }
+
+    /// Whether `p` is the first free slot of this bin: freeing it now is a double free.
+    pub fn is_head(&self, p: *mut u8) -> bool {
+        !p.is_null() && self.head.load(Ordering::Relaxed) == p as *mut FreeObj
     }
 
     /// Puts back the slot [`pop`](Self::pop) just returned, whatever the capacity (the
@@ -380,6 +393,11 @@ pub unsafe fn free_slow(p: *mut u8, c: usize, accounted: bool) {
             return;
         }
         let bin = tc.bin(c, accounted);
+        if bin.is_head(p) {
+            sys::fatal(
+                "double free (the slot is already the first free slot of this thread's bin)",
+            );
+        }
         if bin.max.get() == 0 {
             // This thread has not allocated from this class yet, so it is freeing objects
             // other threads allocated. Caching them would hand them to its next allocations,

@@ -1,40 +1,14 @@
 //! Memory goes back to the OS, and fork leaves a usable child. These tests run in a child
 //! process each, so other tests' allocations do not disturb the RSS figures.
 
-use std::process::Command;
+#[path = "common/child.rs"]
+mod child;
 
+use child::{is_child, run_child};
 use slabcg_allocator::SlabAlloc;
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
-
-fn run_child(test: &str) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("SLABCG_CHILD", test)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{test} failed:\n{text}");
-    assert!(text.contains("CHILD-OK"), "{test} did not run:\n{text}");
-}
-
-/// Runs `test` in a child process that must die with `message` on stderr.
-fn run_child_expect_fatal(test: &str, message: &str) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture"])
-        .env("SLABCG_CHILD", test)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{test}: the child survived");
-    assert!(err.contains(message), "{test}: stderr: {err}");
-}
-
-fn is_child(test: &str) -> bool {
-    std::env::var("SLABCG_CHILD").as_deref() == Ok(test)
-}
 
 #[test]
 fn trim_returns_a_gigabyte_burst() {
@@ -181,137 +155,4 @@ fn fork_from_multithreaded_program() {
         w.join().unwrap();
     }
     println!("CHILD-OK");
-}
-
-#[test]
-fn invalid_free_is_reported() {
-    if !is_child("invalid_free_is_reported") {
-        return run_child_expect_fatal("invalid_free_is_reported", "slabcg: fatal:");
-    }
-    use std::alloc::{GlobalAlloc, Layout};
-    let l = Layout::from_size_align(64, 8).unwrap();
-    let mut local = [0u8; 64];
-    // SAFETY: deliberately invalid: freeing stack memory must be detected, not corrupt the heap.
-    // Enough frees to overflow the thread bin, whose flush validates every slot.
-    unsafe {
-        for _ in 0..10_000 {
-            GLOBAL.dealloc(local.as_mut_ptr(), l);
-        }
-    }
-    println!("not detected");
-}
-
-#[test]
-fn misaligned_free_to_accounted_cache_is_reported() {
-    if !is_child("misaligned_free_to_accounted_cache_is_reported") {
-        return run_child_expect_fatal(
-            "misaligned_free_to_accounted_cache_is_reported",
-            "slabcg: fatal: free of a pointer that is not the start of a slot",
-        );
-    }
-    use std::alloc::Layout;
-    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(4096, 8).unwrap())
-        .account(true)
-        .build();
-    let p = c.alloc().unwrap();
-    // SAFETY: deliberately invalid: a pointer into the middle of a slot must be reported
-    // before its computed owner address (outside the slab's metadata) is written.
-    unsafe { c.free(std::ptr::NonNull::new_unchecked(p.as_ptr().add(8))) };
-    println!("not detected");
-}
-
-/// An uncharging free computes the owner address from the pointer: a pointer into the middle
-/// of an accounted slot must be reported before that address (another slot's owner word) is
-/// cleared and its tenant uncharged. The free runs on a thread whose object stock does not
-/// hold the tenant, so it takes the uncharging path.
-#[test]
-fn misaligned_free_of_accounted_size_class_object_is_reported() {
-    const NAME: &str = "misaligned_free_of_accounted_size_class_object_is_reported";
-    if !is_child(NAME) {
-        return run_child_expect_fatal(
-            NAME,
-            "slabcg: fatal: free of a pointer that is not the start of a slot",
-        );
-    }
-    use std::alloc::{GlobalAlloc, Layout};
-    let l = Layout::from_size_align(64, 8).unwrap();
-    let tenant = slabcg_accounting::Tenant::new("victim");
-    let p = {
-        let _scope = tenant.enter();
-        // SAFETY: valid layout.
-        unsafe { GLOBAL.alloc(l) as usize }
-    };
-    std::thread::spawn(move || {
-        // Open this thread's accounted bin of the class first (under another tenant, so the
-        // object stock does not hold `victim`), so the free below can take the fast path: a
-        // closed bin sends frees straight to the validating flush.
-        let other = slabcg_accounting::Tenant::new("other");
-        {
-            let _scope = other.enter();
-            drop(std::hint::black_box(vec![0u8; 64]));
-        }
-        // SAFETY: deliberately invalid: the middle of a live accounted slot.
-        unsafe { GLOBAL.dealloc((p + 8) as *mut u8, l) };
-        // Exit before this thread's bins are flushed (the flush would catch the pointer
-        // too, but only after the wrong owner word was cleared).
-        println!("not detected");
-        std::process::exit(0);
-    })
-    .join()
-    .ok();
-}
-
-/// After the first tenant scope, a foreign pointer whose address has the accounted bit set
-/// goes to the accounted free path. It must end in the fatal report (the uncharging path
-/// validates the slot before writing), not in a debug assertion that reads a header the
-/// allocator never wrote, and not in a write to the foreign memory. `fill` is what the
-/// foreign memory holds, so what the free reads as the owner word: 0, or all ones (which
-/// once equalled the "no tag" value of an idle object stock, and got the pointer kept).
-fn foreign_pointer_with_the_accounted_bit(name: &str, fill: u8) {
-    if !is_child(name) {
-        return run_child_expect_fatal(
-            name,
-            "slabcg: fatal: free of a pointer that slabcg did not allocate",
-        );
-    }
-    use std::alloc::{GlobalAlloc, Layout};
-    let tenant = slabcg_accounting::Tenant::new("activate");
-    drop(tenant.enter());
-    // 16 MiB the allocator did not map, and in it a pointer 4 KiB past an odd multiple of
-    // 4 MiB: its 4 MiB "header" and its computed owner word are readable, so the free gets
-    // as far as the owner comparison.
-    let len = 16 << 20;
-    // SAFETY: an anonymous private mapping; never unmapped (the process ends in the fatal).
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    } as usize;
-    assert_ne!(base, libc::MAP_FAILED as usize);
-    // SAFETY: base..base+len is the writable mapping just made.
-    unsafe { std::ptr::write_bytes(base as *mut u8, fill, len) };
-    let p = ((base + (8 << 20) - 1) & !((8 << 20) - 1)) + (4 << 20) + 4096;
-    assert!(p + (1 << 20) < base + len);
-    let l = Layout::from_size_align(64, 8).unwrap();
-    // SAFETY: deliberately invalid: a pointer slabcg never handed out.
-    unsafe { GLOBAL.dealloc(p as *mut u8, l) };
-    println!("not detected");
-}
-
-#[test]
-fn foreign_pointer_with_the_accounted_bit_is_reported() {
-    foreign_pointer_with_the_accounted_bit("foreign_pointer_with_the_accounted_bit_is_reported", 0);
-}
-
-#[test]
-fn foreign_pointer_reading_as_owner_all_ones_is_reported() {
-    foreign_pointer_with_the_accounted_bit(
-        "foreign_pointer_reading_as_owner_all_ones_is_reported",
-        0xff,
-    );
 }

@@ -1,0 +1,37 @@
+//! Tests that run in a child process of their own: the test binary runs itself with
+//! `--exact NAME` and `SLABCG_CHILD=NAME`, and the child does the work (for process-wide
+//! figures such as RSS, or for checks that must end the process).
+
+use std::process::Command;
+
+/// Whether this process is the child that runs `test`.
+pub fn is_child(test: &str) -> bool {
+    std::env::var("SLABCG_CHILD").as_deref() == Ok(test)
+}
+
+/// Runs `test` in a child process that must succeed and print `CHILD-OK`.
+#[allow(dead_code)] // not every includer has tests that must succeed
+pub fn run_child(test: &str) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("SLABCG_CHILD", test)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{test} failed:\n{text}");
+    assert!(text.contains("CHILD-OK"), "{test} did not run:\n{text}");
+}
+
+/// Runs `test` in a child process that must die with `message` on stderr.
+#[allow(dead_code)] // not every includer has tests that must fail
+pub fn run_child_expect_fatal(test: &str, message: &str) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env("SLABCG_CHILD", test)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{test}: the child survived");
+    assert!(err.contains(message), "{test}: stderr: {err}");
+}

@@ -1,0 +1,290 @@
+//! Invalid frees end the process with a message instead of corrupting memory: pointers the
+//! allocator never handed out, pointers into the middle of a slot, and double frees. Each
+//! test runs in a child process of its own, which must die with the expected message.
+
+#[path = "common/child.rs"]
+mod child;
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::ptr::NonNull;
+
+use child::{is_child, run_child_expect_fatal};
+use slabcg_allocator::SlabAlloc;
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+/// The report of a double free caught when a slot already heads the thread's bin.
+const AT_HEAD: &str = "slabcg: fatal: double free (the slot is already the first free slot";
+/// The report of a double free caught when a flush finds the slot free in its cache.
+const IN_CACHE: &str = "slabcg: fatal: double free (the slot is already free in its cache)";
+
+/// The same pointer freed twice in a row. Pushing it again would link the slot to itself,
+/// and every later allocation of the class would return it.
+#[test]
+fn back_to_back_double_free_is_reported() {
+    const NAME: &str = "back_to_back_double_free_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(NAME, AT_HEAD);
+    }
+    let l = Layout::from_size_align(48, 8).unwrap();
+    // SAFETY: deliberately invalid: the second free of p.
+    unsafe {
+        let p = GLOBAL.alloc(l);
+        GLOBAL.dealloc(p, l);
+        GLOBAL.dealloc(p, l);
+    }
+    println!("not detected");
+}
+
+/// The same inside a tenant: the first free keeps the slot charged in the object stock,
+/// the second must not put it in a second bin.
+#[test]
+fn back_to_back_double_free_in_a_tenant_is_reported() {
+    const NAME: &str = "back_to_back_double_free_in_a_tenant_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(NAME, "slabcg: fatal: double free of an accounted object");
+    }
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _scope = tenant.enter();
+    let l = Layout::from_size_align(48, 8).unwrap();
+    // SAFETY: deliberately invalid: the second free of p.
+    unsafe {
+        let p = GLOBAL.alloc(l);
+        GLOBAL.dealloc(p, l);
+        GLOBAL.dealloc(p, l);
+    }
+    println!("not detected");
+}
+
+/// A double free after the first free's slot went back to its slab (`trim` flushes the
+/// thread's bins and the transfer cache), with a live neighbour in the slab: the second
+/// free's flush finds the slot on the slab's free list.
+#[test]
+fn double_free_after_the_slot_went_home_is_reported() {
+    const NAME: &str = "double_free_after_the_slot_went_home_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(NAME, IN_CACHE);
+    }
+    let l = Layout::from_size_align(48, 8).unwrap();
+    // SAFETY: deliberately invalid: the second free of p, after it went home.
+    unsafe {
+        let neighbour = GLOBAL.alloc(l);
+        let p = GLOBAL.alloc(l);
+        GLOBAL.dealloc(p, l);
+        slabcg_allocator::trim();
+        GLOBAL.dealloc(p, l);
+        slabcg_allocator::trim();
+        std::hint::black_box(neighbour);
+    }
+    println!("not detected");
+}
+
+/// The same, the second free made on another thread, whose exit gives its bin back as one
+/// batch: the batch's check on its way to the transfer cache finds the slot.
+#[test]
+fn double_free_on_another_thread_is_reported() {
+    const NAME: &str = "double_free_on_another_thread_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(NAME, IN_CACHE);
+    }
+    use std::sync::{Arc, Barrier};
+    let l = Layout::from_size_align(48, 8).unwrap();
+    // SAFETY: valid layout.
+    let (neighbour, p) = unsafe { (GLOBAL.alloc(l), GLOBAL.alloc(l) as usize) };
+    let (opened, freed) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+    let t = {
+        let (opened, freed) = (opened.clone(), freed.clone());
+        std::thread::spawn(move || {
+            // Open this thread's bin while p is live, so the refill's batch does not hold
+            // it (a thread that only frees would send its first frees home one by one).
+            drop(std::hint::black_box(Box::new([0u8; 48])));
+            opened.wait();
+            freed.wait();
+            // SAFETY: deliberately invalid: p again, after its first free went home.
+            unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+        })
+    };
+    opened.wait();
+    // SAFETY: p is live, freed once here.
+    unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+    slabcg_allocator::trim();
+    freed.wait();
+    t.join().unwrap();
+    println!("not detected: {neighbour:?}");
+}
+
+/// A dedicated cache has no thread bins: a double free with live neighbours used to put the
+/// slot on its slab's free list twice, and the cache then handed it out twice.
+#[test]
+fn double_free_in_a_dedicated_cache_is_reported() {
+    const NAME: &str = "double_free_in_a_dedicated_cache_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(NAME, IN_CACHE);
+    }
+    let c =
+        slabcg_allocator::Cache::builder("victim", Layout::from_size_align(40, 8).unwrap()).build();
+    let neighbour = c.alloc().unwrap();
+    let p = c.alloc().unwrap();
+    let other = c.alloc().unwrap();
+    // SAFETY: deliberately invalid: the second free of p, between two valid frees.
+    unsafe {
+        c.free(p);
+        c.free(other);
+        c.free(p);
+    }
+    let (a, b) = (c.alloc().unwrap(), c.alloc().unwrap());
+    println!("not detected: {a:?} {b:?} {neighbour:?}");
+}
+
+/// The same in an accounted dedicated cache inside a tenant: the first free uncharged the
+/// object; the second must be reported, not uncharge it again.
+#[test]
+fn double_free_in_an_accounted_dedicated_cache_is_reported() {
+    const NAME: &str = "double_free_in_an_accounted_dedicated_cache_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(NAME, IN_CACHE);
+    }
+    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(40, 8).unwrap())
+        .account(true)
+        .build();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _scope = tenant.enter();
+    let _neighbour = c.alloc().unwrap();
+    let p: NonNull<u8> = c.alloc().unwrap();
+    // SAFETY: deliberately invalid: the second free of p.
+    unsafe {
+        c.free(p);
+        c.free(p);
+    }
+    println!("not detected");
+}
+
+#[test]
+fn invalid_free_is_reported() {
+    if !is_child("invalid_free_is_reported") {
+        return run_child_expect_fatal("invalid_free_is_reported", "slabcg: fatal:");
+    }
+    let l = Layout::from_size_align(64, 8).unwrap();
+    let mut local = [0u8; 64];
+    // SAFETY: deliberately invalid: freeing stack memory must be detected, not corrupt the heap.
+    // Enough frees to overflow the thread bin, whose flush validates every slot.
+    unsafe {
+        for _ in 0..10_000 {
+            GLOBAL.dealloc(local.as_mut_ptr(), l);
+        }
+    }
+    println!("not detected");
+}
+
+#[test]
+fn misaligned_free_to_accounted_cache_is_reported() {
+    if !is_child("misaligned_free_to_accounted_cache_is_reported") {
+        return run_child_expect_fatal(
+            "misaligned_free_to_accounted_cache_is_reported",
+            "slabcg: fatal: free of a pointer that is not the start of a slot",
+        );
+    }
+    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(4096, 8).unwrap())
+        .account(true)
+        .build();
+    let p = c.alloc().unwrap();
+    // SAFETY: deliberately invalid: a pointer into the middle of a slot must be reported
+    // before its computed owner address (outside the slab's metadata) is written.
+    unsafe { c.free(std::ptr::NonNull::new_unchecked(p.as_ptr().add(8))) };
+    println!("not detected");
+}
+
+/// An uncharging free computes the owner address from the pointer: a pointer into the middle
+/// of an accounted slot must be reported before that address (another slot's owner word) is
+/// cleared and its tenant uncharged. The free runs on a thread whose object stock does not
+/// hold the tenant, so it takes the uncharging path.
+#[test]
+fn misaligned_free_of_accounted_size_class_object_is_reported() {
+    const NAME: &str = "misaligned_free_of_accounted_size_class_object_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: free of a pointer that is not the start of a slot",
+        );
+    }
+    let l = Layout::from_size_align(64, 8).unwrap();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let p = {
+        let _scope = tenant.enter();
+        // SAFETY: valid layout.
+        unsafe { GLOBAL.alloc(l) as usize }
+    };
+    std::thread::spawn(move || {
+        // Open this thread's accounted bin of the class first (under another tenant, so the
+        // object stock does not hold `victim`), so the free below can take the fast path: a
+        // closed bin sends frees straight to the validating flush.
+        let other = slabcg_accounting::Tenant::new("other");
+        {
+            let _scope = other.enter();
+            drop(std::hint::black_box(vec![0u8; 64]));
+        }
+        // SAFETY: deliberately invalid: the middle of a live accounted slot.
+        unsafe { GLOBAL.dealloc((p + 8) as *mut u8, l) };
+        // Exit before this thread's bins are flushed (the flush would catch the pointer
+        // too, but only after the wrong owner word was cleared).
+        println!("not detected");
+        std::process::exit(0);
+    })
+    .join()
+    .ok();
+}
+
+/// After the first tenant scope, a foreign pointer whose address has the accounted bit set
+/// goes to the accounted free path. It must end in the fatal report (the uncharging path
+/// validates the slot before writing), not in a debug assertion that reads a header the
+/// allocator never wrote, and not in a write to the foreign memory. `fill` is what the
+/// foreign memory holds, so what the free reads as the owner word: 0, or all ones (which
+/// once equalled the "no tag" value of an idle object stock, and got the pointer kept).
+fn foreign_pointer_with_the_accounted_bit(name: &str, fill: u8) {
+    if !is_child(name) {
+        return run_child_expect_fatal(
+            name,
+            "slabcg: fatal: free of a pointer that slabcg did not allocate",
+        );
+    }
+    let tenant = slabcg_accounting::Tenant::new("activate");
+    drop(tenant.enter());
+    // 16 MiB the allocator did not map, and in it a pointer 4 KiB past an odd multiple of
+    // 4 MiB: its 4 MiB "header" and its computed owner word are readable, so the free gets
+    // as far as the owner comparison.
+    let len = 16 << 20;
+    // SAFETY: an anonymous private mapping; never unmapped (the process ends in the fatal).
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    } as usize;
+    assert_ne!(base, libc::MAP_FAILED as usize);
+    // SAFETY: base..base+len is the writable mapping just made.
+    unsafe { std::ptr::write_bytes(base as *mut u8, fill, len) };
+    let p = ((base + (8 << 20) - 1) & !((8 << 20) - 1)) + (4 << 20) + 4096;
+    assert!(p + (1 << 20) < base + len);
+    let l = Layout::from_size_align(64, 8).unwrap();
+    // SAFETY: deliberately invalid: a pointer slabcg never handed out.
+    unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+    println!("not detected");
+}
+
+#[test]
+fn foreign_pointer_with_the_accounted_bit_is_reported() {
+    foreign_pointer_with_the_accounted_bit("foreign_pointer_with_the_accounted_bit_is_reported", 0);
+}
+
+#[test]
+fn foreign_pointer_reading_as_owner_all_ones_is_reported() {
+    foreign_pointer_with_the_accounted_bit(
+        "foreign_pointer_reading_as_owner_all_ones_is_reported",
+        0xff,
+    );
+}
