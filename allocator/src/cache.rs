@@ -175,7 +175,7 @@ impl CacheCore {
             // Slots in the transfer cache already count as handed out (`used`).
             chain = Chain { head, count };
         }
-        let marks = free_mark::fits(self.layout.stride);
+        let marks = free_mark::fits(&self.layout);
         let objects = self.layout.objects as u32;
         let stride = self.layout.stride;
         while chain.count < want {
@@ -295,7 +295,7 @@ impl CacheCore {
     unsafe fn try_transfer(&self, head: *mut FreeObj, count: usize) -> bool {
         let bytes = count * self.layout.stride;
         // Only size classes use the transfer cache, and every class is 16 bytes or more.
-        debug_assert!(free_mark::fits(self.layout.stride));
+        debug_assert!(free_mark::fits(&self.layout));
         let mut suspect = false;
         let mut o = head;
         let mut n = 0;
@@ -359,7 +359,7 @@ impl CacheCore {
         let mut to_release: *mut SlabDesc = ptr::null_mut();
         let mut l = self.lists.lock();
         let reserve = self.reserve_slabs();
-        let marks = free_mark::fits(self.layout.stride);
+        let marks = free_mark::fits(&self.layout);
         let mut obj = head;
         let mut n = 0;
         while n < count && !obj.is_null() {

@@ -16,17 +16,23 @@
 //! (`Bin::push`).
 //!
 //! Only slots of 16 bytes or more have a second word: every size class, and dedicated
-//! caches whose stride is at least 16.
+//! caches whose stride is at least 16 (less those that keep an owner word there, [`fits`]).
 
 use crate::segment::FreeObj;
+use crate::slab::{MetaPlacement, SlabLayout};
 
 /// Mixed with the address, so that a slot's mark is not the same word in every slot (a
 /// program filling memory with one value marks nothing).
 const KEY: usize = 0x5abc_f7ee_c91a_d0f1_u64 as usize;
 
-/// Whether slots of `stride` bytes carry the mark.
-pub fn fits(stride: usize) -> bool {
-    stride >= 2 * core::mem::size_of::<usize>()
+/// Whether the free slots of a cache of this layout carry the mark: slots of 16 bytes or
+/// more, whose second word holds nothing of ours. An accounted cache with its owner words in
+/// the slots' padding may keep one there (an 8-byte object aligned to 16): that word must
+/// keep reading 0 while the slot is free (a second free is told from a first by it), so
+/// such caches go without the mark.
+pub fn fits(l: &SlabLayout) -> bool {
+    const WORD: usize = core::mem::size_of::<usize>();
+    l.stride >= 2 * WORD && !(l.meta == MetaPlacement::Padding && l.meta_offset < 2 * WORD)
 }
 
 /// # Safety
@@ -136,6 +142,34 @@ mod tests {
         }
         // SAFETY: the chain refill returned, given back whole.
         unsafe { core.flush(again.head, again.count) };
+    }
+
+    /// An accounted cache of 8-byte objects aligned to 16 keeps each owner word in the
+    /// slot's second word: it goes without the mark, and a freed object's owner word reads
+    /// 0 (what tells a second free from a first).
+    #[test]
+    fn owner_words_in_the_second_word_keep_the_mark_out() {
+        let l = Layout::from_size_align(8, 16).unwrap();
+        let c = Cache::builder("mark-owner", l).account(true).build();
+        let g = &c.core.layout;
+        assert_eq!((g.meta, g.meta_offset), (MetaPlacement::Padding, 8));
+        assert!(!fits(g));
+        assert!(fits(&Cache::builder("mark-plain", l).build().core.layout));
+        let tenant = slabcg_accounting::Tenant::new("mark-owner");
+        let _scope = tenant.enter();
+        let keep = c.alloc().unwrap();
+        let p = c.alloc().unwrap();
+        // SAFETY: p is a live object of c, freed once; its slot stays mapped and is only
+        // read after.
+        unsafe {
+            c.free(p);
+            assert_eq!(
+                *(p.as_ptr().add(8) as *const u32),
+                0,
+                "owner word of a free slot"
+            );
+            c.free(keep);
+        }
     }
 
     /// The slots of a chain, in order.
