@@ -294,8 +294,7 @@ impl CacheCore {
     /// As [`flush`](Self::flush).
     unsafe fn try_transfer(&self, head: *mut FreeObj, count: usize) -> bool {
         let bytes = count * self.layout.stride;
-        // Only size classes use the transfer cache, and every class is 16 bytes or more.
-        debug_assert!(free_mark::fits(&self.layout));
+        let marks = free_mark::fits(&self.layout);
         let mut suspect = false;
         let mut o = head;
         let mut n = 0;
@@ -305,10 +304,10 @@ impl CacheCore {
             if !is_segment(o as *const u8) || !ptr::eq(unsafe { (*seg).cache }, self) {
                 sys::fatal("free of a pointer that slabcg did not allocate with this layout");
             }
-            // SAFETY: o lies in a segment of this cache, whose slots are at least 16 bytes;
-            // the caller gives it up.
+            // SAFETY: o lies in a segment of this cache, whose slots have a second word when
+            // marks are on; the caller gives it up.
             unsafe {
-                if free_mark::is_set(o) {
+                if marks && free_mark::is_set(o) {
                     suspect = true;
                 }
                 o = (*o).next;

@@ -15,8 +15,9 @@
 //! either; a bin's own commonest double free is caught when the slot already heads it
 //! (`Bin::push`).
 //!
-//! Only slots of 16 bytes or more have a second word: every size class, and dedicated
-//! caches whose stride is at least 16 (less those that keep an owner word there, [`fits`]).
+//! Only slots of 16 bytes or more have a second word: every size class but the 8-byte one,
+//! and dedicated caches whose stride is at least 16 (less those that keep an owner word
+//! there, [`fits`]).
 
 use crate::segment::FreeObj;
 use crate::slab::{MetaPlacement, SlabLayout};

@@ -22,6 +22,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::lock::SpinLock;
 use crate::sys::{self, PAGE};
+use crate::unmapped;
 
 const MAGIC: usize = 0x51ab_c91a_56e0_0001;
 
@@ -101,6 +102,9 @@ fn take_cached(len: usize) -> *mut u8 {
         }
         let (base, l) = c.remove(big);
         drop(c);
+        // The mapping may move: whatever block once lived at its start is gone (the new
+        // block revives the entry if it stays put).
+        unmapped::bury((base + PAGE) as *mut u8);
         // SAFETY: base..base+l is a whole cached mapping nobody uses.
         let q = unsafe { sys::remap(base as *mut u8, l, len) };
         if q.is_null() {
@@ -143,6 +147,7 @@ fn keep_cached(base: *mut u8, len: usize) -> bool {
     CACHED.store(c.bytes, Ordering::Relaxed);
     drop(c);
     for &(b, l) in &evicted[..ne] {
+        unmapped::bury((b + PAGE) as *mut u8);
         // SAFETY: evicted mappings are ours and unused.
         unsafe { sys::unmap(b as *mut u8, l) };
     }
@@ -172,6 +177,7 @@ pub fn trim() {
         }
         let (b, l) = c.remove(0);
         drop(c);
+        unmapped::bury((b + PAGE) as *mut u8);
         // SAFETY: a cached mapping is ours and unused.
         unsafe { sys::unmap(b as *mut u8, l) };
     }
@@ -266,6 +272,7 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     }
     COUNT.fetch_add(1, Ordering::Relaxed);
     MAPPED.fetch_add(map_len, Ordering::Relaxed);
+    unmapped::revive(p);
     p
 }
 
@@ -276,6 +283,9 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
 unsafe fn checked(p: *mut u8) -> *mut LargeHeader {
     if p as usize & (PAGE - 1) != 0 {
         sys::fatal("free of a pointer that slabcg did not allocate (large, misaligned)");
+    }
+    if unmapped::is_dead(p) {
+        sys::fatal("double free, or use after free, of a large block (its mapping is gone)");
     }
     let h = header(p);
     // SAFETY: the caller guarantees the header page is readable.
@@ -298,6 +308,7 @@ pub unsafe fn free(p: *mut u8) {
         COUNT.fetch_sub(1, Ordering::Relaxed);
         MAPPED.fetch_sub(len, Ordering::Relaxed);
         if !keep_cached(h as *mut u8, len) {
+            unmapped::bury(p);
             sys::unmap(h as *mut u8, len);
         }
     }
@@ -345,13 +356,17 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
             MAPPED.fetch_sub(old_len - new_len, Ordering::Relaxed);
             return p;
         }
+        // The block may move: its old address is dead unless it stays (revived below).
+        unmapped::bury(p);
         let nb = sys::remap(h as *mut u8, old_len, new_len);
         if nb.is_null() {
+            unmapped::revive(p);
             return nb;
         }
         let nh = nb as *mut LargeHeader;
         (*nh).map_len = new_len;
         MAPPED.fetch_add(new_len - old_len, Ordering::Relaxed);
+        unmapped::revive(nb.add(PAGE));
         nb.add(PAGE)
     }
 }

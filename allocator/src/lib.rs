@@ -48,6 +48,7 @@ pub mod slab;
 pub mod stats;
 pub mod sys;
 pub mod thread_cache;
+mod unmapped;
 
 pub use dedicated::{Cache, CacheBuilder, CacheError, CacheInfo};
 pub use global::SlabAlloc;
