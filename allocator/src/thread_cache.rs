@@ -423,8 +423,13 @@ pub unsafe fn free_slow(p: *mut u8, c: usize, accounted: bool) {
             unsafe { cache.flush(chain, k as usize) };
         }
         // SAFETY: the bin now has room; the caller gives up p.
-        let pushed = unsafe { bin.push(p) };
-        debug_assert!(pushed);
+        if !unsafe { bin.push(p) } {
+            // With room, only a slot that heads the bin is refused: p was freed before and
+            // the half given back just uncovered it.
+            sys::fatal(
+                "double free (the slot is already the first free slot of this thread's bin)",
+            );
+        }
     })
 }
 

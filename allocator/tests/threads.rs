@@ -177,3 +177,21 @@ fn allocation_before_main_worked() {
     // SAFETY: written once before main; read-only afterwards.
     assert_eq!(unsafe { BEFORE_MAIN }, "499500".len());
 }
+
+/// The 8-byte size class has no second word in its slots (where larger classes keep the
+/// double-free mark): a million boxed words, spread over several segments, go back in
+/// batches through the transfer cache and to their slabs, on this thread and on others.
+#[test]
+fn eight_byte_objects_go_back_in_batches() {
+    let v: Vec<Box<u64>> = (0..1_200_000u64).map(Box::new).collect();
+    let sum: u64 = v.iter().map(|b| **b).sum();
+    assert_eq!(sum, 1_200_000 * 1_199_999 / 2);
+    let mut halves = v.into_iter();
+    let first: Vec<Box<u64>> = halves.by_ref().take(600_000).collect();
+    let second: Vec<Box<u64>> = halves.collect();
+    std::thread::spawn(move || drop(first)).join().unwrap();
+    drop(second);
+    slabcg_allocator::trim();
+    let again: Vec<Box<u64>> = (0..100_000u64).map(Box::new).collect();
+    assert!(again.iter().enumerate().all(|(i, b)| **b == i as u64));
+}
