@@ -12,8 +12,8 @@
 //! (`const`: the layout is a compile-time constant, so the allocator's fast path is inlined
 //! into the loop and folded for the size; see `run_const`. `inlined`: the fast path is
 //! inlined into the loop but the layout is known only at run time, the shape LTO gives the
-//! criterion and seeds benches' loops; see `probe_loops::run_inlined`. Neither: every pair goes through
-//! the `__rust_alloc` call.)
+//! seeds bench's loop (the criterion `acct_` groups call `__rust_alloc`); see
+//! `probe_loops::run_inlined`. Neither: every pair goes through the `__rust_alloc` call.)
 //! (instructions per pair = total / (sizes x 4 x batches); the difference between the two
 //! runs is what accounting adds.) Without valgrind it prints ns per pair.
 //!

@@ -9,7 +9,8 @@
 #   `const`:  compile-time layouts (the allocator inlined into the loop) instead of a size
 #             known only at run time (every pair through the `__rust_alloc` call);
 #   `inlined`: the allocator inlined into the loop with the size known only at run time
-#             (the shape of the criterion and seeds benches' loops).
+#             (the shape of the seeds bench's loop; the criterion `acct_` groups go
+#             through the `__rust_alloc` call).
 # out: one line per run, then per size: min / median / max of the runs' median ratios.
 #
 # On a noisy machine the per-run medians still swing by several percent; report the spread,
