@@ -19,6 +19,19 @@ const AT_HEAD: &str = "slabcg: fatal: double free (the slot is already the first
 /// The report of a double free caught when a flush finds the slot free in its cache.
 const IN_CACHE: &str = "slabcg: fatal: double free (the slot is already free in its cache)";
 
+/// Allocates a block of layout `l` and frees it twice in a row; the child must not get past
+/// the second free.
+fn alloc_and_free_twice(l: Layout) {
+    // SAFETY: deliberately invalid: the second free of p.
+    unsafe {
+        let p = GLOBAL.alloc(l);
+        assert!(!p.is_null());
+        GLOBAL.dealloc(p, l);
+        GLOBAL.dealloc(p, l);
+    }
+    println!("not detected");
+}
+
 /// The same pointer freed twice in a row. Pushing it again would link the slot to itself,
 /// and every later allocation of the class would return it.
 #[test]
@@ -27,14 +40,7 @@ fn back_to_back_double_free_is_reported() {
     if !is_child(NAME) {
         return run_child_expect_fatal(NAME, AT_HEAD);
     }
-    let l = Layout::from_size_align(48, 8).unwrap();
-    // SAFETY: deliberately invalid: the second free of p.
-    unsafe {
-        let p = GLOBAL.alloc(l);
-        GLOBAL.dealloc(p, l);
-        GLOBAL.dealloc(p, l);
-    }
-    println!("not detected");
+    alloc_and_free_twice(Layout::from_size_align(48, 8).unwrap());
 }
 
 /// The same inside a tenant: the first free keeps the slot charged in the object stock,
@@ -47,14 +53,7 @@ fn back_to_back_double_free_in_a_tenant_is_reported() {
     }
     let tenant = slabcg_accounting::Tenant::new("victim");
     let _scope = tenant.enter();
-    let l = Layout::from_size_align(48, 8).unwrap();
-    // SAFETY: deliberately invalid: the second free of p.
-    unsafe {
-        let p = GLOBAL.alloc(l);
-        GLOBAL.dealloc(p, l);
-        GLOBAL.dealloc(p, l);
-    }
-    println!("not detected");
+    alloc_and_free_twice(Layout::from_size_align(48, 8).unwrap());
 }
 
 /// A double free after the first free's slot went back to its slab (`trim` flushes the
@@ -122,12 +121,22 @@ fn double_free_in_a_dedicated_cache_is_reported() {
     if !is_child(NAME) {
         return run_child_expect_fatal(NAME, IN_CACHE);
     }
-    let c =
-        slabcg_allocator::Cache::builder("victim", Layout::from_size_align(40, 8).unwrap()).build();
+    dedicated_double_free(false);
+}
+
+/// In a dedicated cache of 40-byte objects (accounted or not), with live neighbours in the
+/// slab: frees one object, then another, then the first again, then allocates twice (which
+/// would hand the first one out twice).
+fn dedicated_double_free(account: bool) {
+    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(40, 8).unwrap())
+        .account(account)
+        .build();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _scope = tenant.enter();
     let neighbour = c.alloc().unwrap();
-    let p = c.alloc().unwrap();
+    let p: NonNull<u8> = c.alloc().unwrap();
     let other = c.alloc().unwrap();
-    // SAFETY: deliberately invalid: the second free of p, between two valid frees.
+    // SAFETY: deliberately invalid: the second free of p, after a valid free.
     unsafe {
         c.free(p);
         c.free(other);
@@ -145,19 +154,7 @@ fn double_free_in_an_accounted_dedicated_cache_is_reported() {
     if !is_child(NAME) {
         return run_child_expect_fatal(NAME, IN_CACHE);
     }
-    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(40, 8).unwrap())
-        .account(true)
-        .build();
-    let tenant = slabcg_accounting::Tenant::new("victim");
-    let _scope = tenant.enter();
-    let _neighbour = c.alloc().unwrap();
-    let p: NonNull<u8> = c.alloc().unwrap();
-    // SAFETY: deliberately invalid: the second free of p.
-    unsafe {
-        c.free(p);
-        c.free(p);
-    }
-    println!("not detected");
+    dedicated_double_free(true);
 }
 
 #[test]
@@ -300,15 +297,7 @@ fn double_free_of_an_unmapped_large_block_is_reported() {
             "slabcg: fatal: double free, or use after free, of a large block",
         );
     }
-    let l = Layout::from_size_align(65 << 20, 8).unwrap();
-    // SAFETY: deliberately invalid: the second free of p, whose mapping is gone.
-    unsafe {
-        let p = GLOBAL.alloc(l);
-        assert!(!p.is_null());
-        GLOBAL.dealloc(p, l);
-        GLOBAL.dealloc(p, l);
-    }
-    println!("not detected");
+    alloc_and_free_twice(Layout::from_size_align(65 << 20, 8).unwrap());
 }
 
 /// The other side: blocks that the OS maps again at a freed block's address, moved by
