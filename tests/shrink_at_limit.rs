@@ -167,3 +167,40 @@ fn shrink_moves_the_charge_exactly() {
         assert_eq!((t.current_exact(), fresh.current_exact()), (0, 0));
     }
 }
+
+/// A large block aligned above a page shrinking into another such block: the tail is
+/// unmapped in place, the alignment stays, and the charge drops by the difference. It used
+/// to allocate the new block first, which a full tenant refused.
+#[test]
+fn shrink_of_a_block_aligned_above_a_page_stays_in_place_at_the_limit() {
+    const ALIGN: usize = 64 << 10;
+    let (from, to) = (600_000usize, 200_000usize);
+    let layout = Layout::from_size_align(from, ALIGN).unwrap();
+    let (t, p, room) = full_tenant_with_block("shrink-aligned", layout);
+    let before = t.stat().large;
+    let q = {
+        let _g = t.enter();
+        // SAFETY: p is live with `layout`; `to` is non-zero.
+        unsafe { GLOBAL.realloc(p, layout, to) }
+    };
+    assert_eq!(q, p, "shrunk in place");
+    assert_eq!(q as usize % ALIGN, 0);
+    // SAFETY: q holds at least `to` bytes, unchanged.
+    assert!(unsafe { std::slice::from_raw_parts(q, to) }
+        .iter()
+        .all(|&b| b == 0xA5));
+    let st = t.stat();
+    assert!(
+        st.large < before,
+        "the charge dropped: {} -> {}",
+        before,
+        st.large
+    );
+    // SAFETY: q is a live allocation of GLOBAL.
+    assert_eq!(st.large as usize, unsafe { SlabAlloc::usable_size(q) });
+    assert_eq!(st.current, st.large + st.sock);
+    // SAFETY: q is live with the new layout.
+    unsafe { GLOBAL.dealloc(q, Layout::from_size_align(to, ALIGN).unwrap()) };
+    t.uncharge(room, StatItem::Sock);
+    assert_eq!(t.current_exact(), 0);
+}

@@ -398,7 +398,8 @@ pub enum LargeResize {
 /// difference.
 ///
 /// # Safety
-/// `p` must be a live large allocation aligned to at most a page.
+/// `p` must be a live large allocation aligned to at most a page, or one that `new_size`
+/// does not grow (a shrink stays in place).
 #[cold]
 #[inline(never)]
 pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> LargeResize {

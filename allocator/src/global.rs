@@ -205,8 +205,11 @@ unsafe impl GlobalAlloc for SlabAlloc {
         let new = class_for(new_size, align);
         match (old, new) {
             (Some(a), Some(b)) if a == b => return p,
-            (None, None) if align <= sys::PAGE => {
-                // SAFETY: p is a live large allocation aligned to <= PAGE.
+            // Growth may move the block (mremap), which keeps only page alignment; a shrink
+            // unmaps the tail in place, so any alignment stays (and, done in place, it
+            // needs no new block that a tenant at its limit could refuse).
+            (None, None) if align <= sys::PAGE || new_size <= layout.size() => {
+                // SAFETY: p is a live large allocation, aligned to <= PAGE or not growing.
                 match unsafe { charge::realloc_large(p, new_size) } {
                     charge::LargeResize::Done(q) => return q,
                     // The owner's limit said no: moving the block would only dodge it.

@@ -333,11 +333,13 @@ pub unsafe fn owner(p: *mut u8) -> &'static AtomicU32 {
     unsafe { &(*checked(p)).owner }
 }
 
-/// Resizes a page-aligned large allocation in place or by `mremap`. Null when the OS refuses
-/// (the allocation is then unchanged).
+/// Resizes a large allocation in place or by `mremap`. Null when the OS refuses (the
+/// allocation is then unchanged). A shrink always stays in place (the tail is unmapped);
+/// growth may move the mapping, which keeps only page alignment.
 ///
 /// # Safety
-/// `p` must be a live large allocation aligned to at most PAGE.
+/// `p` must be a live large allocation, aligned to at most PAGE unless `new_size` does not
+/// grow it.
 pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
     let Some(usable) = usable_for(new_size) else {
         return ptr::null_mut();
