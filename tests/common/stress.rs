@@ -319,15 +319,16 @@ impl Worker {
             unsafe { alloc::realloc(o.p as *mut u8, o.layout, new_size) }
         };
         // Who is charged (charge.rs): a block that stays in its size class, or a large block
-        // resized in place by mremap, keeps its owner; any other move charges the caller's
-        // tenant. (A failed mremap falls back to a move: on a healthy machine it does not.)
+        // resized in place (grown by mremap when aligned to at most a page; any shrink),
+        // keeps its owner; any other move charges the caller's tenant. (A failed mremap
+        // falls back to a move: on a healthy machine it does not.)
         let align = o.layout.align();
         let keeps_owner = match (
             class_for(o.layout.size(), align),
             class_for(new_size, align),
         ) {
             (Some(a), Some(b)) => a == b,
-            (None, None) => align <= 4096,
+            (None, None) => align <= 4096 || new_size <= o.layout.size(),
             _ => false,
         };
         if q.is_null() {
