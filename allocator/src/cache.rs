@@ -521,6 +521,9 @@ impl CacheCore {
     /// # Safety
     /// `head` starts a well-formed chain of `count` slots of this cache; under the lock.
     unsafe fn check_not_free(&self, l: &Lists, head: *mut FreeObj, count: usize) {
+        // Only a marked slot makes a suspect, and only caches whose slots carry the mark
+        // have one: reading the second word below is in bounds.
+        debug_assert!(free_mark::fits(&self.layout));
         let mut o = head;
         for _ in 0..count {
             // SAFETY: o is one of the chain's slots (caller's contract).

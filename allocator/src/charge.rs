@@ -22,8 +22,9 @@
 //! - `alloc`/`alloc_zeroed`: the calling thread's current tenant, with the usable size.
 //! - `dealloc`: the tenant recorded in the object (after reparenting, its ancestor).
 //! - `realloc` that stays in place (same size class, a large block grown by mremap, or any
-//!   large block shrunk: its tail is unmapped): the recorded owner keeps the object; a large block's owner is charged or uncharged the
-//!   difference (a refused growth charge fails the realloc and leaves the block as it was).
+//!   large block shrunk: its tail is unmapped): the recorded owner keeps the object; a
+//!   large block's owner is charged or uncharged the difference (a refused growth charge
+//!   fails the realloc and leaves the block as it was).
 //! - `realloc` that moves: like `alloc` in the caller's current tenant, then `dealloc` of the
 //!   old block, so a block reallocated under another tenant moves to that tenant. One
 //!   exception, with the same result: a shrink into a size class of a block (a larger

@@ -26,13 +26,11 @@ use crate::slab::{MetaPlacement, SlabLayout};
 /// program filling memory with one value marks nothing).
 const KEY: usize = 0x5abc_f7ee_c91a_d0f1_u64 as usize;
 
-/// Whether the free slots of a cache of this layout carry the mark: slots of 16 bytes or
-/// more, whose second word holds nothing of ours. An accounted cache with its owner words in
-/// the slots' padding may keep one there (an 8-byte object aligned to 16): that word must
-/// keep reading 0 while the slot is free (a second free is told from a first by it), so
-/// such caches go without the mark.
-///
-/// Nor where the mark cannot be read soundly ([`HAS_LOAD`]).
+/// Whether the free slots of a cache of this layout carry the mark. They need a second word
+/// that holds nothing of ours (slots of 16 bytes or more; an accounted cache with its owner
+/// words in the slots' padding may keep one there, for an object of up to 12 bytes aligned
+/// to 16, and that word must keep reading 0 while the slot is free, since a second free is
+/// told from a first by it), and a build that can read the mark soundly ([`HAS_LOAD`]).
 pub fn fits(l: &SlabLayout) -> bool {
     const WORD: usize = core::mem::size_of::<usize>();
     HAS_LOAD
@@ -85,6 +83,9 @@ unsafe fn load(p: *const usize) -> usize {
     }
 }
 
+/// The word that holds the mark. Slots start at multiples of their stride, a multiple of 8,
+/// from a slab aligned to its size, so the word is aligned.
+///
 /// # Safety
 /// `o` must be a slot of at least 16 bytes that the caller may read.
 unsafe fn word(o: *mut FreeObj) -> *mut usize {

@@ -394,9 +394,7 @@ pub unsafe fn free_slow(p: *mut u8, c: usize, accounted: bool) {
         }
         let bin = tc.bin(c, accounted);
         if bin.is_head(p) {
-            sys::fatal(
-                "double free (the slot is already the first free slot of this thread's bin)",
-            );
+            double_free_at_head();
         }
         if bin.max.get() == 0 {
             // This thread has not allocated from this class yet, so it is freeing objects
@@ -426,11 +424,16 @@ pub unsafe fn free_slow(p: *mut u8, c: usize, accounted: bool) {
         if !unsafe { bin.push(p) } {
             // With room, only a slot that heads the bin is refused: p was freed before and
             // the half given back just uncovered it.
-            sys::fatal(
-                "double free (the slot is already the first free slot of this thread's bin)",
-            );
+            double_free_at_head();
         }
     })
+}
+
+/// The report of a free whose slot already heads this thread's bin ([`Bin::push`]).
+#[cold]
+#[inline(never)]
+fn double_free_at_head() -> ! {
+    sys::fatal("double free (the slot is already the first free slot of this thread's bin)")
 }
 
 /// Gives every slot of this thread's bins back to the shared caches (used by `trim`).
