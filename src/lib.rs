@@ -5,7 +5,8 @@
 //! (`slabcg-accounting`); see their crate docs for the design.
 
 pub use slabcg_accounting::{
-    current_tenant, drain_all_stocks, ChargeError, Events, ScopeGuard, StatItem, Tenant, TenantStat,
+    checkpoint, current_tenant, drain_all_stocks, ChargeError, Events, InTenant, Killed, OomPolicy,
+    ScopeGuard, Scoped, StatItem, Tenant, TenantStat,
 };
 pub use slabcg_allocator::{
     stats, trim, AllocStats, Cache, CacheBuilder, CacheError, CacheInfo, ClassStats, MetaPlacement,

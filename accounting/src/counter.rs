@@ -3,15 +3,20 @@
 //! root is never limited, so its step is a plain `fetch_add` (the root line is contended only
 //! by stock refills, i.e. once per `CHARGE_BATCH` bytes per thread).
 //!
-//! Invariant per node, at every observation: `usage <= max` (for limited nodes). It holds
-//! because a limited node only ever grows through a CAS that checks the bound. Races that
-//! are tolerated, as in `page_counter.c`:
+//! Invariant per node, at every observation: `usage <= max + allowance` (for limited nodes),
+//! where `allowance` is 0 except while an overdraft window is open (`open_overdraft`: the
+//! OOM killer's grant to the work in flight, see `oom.rs`), and never above the node's
+//! overdraft. It holds because a limited node only ever grows through a CAS that checks the
+//! bound. Races that are tolerated, as in `page_counter.c`:
 //! - `set_max` below the current usage does not evict; it only makes later charges fail.
 //!   A charge racing with `set_max` from unlimited to limited may land on the old bound.
 //! - `peak` is raised during the walk, so a charge that is later rolled back (an ancestor
 //!   refused) may leave `peak` up to `n` higher than any settled usage, never above `max`.
 //! - `pressure` is set by chargers and cleared by unchargers without a lock; a flag flip
 //!   that loses a race is corrected by the next charge or uncharge of that node.
+//! - The overdraft window is closed by the uncharge that brings usage back to `max`, without
+//!   a lock: an opener racing with it sees its retry fail and asks again (`oom.rs` bounds the
+//!   retries), and a window closed a moment early only sends a charge to the OOM path again.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
@@ -27,12 +32,16 @@ pub(crate) struct Counter {
     max: AtomicU64,
     high: AtomicU64,
     peak: AtomicU64,
+    /// Bytes a charge may pass `max` by while an overdraft window is open; 0 when closed.
+    allowance: AtomicU64,
     /// Events as cgroup v2 counts them, indexed by [`Event`]: `events` at this node and in
     /// its subtree (memory.events), `local` at this node only (memory.events.local).
-    events: [AtomicU64; 3],
-    local: [AtomicU64; 3],
+    events: [AtomicU64; NR_EVENTS],
+    local: [AtomicU64; NR_EVENTS],
     pressure: AtomicBool,
 }
+
+const NR_EVENTS: usize = 4;
 
 /// The kinds of event a counter counts.
 #[derive(Clone, Copy)]
@@ -40,6 +49,8 @@ pub(crate) enum Event {
     High = 0,
     Max = 1,
     Oom = 2,
+    /// The tenant was picked by the OOM killer (`oom.rs`).
+    OomKill = 3,
 }
 
 impl Counter {
@@ -49,8 +60,9 @@ impl Counter {
             max: AtomicU64::new(u64::MAX),
             high: AtomicU64::new(u64::MAX),
             peak: AtomicU64::new(0),
-            events: [const { AtomicU64::new(0) }; 3],
-            local: [const { AtomicU64::new(0) }; 3],
+            allowance: AtomicU64::new(0),
+            events: [const { AtomicU64::new(0) }; NR_EVENTS],
+            local: [const { AtomicU64::new(0) }; NR_EVENTS],
             pressure: AtomicBool::new(false),
         }
     }
@@ -81,6 +93,16 @@ impl Counter {
         self.pressure.load(Relaxed)
     }
 
+    /// Lets charges pass `max` by up to `bytes` until an uncharge brings usage back to
+    /// `max` (or below), which closes the window again.
+    pub(crate) fn open_overdraft(&self, bytes: u64) {
+        self.allowance.store(bytes, Relaxed);
+    }
+    /// Whether an overdraft window is open.
+    pub(crate) fn overdraft_open(&self) -> bool {
+        self.allowance.load(Relaxed) != 0
+    }
+
     /// Adds `n` to this node only, unless that would pass `max`.
     fn try_add(&self, n: u64) -> bool {
         let max = self.max.load(Relaxed);
@@ -97,12 +119,13 @@ impl Counter {
                 }
             }
         } else {
+            let limit = max.saturating_add(self.allowance.load(Relaxed));
             let mut cur = self.usage.load(Relaxed);
             loop {
                 let Some(new) = cur.checked_add(n) else {
                     return false;
                 };
-                if new > max {
+                if new > limit {
                     return false;
                 }
                 match self.usage.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
@@ -141,6 +164,9 @@ impl Counter {
         }
         if self.pressure.load(Relaxed) && new <= self.high.load(Relaxed) {
             self.pressure.store(false, Relaxed);
+        }
+        if self.allowance.load(Relaxed) != 0 && new <= self.max.load(Relaxed) {
+            self.allowance.store(0, Relaxed);
         }
     }
 

@@ -176,7 +176,15 @@ pub fn set_slab_meta(idx: StatIdx, meta: SlabMeta) -> bool {
     crate::stat::set_slab_meta(idx.0 as usize, meta)
 }
 
-pub use crate::drain::{fork_child, fork_parent, fork_prepare};
+pub use crate::drain::{fork_parent, fork_prepare};
+
+/// Fork support, in the child after `fork`: only the forking thread survives, so every other
+/// thread's stock gives its pre-charged bytes back, and the thread that wakes killed
+/// tenants' futures is spawned again when next needed.
+pub fn fork_child() {
+    crate::drain::fork_child();
+    crate::oom::fork_child();
+}
 
 /// Fork support, first of all prepare handlers: takes the tenant tree's and the objcg id
 /// allocator's locks (and builds the root tenant if no thread has), so that a child never

@@ -50,15 +50,19 @@ mod counter;
 mod drain;
 pub mod hooks;
 mod objcg;
+mod oom;
 mod scope;
 mod stat;
 mod stock;
 mod sys;
+mod task;
 mod tenant;
 
 pub use drain::drain_all_stocks;
+pub use oom::{Killed, OomPolicy};
 pub use scope::{current_tenant, ScopeGuard};
 pub use stat::{StatItem, TenantStat};
+pub use task::{checkpoint, InTenant, Scoped};
 pub use tenant::{ChargeError, Events, Tenant};
 
 #[cfg(test)]

@@ -62,6 +62,9 @@ struct IdAlloc {
     next: ObjCgId,
     free: Vec<ObjCgId>,
 }
+/// One past the highest id ever handed out (`IdAlloc::next`), for walks of the table that
+/// take no lock (`for_each_origin`).
+static HIGH: AtomicU32 = AtomicU32::new(1);
 static IDS: Mutex<IdAlloc> = Mutex::new(IdAlloc {
     next: 1,
     free: Vec::new(),
@@ -100,6 +103,7 @@ pub(crate) fn alloc(origin: *const Node) -> ObjCgId {
             let id = ids.next;
             assert!((id as usize) < NCHUNKS * CHUNK, "slabcg: out of objcg ids");
             ids.next += 1;
+            HIGH.store(ids.next, Ordering::Release);
             let slot = &TABLE[(id >> CHUNK_SHIFT) as usize];
             if slot.load(Ordering::Relaxed).is_null() {
                 let base = id & !(CHUNK as u32 - 1);
@@ -225,6 +229,30 @@ pub(crate) fn recycle(ids: &[ObjCgId]) {
     if !ids.is_empty() {
         let mut a = IDS.lock().unwrap_or_else(|e| e.into_inner());
         a.free.extend_from_slice(ids);
+    }
+}
+
+/// Calls `f(id, origin)` for every allocated objcg, with the node that created it. Objcgs
+/// allocated during the walk may or may not be seen.
+///
+/// # Safety
+/// No objcg may be freed during the call: the caller holds the tenant tree lock, under
+/// which `tenant::free_zombies` frees them (and releases their origins).
+pub(crate) unsafe fn for_each_origin(mut f: impl FnMut(ObjCgId, &Node)) {
+    let high = HIGH.load(Ordering::Acquire);
+    for id in 1..high {
+        let Some(oc) = lookup(id) else { continue };
+        // Acquire on `tenant`, which `alloc` publishes (Release) after `origin`: a non-null
+        // `tenant` means `origin` is set for this allocation of the entry.
+        if oc.tenant.load(Ordering::Acquire).is_null() {
+            continue;
+        }
+        let origin = oc.origin.load(Ordering::Relaxed);
+        // SAFETY: the objcg is allocated and, by the caller's promise, not freed during the
+        // call, so its origin node (which it owns) is alive.
+        if let Some(node) = unsafe { origin.as_ref() } {
+            f(id, node);
+        }
     }
 }
 

@@ -28,6 +28,7 @@ struct Frame {
 }
 
 impl Frame {
+    #[inline(always)]
     fn push(id: ObjCgId) -> Frame {
         let token = TOKENS.with(|t| {
             let n = t.get() + 1;
@@ -43,6 +44,7 @@ impl Frame {
 
     /// Restores the scope before this one when this is the innermost; false otherwise
     /// (then nothing changes).
+    #[inline(always)]
     fn pop(&self) -> bool {
         if TOP.with(Cell::get) != self.token {
             return false;
@@ -122,6 +124,39 @@ impl Drop for ScopeGuard {
         let tenant = unsafe { ManuallyDrop::take(&mut self.tenant) };
         if !self.frame.pop() {
             dropped_out_of_order(tenant);
+        }
+    }
+}
+
+/// A scope entered for one poll of a `Scoped` future (or the drop of its inner future): the
+/// future holds the tenant's handle for its whole life, so unlike [`ScopeGuard`] this takes
+/// no handle of its own, and entering costs the thread-local stores of a frame.
+pub(crate) struct Borrowed<'a> {
+    frame: Frame,
+    tenant: &'a Tenant,
+    _not_send: PhantomData<*const ()>,
+}
+
+#[inline(always)]
+pub(crate) fn enter_borrowed(tenant: &Tenant) -> Borrowed<'_> {
+    let id = tenant.objcg_id();
+    if id != 0 && !ACTIVATED.load(Ordering::Acquire) {
+        activate();
+    }
+    Borrowed {
+        frame: Frame::push(id),
+        tenant,
+        _not_send: PhantomData,
+    }
+}
+
+impl Drop for Borrowed<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if !self.frame.pop() {
+            // The inner future left a scope of its own open (a forgotten guard): the thread
+            // will come back to this tenant, so it needs a handle of its own.
+            dropped_out_of_order(self.tenant.clone());
         }
     }
 }

@@ -263,9 +263,11 @@ impl fmt::Display for TenantStat {
         writeln!(f, "events.high {}", self.events.high)?;
         writeln!(f, "events.max {}", self.events.max)?;
         writeln!(f, "events.oom {}", self.events.oom)?;
+        writeln!(f, "events.oom_kill {}", self.events.oom_kill)?;
         writeln!(f, "events_local.high {}", self.events_local.high)?;
         writeln!(f, "events_local.max {}", self.events_local.max)?;
         writeln!(f, "events_local.oom {}", self.events_local.oom)?;
+        writeln!(f, "events_local.oom_kill {}", self.events_local.oom_kill)?;
         writeln!(f, "slab {}", self.slab)?;
         let sizes = CLASS_SIZES.get().copied().unwrap_or(&[]);
         for (i, &b) in self.slab_classes.iter().enumerate() {

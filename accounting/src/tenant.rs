@@ -2,13 +2,13 @@
 //!
 //! A [`Tenant`] is a handle on a `Node`. Liveness of a tenant is `handles > 0`, where
 //! `handles = live Tenant handles + live children` (a live child keeps its parent alive).
-//! When `handles` drops to 0 the tenant dies (`kill`): every objcg pointing at it (its own
+//! When `handles` drops to 0 the tenant dies (`die`): every objcg pointing at it (its own
 //! and those inherited from dead children) is re-pointed to the parent, and its own objcg
 //! loses its alive ref. The `Node` memory itself lives on while anything may read it: it is
 //! owned by `Arc`s held by its objcg (`origin`) and by its children (`parent`), and freed
 //! when the last of those goes (zombie objcgs are freed in user context, `free_zombies`).
 //!
-//! Lifecycle work (kill, free zombies) is user context and serialised by `TREE`; creating a
+//! Lifecycle work (die, free zombies) is user context and serialised by `TREE`; creating a
 //! child needs no lock beyond the objcg id allocator's. Of the hooks, only the charge
 //! failure ladder takes `TREE`, briefly, to read a reclaim callback (`run_reclaim`); every
 //! holder of `TREE` runs as the root, so it never enters that ladder itself (`tree_lock`).
@@ -23,6 +23,7 @@ use crate::counter::{self, Counter, Event, Hierarchy};
 use crate::drain;
 use crate::hooks;
 use crate::objcg::{self, ObjCgId};
+use crate::oom::{self, Killed, OomPolicy, OomState};
 use crate::scope::{self, ScopeGuard};
 use crate::stat::{self, StatItem, Stats, TenantStat};
 use crate::stock::{self, Pool};
@@ -47,6 +48,8 @@ pub(crate) struct Node {
     /// Taken only under `TREE`, so that no thread holds it across a `fork` (the fork
     /// handlers hold `TREE`).
     reclaim: Mutex<Option<Reclaim>>,
+    /// What happens at this tenant's `max`, and whether it was killed (`oom.rs`).
+    pub(crate) oom: OomState,
 }
 
 impl Drop for Node {
@@ -84,6 +87,28 @@ impl Node {
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
+    /// Whether a handle (or a live child) still holds the tenant.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.handles.load(Ordering::Relaxed) > 0
+    }
+    /// The tenant's path below the root, "/"-separated ("svc/customer-42"); "root" for the
+    /// root. Allocates: user context, or as the root.
+    pub(crate) fn path(&self) -> String {
+        let mut names = Vec::new();
+        let mut cur = Some(self);
+        while let Some(n) = cur {
+            if n.parent.is_none() {
+                break;
+            }
+            names.push(n.name());
+            cur = n.parent_node();
+        }
+        if names.is_empty() {
+            return "root".to_owned();
+        }
+        names.reverse();
+        names.join("/")
+    }
 }
 
 fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -106,6 +131,7 @@ fn root_node() -> &'static Arc<Node> {
             handles: AtomicUsize::new(1),
             objcgs: Mutex::new(Vec::new()),
             reclaim: Mutex::new(None),
+            oom: OomState::new(OomPolicy::Fail),
         })
     })
 }
@@ -129,6 +155,11 @@ pub struct Events {
     /// Charges that failed because of it: allocations that returned null and
     /// `Tenant::charge` calls that returned an error.
     pub oom: u64,
+    /// Times the OOM killer picked this tenant as its victim (with [`OomPolicy::Kill`]);
+    /// [`Tenant::kill`] is not counted here.
+    ///
+    /// [`OomPolicy::Kill`]: crate::OomPolicy::Kill
+    pub oom_kill: u64,
 }
 
 impl Events {
@@ -144,6 +175,7 @@ impl Events {
             high: get(Event::High),
             max: get(Event::Max),
             oom: get(Event::Oom),
+            oom_kill: get(Event::OomKill),
         }
     }
 }
@@ -189,7 +221,7 @@ impl Tenant {
         let _root = scope::unscoped();
         free_zombies_if_due();
         // No `TREE` here: the parent cannot die meanwhile (this handle keeps it alive, so
-        // `kill` cannot run on it), and nothing else can see the new node, its objcg or its
+        // `die` cannot run on it), and nothing else can see the new node, its objcg or its
         // list until this returns.
         // The child keeps its parent alive.
         self.node.handles.fetch_add(1, Ordering::Relaxed);
@@ -203,6 +235,9 @@ impl Tenant {
             handles: AtomicUsize::new(1),
             objcgs: Mutex::new(Vec::new()),
             reclaim: Mutex::new(None),
+            // A child inherits its parent's policy, so that the requests under a Kill-policy
+            // customer are themselves candidates for the OOM killer.
+            oom: OomState::new(self.node.oom.policy()),
         });
         let id = objcg::alloc(Arc::into_raw(node.clone()));
         node.objcg.store(id, Ordering::Relaxed);
@@ -390,8 +425,90 @@ impl Tenant {
             let _tree = tree_lock();
             locked(&self.node.reclaim).replace(new)
         };
-        // Outside TREE: the old callback may own the last handle of a tenant (`kill`).
+        // Outside TREE: the old callback may own the last handle of a tenant (`die`).
         drop(old);
+    }
+}
+
+/// What happens at `max`, killing, safe points, and work carried into the tenant.
+impl Tenant {
+    /// Sets what happens when a charge does not fit under this tenant's `max` even after
+    /// every stock was drained and the reclaim callback ran: [`OomPolicy::Fail`] (the
+    /// default) fails the charge; [`OomPolicy::Kill`] kills a victim in this tenant's subtree
+    /// and lets the charge through the overdraft (see [`OomPolicy`]). Children created
+    /// afterwards inherit the policy. Ignored on the root.
+    ///
+    /// ```
+    /// use slabcg_accounting::{OomPolicy, Tenant};
+    /// let customer = Tenant::new("customer-7");
+    /// customer.set_max(64 << 20);
+    /// customer.set_oom_policy(OomPolicy::Kill);
+    /// assert_eq!(customer.child("request-1").oom_policy(), OomPolicy::Kill);
+    /// ```
+    pub fn set_oom_policy(&self, policy: OomPolicy) {
+        if !self.is_root() {
+            self.node.oom.set_policy(policy);
+        }
+    }
+    /// This tenant's [`OomPolicy`].
+    pub fn oom_policy(&self) -> OomPolicy {
+        self.node.oom.policy()
+    }
+    /// Sets how far past `max` charges may go, under [`OomPolicy::Kill`], between the kill
+    /// of a victim and the release of its memory: `current` stays at most `max + overdraft`.
+    /// Until set, the overdraft is `min(max, 64 MiB)` ([`Tenant::overdraft`] reads it).
+    pub fn set_overdraft(&self, bytes: u64) {
+        self.node.oom.set_overdraft(bytes);
+    }
+    /// The overdraft in force: the one set with [`set_overdraft`](Self::set_overdraft), else
+    /// `min(max, 64 MiB)`, room for a `Vec` that held half the limit to double while the
+    /// kill is decided.
+    pub fn overdraft(&self) -> u64 {
+        self.node.oom.overdraft(self.node.counter.max())
+    }
+    /// Kills this tenant and its descendants (as cgroup's `memory.oom.group`): their
+    /// [`Scoped`](crate::Scoped) futures are woken and resolve to `Err(Killed)` at their
+    /// next poll (after dropping the inner future inside the tenant), and
+    /// [`check`](Self::check) and [`checkpoint`](crate::checkpoint) return `Err`. For a
+    /// service's own reasons (a timeout, an admin); not counted in `events.oom_kill`.
+    ///
+    /// A killed tenant stays killed: scopes can still be entered and charged (so the work
+    /// being dropped is uncharged correctly), but no future runs in it again. A service
+    /// replaces a killed tenant with a new one. Ignored on the root.
+    pub fn kill(&self) {
+        if !self.is_root() {
+            oom::kill(&self.node);
+        }
+    }
+    /// Whether this tenant or one of its ancestors was killed.
+    pub fn is_killed(&self) -> bool {
+        oom::killed_by(&self.node).is_some()
+    }
+    /// A safe point for synchronous code: `Err(Killed)` once this tenant or an ancestor was
+    /// killed (by the OOM killer or [`kill`](Self::kill)), naming the killed tenant.
+    ///
+    /// ```
+    /// use slabcg_accounting::Tenant;
+    /// let job = Tenant::new("batch-job");
+    /// assert!(job.check().is_ok());
+    /// job.kill();
+    /// let err = job.check().unwrap_err();
+    /// assert_eq!(err.tenant(), "batch-job");
+    /// ```
+    pub fn check(&self) -> Result<(), Killed> {
+        match oom::killed_by(&self.node) {
+            None => Ok(()),
+            Some(k) => Err(oom::killed_error(k)),
+        }
+    }
+    /// The tenant's path below the root, "/"-separated (`"svc/customer-42"`; `"root"` for
+    /// the root), as the metrics label it.
+    pub fn path(&self) -> String {
+        let _root = scope::unscoped();
+        self.node.path()
+    }
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
     }
 }
 
@@ -453,7 +570,7 @@ impl Drop for Tenant {
         if self.node.handles.fetch_sub(1, Ordering::Release) == 1 {
             fence(Ordering::Acquire);
             let _root = scope::unscoped();
-            kill(&self.node);
+            die(&self.node);
             free_zombies_if_due();
         }
     }
@@ -461,7 +578,7 @@ impl Drop for Tenant {
 
 /// The tenant behind `node` died: reparent its objcgs, drop its objcg's alive ref, and
 /// release its count on the parent (which may die in turn).
-fn kill(node: &Node) {
+fn die(node: &Node) {
     let mut callbacks = Vec::new();
     let g = tree_lock();
     let mut cur = node;
@@ -486,8 +603,22 @@ fn kill(node: &Node) {
         cur = parent;
     }
     drop(g);
-    // Callbacks may own handles whose drop re-enters `kill`: drop them unlocked.
+    // Callbacks may own handles whose drop re-enters `die`: drop them unlocked.
     drop(callbacks);
+}
+
+/// Calls `f` for every live tenant but the root, in no particular order. The tree lock
+/// (`_tree`) keeps every node seen alive during the call; tenants created meanwhile may or
+/// may not be seen. A tenant is seen through its own objcg, which lives as long as it does.
+pub(crate) fn for_each_live(_tree: &TreeGuard, mut f: impl FnMut(&Node)) {
+    // SAFETY: the caller holds TREE, under which alone objcgs are freed.
+    unsafe {
+        objcg::for_each_origin(|id, node| {
+            if node.objcg() == id && node.is_alive() {
+                f(node)
+            }
+        })
+    };
 }
 
 /// Frees dead objcgs: unlists them, recycles their ids and releases their origin nodes.

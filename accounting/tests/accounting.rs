@@ -247,7 +247,12 @@ fn events_are_hierarchical_and_local_events_are_not() {
     leaf.set_high(1000);
     leaf.charge(4000, StatItem::Sock).unwrap();
     assert!(leaf.charge(8000, StatItem::Sock).is_err());
-    let e = |max, oom, high| Events { high, max, oom };
+    let e = |max, oom, high| Events {
+        high,
+        max,
+        oom,
+        oom_kill: 0,
+    };
     assert_eq!(leaf.events(), e(0, 0, 1));
     assert_eq!(leaf.events_local(), e(0, 0, 1));
     assert_eq!(mid.events(), e(1, 1, 1));

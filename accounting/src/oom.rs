@@ -1,0 +1,456 @@
+//! What happens at `max` (policy), and killing: cgroup v2's `memory.max` followed by the
+//! kernel's memcg OOM killer, except that the victim is a tenant and the process lives.
+//!
+//! A charge refused by tenant `R`'s `max`, after the charge ladder drained every stock and
+//! ran `R`'s reclaim callback (`charge.rs`), comes to [`out_of_memory`]:
+//! - `R`'s policy is [`OomPolicy::Fail`]: the charge fails (null from `alloc`).
+//! - [`OomPolicy::Kill`]: if a killed tenant of `R`'s subtree still has work in flight
+//!   (`inflight > 0`: futures and wrapped closures that have not reached a safe point yet),
+//!   it is still dying and nothing more is killed, as the kernel waits for an exiting OOM
+//!   victim. Otherwise the victim is the not-yet-killed Kill-policy tenant of the subtree
+//!   (`R` included) with the most memory of its own (usage minus its live children's), as
+//!   memcg picks the biggest task rather than a cgroup; it is marked killed, with its
+//!   descendants (`memory.oom.group`). Either way `R`'s overdraft window opens
+//!   (`Counter::open_overdraft`): charges may pass `max` by up to the overdraft until an
+//!   uncharge brings usage back to `max`, so the work in flight reaches its next safe point.
+//!   Past `max + overdraft` the charge fails as under `Fail`.
+//!
+//! Nothing here blocks on another tenant's work: the victim is only marked. Its `Scoped`
+//! futures are woken by the reaper thread (waking a runtime's waker inside `alloc` could
+//! take a lock the allocating code holds); they see the kill through [`epoch`] at their next
+//! poll. The scan takes the tree lock and allocates as the root, as the reclaim step does.
+//!
+//! Kill state, per node: `killed` is set once (0 = alive) and never cleared; a node is
+//! killed when it or an ancestor is (`killed_by`). `KILL_EPOCH` counts kills, so a safe
+//! point that saw no new kill since its last look reads one shared, rarely written word.
+
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::task::Waker;
+
+use crate::counter::{self, Event};
+use crate::scope;
+use crate::tenant::{self, Node};
+
+/// What happens when a charge does not fit under a tenant's `max`.
+///
+/// Set per tenant with [`Tenant::set_oom_policy`](crate::Tenant::set_oom_policy); it
+/// governs charges refused by *that* tenant's limit, and, for `Kill`, makes the tenant a
+/// candidate victim when its own or an ancestor's limit is reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OomPolicy {
+    /// The charge fails: `alloc` returns null (infallible Rust allocations then abort the
+    /// process), `Tenant::charge` returns `Err`. The default, as before kills existed.
+    #[default]
+    Fail,
+    /// A victim in the subtree is killed and the charge goes through the overdraft
+    /// ([`Tenant::set_overdraft`](crate::Tenant::set_overdraft)): `current` may reach
+    /// `max + overdraft` until the victim's work is dropped at its next safe point.
+    Kill,
+}
+
+const ALIVE: u8 = 0;
+const BY_OOM: u8 = 1;
+const BY_REQUEST: u8 = 2;
+
+/// The overdraft when none was set: as much as `max`, at most 64 MiB, so that a `Vec`
+/// holding half the limit can double (its new buffer and the old one both charged) while
+/// the kill takes effect.
+const DEFAULT_OVERDRAFT_CAP: u64 = 64 << 20;
+/// `OomState::overdraft` before `set_overdraft`.
+const UNSET: u64 = u64::MAX;
+
+/// Counts kills; bumped (SeqCst) after a victim's `killed` is set.
+static KILL_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The OOM state of one node.
+pub(crate) struct OomState {
+    policy: AtomicU8,
+    overdraft: AtomicU64,
+    /// `ALIVE`, or why it was killed (`BY_OOM`, `BY_REQUEST`); set once.
+    killed: AtomicU8,
+    /// Futures (`Scoped`) and wrapped closures of this tenant not finished yet: the work a
+    /// kill waits for before it counts the victim as gone.
+    inflight: AtomicUsize,
+    /// Wakers of this tenant's pending `Scoped` futures, woken when it is killed.
+    waiters: Mutex<Waiters>,
+}
+
+/// Registered wakers: `slots[i]` is `Some` while the future that registered index `i` is
+/// alive; free indexes are in `free`.
+struct Waiters {
+    slots: Vec<Option<Waker>>,
+    free: Vec<usize>,
+}
+
+impl OomState {
+    pub(crate) const fn new(policy: OomPolicy) -> OomState {
+        OomState {
+            policy: AtomicU8::new(policy as u8),
+            overdraft: AtomicU64::new(UNSET),
+            killed: AtomicU8::new(ALIVE),
+            inflight: AtomicUsize::new(0),
+            waiters: Mutex::new(Waiters {
+                slots: Vec::new(),
+                free: Vec::new(),
+            }),
+        }
+    }
+    pub(crate) fn policy(&self) -> OomPolicy {
+        match self.policy.load(Ordering::Relaxed) {
+            0 => OomPolicy::Fail,
+            _ => OomPolicy::Kill,
+        }
+    }
+    pub(crate) fn set_policy(&self, p: OomPolicy) {
+        self.policy.store(p as u8, Ordering::Relaxed);
+    }
+    pub(crate) fn set_overdraft(&self, bytes: u64) {
+        // u64::MAX means "unset"; nobody can use that much anyway.
+        self.overdraft
+            .store(bytes.min(UNSET - 1), Ordering::Relaxed);
+    }
+    pub(crate) fn overdraft(&self, max: u64) -> u64 {
+        match self.overdraft.load(Ordering::Relaxed) {
+            UNSET => max.min(DEFAULT_OVERDRAFT_CAP),
+            v => v,
+        }
+    }
+    /// One more piece of work in flight (a `Scoped` future or a wrapped closure).
+    pub(crate) fn start_work(&self) {
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+    }
+    /// That work finished or was dropped.
+    pub(crate) fn end_work(&self) {
+        self.inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+    fn waiters(&self) -> MutexGuard<'_, Waiters> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The number of kills so far: a safe point that saw this value before has no new kill to
+/// look for.
+#[inline(always)]
+pub(crate) fn epoch() -> u64 {
+    KILL_EPOCH.load(Ordering::SeqCst)
+}
+
+/// The killed node that `node` dies with: itself or its nearest killed ancestor.
+pub(crate) fn killed_by(node: &Node) -> Option<&Node> {
+    let mut cur = Some(node);
+    while let Some(n) = cur {
+        if n.oom.killed.load(Ordering::Acquire) != ALIVE {
+            return Some(n);
+        }
+        cur = n.parent_node();
+    }
+    None
+}
+
+/// Marks `node` killed for `why`; false if it already was.
+fn mark(node: &Node, why: u8) -> bool {
+    let marked = node
+        .oom
+        .killed
+        .compare_exchange(ALIVE, why, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok();
+    if marked {
+        // After the flag: a safe point that sees the new epoch sees the flag.
+        KILL_EPOCH.fetch_add(1, Ordering::SeqCst);
+    }
+    marked
+}
+
+/// `Tenant::kill`: user context, so the futures are woken right here.
+pub(crate) fn kill(node: &Node) {
+    if mark(node, BY_REQUEST) {
+        wake_killed();
+    }
+}
+
+/// The error for work of a tenant that `killed` (itself or an ancestor) took down.
+/// Allocates, as the root.
+pub(crate) fn killed_error(killed: &Node) -> Killed {
+    let _root = scope::unscoped();
+    Killed {
+        tenant: killed.path(),
+        by_oom: killed.oom.killed.load(Ordering::Relaxed) == BY_OOM,
+        max: killed.counter.max(),
+    }
+}
+
+/// The charge ladder's last step before failing a charge that `refused`'s `max` refused:
+/// whether to retry it, because an overdraft window is open (now or already) for the work
+/// in flight. Kills a victim when needed (see the module doc). Runs outside every stock
+/// critical section; takes the tree lock and allocates as the root.
+pub(crate) fn out_of_memory(refused: &Node) -> bool {
+    if refused.oom.policy() != OomPolicy::Kill || refused.parent_node().is_none() {
+        return false;
+    }
+    if refused.counter.overdraft_open() {
+        // Opened by another charger since this charge was refused (or exhausted: then the
+        // caller's bounded retries fail).
+        return true;
+    }
+    let _root = scope::unscoped();
+    let tree = tenant::tree_lock();
+    match choose(&tree, refused) {
+        Choice::Dying => {}
+        Choice::Victim(v) => {
+            // SAFETY: `choose` saw it alive under TREE, which we still hold (a node is
+            // released only by `free_zombies`, under TREE).
+            let v = unsafe { &*v };
+            if mark(v, BY_OOM) {
+                counter::record_event(v, Event::OomKill);
+            }
+            request_wake();
+        }
+        Choice::Nothing => return false,
+    }
+    refused
+        .counter
+        .open_overdraft(refused.oom.overdraft(refused.counter.max()));
+    drop(tree);
+    true
+}
+
+enum Choice {
+    /// A killed tenant of the subtree still has work in flight.
+    Dying,
+    /// Kill this one.
+    Victim(*const Node),
+    /// No Kill-policy tenant with memory of its own is left to kill.
+    Nothing,
+}
+
+/// One live tenant of the refusing subtree, as the victim choice sees it.
+struct Member {
+    node: *const Node,
+    parent: *const Node,
+    usage: u64,
+    own: u64,
+    candidate: bool,
+}
+
+fn is_in(node: &Node, root: &Node) -> bool {
+    let mut cur = Some(node);
+    while let Some(n) = cur {
+        if core::ptr::eq(n, root) {
+            return true;
+        }
+        cur = n.parent_node();
+    }
+    false
+}
+
+/// The victim choice for a charge refused by `r`: see the module doc.
+fn choose(tree: &tenant::TreeGuard, r: &Node) -> Choice {
+    let mut members: Vec<Member> = Vec::new();
+    let mut dying = false;
+    tenant::for_each_live(tree, |n| {
+        if !is_in(n, r) {
+            return;
+        }
+        let killed = killed_by(n).is_some();
+        if killed && n.oom.inflight.load(Ordering::Relaxed) > 0 {
+            dying = true;
+        }
+        let usage = n.counter.usage();
+        members.push(Member {
+            node: n,
+            parent: n
+                .parent_node()
+                .map_or(core::ptr::null(), |p| p as *const Node),
+            usage,
+            own: usage,
+            candidate: !killed && n.oom.policy() == OomPolicy::Kill,
+        });
+    });
+    if dying {
+        return Choice::Dying;
+    }
+    // Memory of its own: usage minus that of its live children (all of which are members).
+    members.sort_unstable_by_key(|m| m.node as usize);
+    for i in 0..members.len() {
+        let (parent, usage) = (members[i].parent, members[i].usage);
+        if let Ok(p) = members.binary_search_by_key(&(parent as usize), |m| m.node as usize) {
+            members[p].own = members[p].own.saturating_sub(usage);
+        }
+    }
+    members
+        .iter()
+        .filter(|m| m.candidate && m.own > 0)
+        // The first of equals wins (max_by_key would take the last).
+        .fold(None::<&Member>, |best, m| match best {
+            Some(b) if b.own >= m.own => Some(b),
+            _ => Some(m),
+        })
+        .map_or(Choice::Nothing, |m| Choice::Victim(m.node))
+}
+
+// --- Waking killed futures -----------------------------------------------------------
+
+/// Registers the waker of a pending `Scoped` future of `node`; returns its index.
+pub(crate) fn add_waiter(node: &Node, waker: Waker) -> usize {
+    ensure_reaper();
+    let _root = scope::unscoped();
+    let mut w = node.oom.waiters();
+    match w.free.pop() {
+        Some(i) => {
+            w.slots[i] = Some(waker);
+            i
+        }
+        None => {
+            w.slots.push(Some(waker));
+            w.slots.len() - 1
+        }
+    }
+}
+
+/// Replaces the waker at `index` (the future is now polled by another task context).
+pub(crate) fn update_waiter(node: &Node, index: usize, waker: Waker) {
+    let old = {
+        let mut w = node.oom.waiters();
+        w.slots.get_mut(index).and_then(|s| s.replace(waker))
+    };
+    // Dropped outside the lock: a waker's drop may run arbitrary code.
+    drop(old);
+}
+
+/// Unregisters index `index`.
+pub(crate) fn remove_waiter(node: &Node, index: usize) {
+    let _root = scope::unscoped();
+    let old = {
+        let mut w = node.oom.waiters();
+        let old = w.slots.get_mut(index).and_then(Option::take);
+        w.free.push(index);
+        old
+    };
+    drop(old);
+}
+
+/// Wakes the registered futures of every killed tenant. User context (the reaper, or
+/// `Tenant::kill`): takes the tree lock and each killed tenant's waiter lock, allocates as
+/// the root, and calls the wakers with no lock held.
+fn wake_killed() {
+    let _root = scope::unscoped();
+    let mut wakers: Vec<Waker> = Vec::new();
+    {
+        let tree = tenant::tree_lock();
+        tenant::for_each_live(&tree, |n| {
+            if killed_by(n).is_some() {
+                wakers.extend(n.oom.waiters().slots.iter().flatten().cloned());
+            }
+        });
+    }
+    for w in wakers {
+        w.wake();
+    }
+}
+
+/// The reaper thread, leaked once spawned: `Thread::unpark` through it neither allocates nor
+/// locks, so the OOM path inside `alloc` can call it.
+struct Reaper {
+    thread: std::thread::Thread,
+}
+
+static REAPER: AtomicPtr<Reaper> = AtomicPtr::new(core::ptr::null_mut());
+static WAKE_PENDING: AtomicBool = AtomicBool::new(false);
+static SPAWN: Mutex<()> = Mutex::new(());
+
+/// Asks the reaper to wake the killed tenants' futures. Allocation-free, lock-free: called
+/// on the OOM path inside `alloc`. Without a reaper (no future ever waited) there is
+/// nothing to wake; one spawned later finds `WAKE_PENDING` set.
+fn request_wake() {
+    WAKE_PENDING.store(true, Ordering::SeqCst);
+    let r = REAPER.load(Ordering::Acquire);
+    // SAFETY: a published reaper is never freed.
+    if let Some(r) = unsafe { r.as_ref() } {
+        r.thread.unpark();
+    }
+}
+
+/// Spawns the reaper if this process has none yet. User context.
+fn ensure_reaper() {
+    if !REAPER.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    let _root = scope::unscoped();
+    let _g = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+    if !REAPER.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("slabcg-reaper".into())
+        .spawn(reaper_main);
+    // If the OS refuses a thread, the next registration tries again; until then kills
+    // are seen at the victims' next polls only.
+    if let Ok(handle) = spawned {
+        let r = Box::new(Reaper {
+            thread: handle.thread().clone(),
+        });
+        REAPER.store(Box::into_raw(r), Ordering::Release);
+        // A kill before the reaper existed may be waiting.
+        request_wake();
+    }
+}
+
+fn reaper_main() {
+    let _root = scope::unscoped();
+    loop {
+        while !WAKE_PENDING.swap(false, Ordering::SeqCst) {
+            std::thread::park();
+        }
+        wake_killed();
+    }
+}
+
+/// Fork support, in the child: the reaper thread did not survive; the next registration
+/// spawns a new one. The old one's handle is leaked (a few bytes per fork).
+pub(crate) fn fork_child() {
+    REAPER.store(core::ptr::null_mut(), Ordering::Relaxed);
+}
+
+/// The work of a killed tenant, ended at a safe point: a `Scoped` future resolves to it,
+/// and [`Tenant::check`](crate::Tenant::check) / [`checkpoint`](crate::checkpoint) return
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Killed {
+    tenant: String,
+    by_oom: bool,
+    max: u64,
+}
+
+impl Killed {
+    /// The path of the killed tenant (the one whose work this was, or the ancestor it died
+    /// with), as [`Tenant::path`](crate::Tenant::path) gives it.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+    /// True when the OOM killer chose it; false for [`Tenant::kill`](crate::Tenant::kill).
+    pub fn by_oom(&self) -> bool {
+        self.by_oom
+    }
+    /// The killed tenant's `max` when the error was made (`u64::MAX`: unlimited).
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+}
+
+impl fmt::Display for Killed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.by_oom {
+            write!(f, "tenant '{}' was killed: out of memory", self.tenant)?;
+            if self.max != u64::MAX {
+                write!(f, " (max {} bytes)", self.max)?;
+            }
+            Ok(())
+        } else {
+            write!(f, "tenant '{}' was killed", self.tenant)
+        }
+    }
+}
+
+impl std::error::Error for Killed {}

@@ -1,0 +1,297 @@
+//! `OomPolicy::Kill`: a runaway tenant using only infallible allocations is killed and its
+//! work ends at a safe point while the process and its neighbours live; under a shared
+//! parent limit the biggest child is the victim; `current` never passes max + overdraft.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use slabcg::{checkpoint, InTenant, OomPolicy, SlabAlloc, Tenant};
+
+#[path = "common/yield_once.rs"]
+mod yield_once;
+use yield_once::yield_once;
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Reads `t.current()` in a loop until stopped; returns the highest value seen.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<u64>,
+}
+
+impl Sampler {
+    fn start(t: &Tenant) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, t) = (stop.clone(), t.clone());
+        let handle = std::thread::spawn(move || {
+            let mut top = 0;
+            while !s.load(Ordering::Relaxed) {
+                top = top.max(t.current());
+                std::hint::spin_loop();
+            }
+            top.max(t.current())
+        });
+        Sampler { stop, handle }
+    }
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}
+
+/// A neighbour's work: a map of owned strings, rebuilt with yields; the checksum depends
+/// only on `n`.
+async fn neighbour(n: u64) -> u64 {
+    let mut sum = 0u64;
+    for round in 0..20u64 {
+        let m: BTreeMap<u64, String> = (0..n).map(|i| (i, format!("item-{i}-{round}"))).collect();
+        sum = m
+            .values()
+            .fold(sum, |a, s| a.wrapping_mul(31).wrapping_add(s.len() as u64));
+        yield_once().await;
+    }
+    sum
+}
+
+/// The runaway: pushes strings into a vector forever, yielding now and then; only
+/// infallible allocations.
+async fn runaway() -> usize {
+    let mut v: Vec<String> = Vec::new();
+    let mut i = 0u64;
+    while i < u64::MAX {
+        v.push(format!("row {i} of a request that never stops"));
+        i += 1;
+        if i.is_multiple_of(64) {
+            yield_once().await;
+        }
+    }
+    v.len()
+}
+
+#[test]
+fn a_runaway_is_killed_and_its_neighbours_finish() {
+    const MAX: u64 = 4 << 20;
+    let rt = runtime();
+    let bad = Tenant::new("runaway");
+    bad.set_max(MAX);
+    bad.set_oom_policy(OomPolicy::Kill);
+    let limit = MAX + bad.overdraft();
+    assert_eq!(
+        bad.overdraft(),
+        MAX,
+        "the default overdraft is min(max, 64 MiB)"
+    );
+    let good: Vec<Tenant> = (0..3)
+        .map(|i| {
+            let t = Tenant::new(&format!("neighbour-{i}"));
+            t.set_max(64 << 20);
+            t.set_oom_policy(OomPolicy::Kill);
+            t
+        })
+        .collect();
+    let want = rt.block_on(neighbour(500));
+    let sampler = Sampler::start(&bad);
+    let (killed, results) = rt.block_on(async {
+        let r = tokio::spawn(runaway().in_tenant(&bad));
+        let ns: Vec<_> = good
+            .iter()
+            .flat_map(|t| (0..4).map(move |_| tokio::spawn(neighbour(500).in_tenant(t))))
+            .collect();
+        let mut results = Vec::new();
+        for h in ns {
+            results.push(h.await.unwrap());
+        }
+        (r.await.unwrap(), results)
+    });
+    let top = sampler.finish();
+    let k = killed.unwrap_err();
+    assert_eq!(k.tenant(), "runaway");
+    assert!(k.by_oom());
+    assert!(k.to_string().contains("runaway"), "{k}");
+    for r in results {
+        assert_eq!(r, Ok(want));
+    }
+    assert!(
+        top <= limit,
+        "current reached {top}, above max + overdraft {limit}"
+    );
+    assert!(bad.peak() <= limit, "peak {} above {limit}", bad.peak());
+    assert!(bad.peak() > MAX, "the kill happened at the limit");
+    assert_eq!(bad.events().oom_kill, 1);
+    assert_eq!(bad.events_local().oom_kill, 1);
+    assert_eq!(bad.events().oom, 0, "no allocation failed");
+    assert!(bad.is_killed());
+    assert_eq!(
+        bad.current_exact(),
+        0,
+        "the killed tenant's work was dropped"
+    );
+    for t in &good {
+        assert_eq!(t.events().oom_kill, 0);
+        assert!(!t.is_killed());
+        assert_eq!(t.current_exact(), 0);
+    }
+}
+
+#[test]
+fn under_a_shared_limit_the_biggest_child_dies_even_asleep() {
+    const MAX: u64 = 8 << 20;
+    const CHUNK: usize = 64 << 10;
+    let rt = runtime();
+    let parent = Tenant::new("shared");
+    parent.set_max(MAX);
+    parent.set_oom_policy(OomPolicy::Kill);
+    let big = parent.child("big");
+    let small = parent.child("small");
+    assert_eq!(
+        small.oom_policy(),
+        OomPolicy::Kill,
+        "children inherit the policy"
+    );
+    let ready = Arc::new(AtomicBool::new(false));
+    let r = ready.clone();
+    let sampler = Sampler::start(&parent);
+    let big_task = rt.spawn(
+        async move {
+            let held: Vec<Vec<u8>> = (0..96).map(|_| vec![1u8; CHUNK]).collect(); // 6 MiB
+            r.store(true, Ordering::Release);
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            held.len()
+        }
+        .in_tenant(&big),
+    );
+    while !ready.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let t0 = Instant::now();
+    let small_task = rt.spawn(
+        async move {
+            // 4 MiB: the parent's limit refuses part way, with this child the smaller one.
+            let mut v = Vec::with_capacity(64);
+            for i in 0..64u32 {
+                v.push(vec![2u8; CHUNK]);
+                if i.is_multiple_of(8) {
+                    yield_once().await;
+                }
+            }
+            v.iter().map(|c| c[0] as usize).sum::<usize>()
+        }
+        .in_tenant(&small),
+    );
+    let (b, s) = rt.block_on(async {
+        let b = tokio::time::timeout(Duration::from_secs(20), big_task).await;
+        (b, small_task.await)
+    });
+    let waited = t0.elapsed();
+    let top = sampler.finish();
+    let err = b
+        .expect("the sleeping victim was not woken")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        waited < Duration::from_secs(10),
+        "victim ended after {waited:?}"
+    );
+    assert_eq!(err.tenant(), "shared/big");
+    assert_eq!(s.unwrap(), Ok(2 * 64));
+    assert_eq!(big.events_local().oom_kill, 1);
+    assert_eq!(small.events().oom_kill, 0);
+    assert_eq!(parent.events().oom_kill, 1, "counted up the tree");
+    assert_eq!(parent.events_local().oom_kill, 0);
+    assert!(big.is_killed() && !small.is_killed() && !parent.is_killed());
+    let limit = MAX + parent.overdraft();
+    assert!(top <= limit, "parent current reached {top} > {limit}");
+    assert_eq!(parent.current_exact(), 0);
+}
+
+/// A synchronous loop in a Kill tenant stops at its checkpoint, with infallible allocations
+/// only.
+#[test]
+fn a_sync_thread_is_stopped_at_its_checkpoint() {
+    const MAX: u64 = 2 << 20;
+    let t = Tenant::new("sync-job");
+    t.set_max(MAX);
+    t.set_oom_policy(OomPolicy::Kill);
+    let top = Arc::new(AtomicU64::new(0));
+    let (t2, top2) = (t.clone(), top.clone());
+    let (pushed, err) = std::thread::spawn(move || {
+        let _in = t2.enter();
+        let mut v: Vec<Vec<u8>> = Vec::new();
+        loop {
+            v.push(vec![3u8; 16 << 10]);
+            top2.fetch_max(t2.current(), Ordering::Relaxed);
+            if let Err(k) = checkpoint() {
+                return (v.len(), k);
+            }
+        }
+    })
+    .join()
+    .unwrap();
+    assert!(pushed as u64 * (16 << 10) >= MAX - (64 << 10));
+    assert_eq!(err.tenant(), "sync-job");
+    assert!(t.check().is_err());
+    assert_eq!(t.events().oom_kill, 1);
+    assert!(top.load(Ordering::Relaxed) <= MAX + t.overdraft());
+    assert_eq!(t.current_exact(), 0);
+}
+
+/// Past max + overdraft a Kill tenant's charges fail as under Fail (null, no second kill);
+/// with nothing of its own to kill, a Kill tenant fails at once.
+#[test]
+fn past_the_overdraft_charges_fail() {
+    use std::alloc::{GlobalAlloc, Layout};
+    const MAX: u64 = 1 << 20;
+    let t = Tenant::new("bounded");
+    t.set_max(MAX);
+    t.set_oom_policy(OomPolicy::Kill);
+    t.set_overdraft(256 << 10);
+    assert_eq!(t.overdraft(), 256 << 10);
+    let l = Layout::from_size_align(4096, 8).unwrap();
+    let mut ps = Vec::with_capacity(1024);
+    let _in = t.enter();
+    loop {
+        // SAFETY: a valid layout.
+        let p = unsafe { GLOBAL.alloc(l) };
+        if p.is_null() {
+            break;
+        }
+        ps.push(p as usize);
+        assert!(ps.len() < 1024, "never refused");
+    }
+    drop(_in);
+    let got = ps.len() as u64 * 4096;
+    assert!(got > MAX && got <= MAX + (256 << 10), "{got}");
+    assert_eq!(t.events().oom_kill, 1);
+    assert_eq!(t.events().oom, 1);
+    assert!(t.current_exact() <= MAX + (256 << 10));
+    for p in ps {
+        // SAFETY: allocated above with l.
+        unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+    }
+    assert_eq!(t.current_exact(), 0);
+
+    // A Kill tenant whose subtree holds nothing (the charge is all its own) of a parent
+    // whose children are Fail: no victim, so the charge fails.
+    let p = Tenant::new("no-victims");
+    p.set_max(64 << 10);
+    p.set_oom_policy(OomPolicy::Kill);
+    let c = p.child("fail-child");
+    c.set_oom_policy(OomPolicy::Fail);
+    let _in = c.enter();
+    let mut v: Vec<u8> = Vec::new();
+    assert!(v.try_reserve(128 << 10).is_err());
+    drop(_in);
+    assert_eq!(p.events().oom_kill, 0);
+    assert!(!p.is_killed() && !c.is_killed());
+}
