@@ -1,7 +1,9 @@
 //! A small multi-tenant service: three tenants with limits run a mixed workload on several
 //! threads (request handling with maps and strings, a batch job that runs into its hard
 //! limit and degrades gracefully, socket buffers charged by hand), then each tenant's
-//! memory.stat-like report is printed.
+//! memory.stat-like report is printed. Then the async part: customers' requests as tokio
+//! tasks carried into their tenants, one of them a runaway that the OOM killer stops at
+//! its limit (`OomPolicy::Kill`) while the others are served.
 //!
 //! Run: `cargo run --release --example demo`
 
@@ -10,7 +12,7 @@ use std::thread;
 
 use std::alloc::Layout;
 
-use slabcg::{Cache, SlabAlloc, StatItem, Tenant};
+use slabcg::{Cache, InTenant, OomPolicy, SlabAlloc, StatItem, Tenant};
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
@@ -78,6 +80,52 @@ fn sock_worker(tenant: Tenant) -> (u64, u64) {
         }
     }
     (charged, refused)
+}
+
+/// Customers of an async service, a tenant each (Kill policy, 16 MiB), with a request per
+/// customer on tokio's multi-thread runtime; mallory's request never stops allocating.
+fn async_customers() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let customers = Tenant::new("customers");
+    let results = rt.block_on(async {
+        let mut requests = Vec::new();
+        for name in ["alice", "bob", "mallory"] {
+            let customer = customers.child(name);
+            customer.set_max(16 * MIB);
+            customer.set_oom_policy(OomPolicy::Kill);
+            let rows = if name == "mallory" { usize::MAX } else { 50_000 };
+            let request = async move {
+                let mut v = Vec::new();
+                for i in 0..rows {
+                    v.push(format!("{name} row {i}"));
+                    if i % 1024 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                v.len()
+            };
+            requests.push((customer.clone(), tokio::spawn(request.in_tenant(&customer))));
+        }
+        let mut results = Vec::new();
+        for (customer, task) in requests {
+            results.push((customer, task.await.unwrap()));
+        }
+        results
+    });
+    println!("\n== async customers (OomPolicy::Kill, max 16 MiB each) ==");
+    for (customer, result) in &results {
+        match result {
+            Ok(rows) => println!("{}: 200, {rows} rows", customer.name()),
+            Err(killed) => println!("{}: 503, {killed}", customer.name()),
+        }
+    }
+    for (customer, _) in &results {
+        println!("\n== tenant {} ==", customer.path());
+        print!("{}", customer.stat());
+    }
 }
 
 fn main() {
@@ -149,4 +197,5 @@ fn main() {
         "after freeing the sessions and the socket buffers: api current_exact {}",
         api.current_exact()
     );
+    async_customers();
 }
