@@ -96,7 +96,11 @@ fn async_customers() {
             let customer = customers.child(name);
             customer.set_max(16 * MIB);
             customer.set_oom_policy(OomPolicy::Kill);
-            let rows = if name == "mallory" { usize::MAX } else { 50_000 };
+            let rows = if name == "mallory" {
+                usize::MAX
+            } else {
+                50_000
+            };
             let request = async move {
                 let mut v = Vec::new();
                 for i in 0..rows {

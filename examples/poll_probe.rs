@@ -32,7 +32,10 @@ fn ns_per_poll(t: &Tenant, n: u64, scoped: bool) -> f64 {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let mode = args.next().unwrap_or_else(|| "alt".into());
     let t = Tenant::new("poll");
     match mode.as_str() {

@@ -55,6 +55,9 @@ pub use slabcg_allocator::{
     SlabAlloc,
 };
 
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
+
 /// The accounting crate, for its lower-level parts (`hooks`).
 pub use slabcg_accounting as accounting;
 /// The allocator crate, for its lower-level parts (layouts, size classes).

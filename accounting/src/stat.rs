@@ -182,6 +182,8 @@ fn owner_meta(slab_classes: &[u64; MAX_SLAB_CLASSES]) -> (u64, u64) {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TenantStat {
     pub name: String,
+    /// The tenant's path below the root, "/"-separated (`Tenant::path`).
+    pub path: String,
     pub current: u64,
     pub peak: u64,
     /// `u64::MAX` = unlimited.
@@ -213,7 +215,7 @@ pub struct TenantStat {
 }
 
 impl TenantStat {
-    pub(crate) fn read(name: &str, node: &Node, current: u64) -> TenantStat {
+    pub(crate) fn read(node: &Node, current: u64) -> TenantStat {
         let c = &node.counter;
         let mut slab_classes = [0u64; MAX_SLAB_CLASSES];
         for (i, s) in slab_classes.iter_mut().enumerate() {
@@ -225,7 +227,8 @@ impl TenantStat {
         // like the slab bytes it comes from, it covers the whole subtree.
         let (owner_meta, owner_meta_paid) = owner_meta(&slab_classes);
         TenantStat {
-            name: name.to_owned(),
+            name: node.name().to_owned(),
+            path: node.path(),
             current,
             peak: c.peak(),
             max: c.max(),

@@ -1,0 +1,113 @@
+//! A multi-tenant HTTP service on slabcg (axum on tokio's multi-thread runtime): a tenant per
+//! customer (`x-tenant` header), a child tenant per request, the OOM killer for a runaway
+//! request (503, the service lives), Prometheus metrics. See `service.rs` for the routes.
+//!
+//! ```sh
+//! cargo run --release --example tenant_service -- --addr 127.0.0.1:3000 --tenant-max 67108864
+//! curl -H 'x-tenant: alice' '127.0.0.1:3000/work?kb=64'
+//! curl -H 'x-tenant: mallory' '127.0.0.1:3000/work?kb=1000000'   # 503: killed at 64 MiB
+//! curl 127.0.0.1:3000/metrics
+//! curl 127.0.0.1:3000/tenants/alice/stat
+//! ```
+//! The load runs (`scripts/load-service.sh`) build it with `--features service-mimalloc` or
+//! `service-jemalloc` for the peers, and start it with `--no-tenants` for slabcg alone.
+
+mod service;
+
+#[cfg(not(any(feature = "service-mimalloc", feature = "service-jemalloc")))]
+#[global_allocator]
+static GLOBAL: slabcg::SlabAlloc = slabcg::SlabAlloc::new();
+#[cfg(feature = "service-mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(all(feature = "service-jemalloc", not(feature = "service-mimalloc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+const USAGE: &str = "\
+usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES]
+                      [--workers N] [--no-tenants]
+  --addr        where to listen (default 127.0.0.1:3000)
+  --tenant-max  each customer's hard limit in bytes (default 67108864, 64 MiB)
+  --total-max   the limit of all customers together (default: unlimited)
+  --workers     tokio worker threads (default: the number of CPUs)
+  --no-tenants  serve without tenants (a baseline for load runs)
+";
+
+fn allocator() -> &'static str {
+    if cfg!(feature = "service-mimalloc") {
+        "mimalloc"
+    } else if cfg!(feature = "service-jemalloc") {
+        "jemalloc"
+    } else {
+        "slabcg"
+    }
+}
+
+fn parse() -> Result<(String, service::Config, Option<usize>), String> {
+    let mut addr = "127.0.0.1:3000".to_owned();
+    let mut cfg = service::Config {
+        tenant_max: 64 << 20,
+        total_max: u64::MAX,
+        tenants: true,
+    };
+    let mut workers = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        let bytes = |v: String, name: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{name}: not a number of bytes: {v}"))
+        };
+        match a.as_str() {
+            "--help" | "-h" => return Err(String::new()),
+            "--addr" => addr = value("--addr")?,
+            "--tenant-max" => cfg.tenant_max = bytes(value("--tenant-max")?, "--tenant-max")?,
+            "--total-max" => cfg.total_max = bytes(value("--total-max")?, "--total-max")?,
+            "--workers" => {
+                let v = value("--workers")?;
+                workers = Some(v.parse().map_err(|_| format!("--workers: {v}"))?);
+            }
+            "--no-tenants" => cfg.tenants = false,
+            other => return Err(format!("unknown argument: {other}")),
+        }
+    }
+    Ok((addr, cfg, workers))
+}
+
+fn main() {
+    let (addr, cfg, workers) = match parse() {
+        Ok(v) => v,
+        Err(e) if e.is_empty() => {
+            print!("{USAGE}");
+            return;
+        }
+        Err(e) => {
+            eprint!("tenant_service: {e}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        rt.worker_threads(n);
+    }
+    let rt = rt.enable_all().build().expect("tokio runtime");
+    rt.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(&addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("tenant_service: cannot listen on {addr}: {e}");
+                std::process::exit(1);
+            }
+        };
+        eprintln!(
+            "tenant_service: listening on {} (allocator {}, tenants {}, tenant max {} bytes)",
+            listener.local_addr().unwrap(),
+            allocator(),
+            if cfg.tenants { "on" } else { "off" },
+            cfg.tenant_max
+        );
+        let app = service::router(service::Service::new(cfg));
+        axum::serve(listener, app).await.expect("server");
+    });
+}

@@ -1,0 +1,225 @@
+//! The multi-tenant HTTP service of `examples/tenant_service` (also driven in-process by
+//! `tests/tenant_service.rs`): each customer, named by the `x-tenant` header (or a `tenant`
+//! query parameter), is a tenant under "tenants" with the Kill policy and a limit; each
+//! request runs in a child tenant of its own, so one request's blow-up is its own.
+//!
+//! - `GET /work?kb=N`: builds a working set of about N KiB (a map of owned strings and
+//!   small structs), serializes it with serde_json, answers 200 with
+//!   `{"tenant":..,"kb":N,"checksum":..}` (the checksum depends only on N); a request whose
+//!   tenant is killed answers 503 with a JSON error naming the tenant and its limit.
+//! - `GET /metrics`: `slabcg::prometheus::render()`.
+//! - `GET /tenants/NAME/stat`: the customer's memory.stat-like text.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use slabcg::{InTenant, OomPolicy, Tenant};
+
+/// What the service is started with.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Each customer's `max` (bytes).
+    pub tenant_max: u64,
+    /// The "tenants" parent's `max` (bytes; `u64::MAX`: unlimited).
+    pub total_max: u64,
+    /// Run requests in tenants (false: the same service with no tenant at all, for the
+    /// load runs' "slabcg without tenants" row).
+    pub tenants: bool,
+}
+
+pub struct Service {
+    cfg: Config,
+    parent: Tenant,
+    customers: Mutex<HashMap<String, Tenant>>,
+}
+
+impl Service {
+    pub fn new(cfg: Config) -> Arc<Service> {
+        let parent = Tenant::new("tenants");
+        parent.set_max(cfg.total_max);
+        parent.set_oom_policy(OomPolicy::Kill);
+        Arc::new(Service {
+            cfg,
+            parent,
+            customers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The customer's tenant, made on first use (Kill policy, `tenant_max`); a killed one is
+    /// replaced, since a killed tenant stays killed.
+    pub fn customer(&self, name: &str) -> Tenant {
+        let mut map = self.customers.lock().unwrap();
+        if let Some(t) = map.get(name).filter(|t| !t.is_killed()) {
+            return t.clone();
+        }
+        let t = self.parent.child(name);
+        t.set_max(self.cfg.tenant_max);
+        t.set_oom_policy(OomPolicy::Kill);
+        map.insert(name.to_owned(), t.clone());
+        t
+    }
+
+    /// The customer's tenant if it was ever used.
+    pub fn existing(&self, name: &str) -> Option<Tenant> {
+        self.customers.lock().unwrap().get(name).cloned()
+    }
+}
+
+pub fn router(svc: Arc<Service>) -> Router {
+    Router::new()
+        .route("/work", get(work))
+        .route("/metrics", get(metrics))
+        .route("/tenants/{name}/stat", get(stat))
+        .with_state(svc)
+}
+
+#[derive(Deserialize)]
+struct WorkQuery {
+    kb: u64,
+    tenant: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Record {
+    id: u64,
+    name: String,
+    tags: Vec<String>,
+    score: f64,
+}
+
+/// FNV-1a, 64 bits.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Records in a working set of about `kb` KiB (each record with its key and strings takes
+/// about 200 bytes of heap).
+fn records(kb: u64) -> u64 {
+    (kb * 1024 / 200).max(1)
+}
+
+fn record(i: u64) -> (String, Record) {
+    let key = format!("key-{i:08}");
+    let rec = Record {
+        id: i,
+        name: format!("customer record number {i}"),
+        tags: (0..3).map(|t| format!("tag-{}", (i + t) % 17)).collect(),
+        score: (i % 1000) as f64 / 8.0,
+    };
+    (key, rec)
+}
+
+/// Gives the worker to other tasks once. Unlike `tokio::task::yield_now`, which parks the
+/// waker in a per-worker list that grows inside the poll (so the runtime's list would be
+/// charged to whichever request grew it), this wakes the task itself; tokio then puts it at
+/// the back of the worker's queue all the same.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// The working set, built with a yield every 256 records (a safe point, where a kill
+/// takes effect), then serialized; returns the checksum of the JSON.
+pub async fn build(kb: u64) -> u64 {
+    let mut map = BTreeMap::new();
+    for i in 0..records(kb) {
+        let (k, r) = record(i);
+        map.insert(k, r);
+        if i % 256 == 255 {
+            yield_now().await;
+        }
+    }
+    let json = serde_json::to_vec(&map).expect("serializable");
+    fnv(&json)
+}
+
+/// What `build(kb)` answers, computed without a runtime (the tests' oracle).
+#[allow(dead_code)] // the example does not call it; tests/tenant_service.rs does
+pub fn checksum(kb: u64) -> u64 {
+    let map: BTreeMap<String, Record> = (0..records(kb)).map(record).collect();
+    fnv(&serde_json::to_vec(&map).expect("serializable"))
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+fn json(status: StatusCode, v: serde_json::Value) -> Response {
+    (status, axum::Json(v)).into_response()
+}
+
+async fn work(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    Query(q): Query<WorkQuery>,
+) -> Response {
+    let name = headers
+        .get("x-tenant")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or(q.tenant)
+        .unwrap_or_else(|| "anonymous".to_owned());
+    if !valid_name(&name) {
+        let err = serde_json::json!({"error": "bad tenant name", "tenant": name});
+        return json(StatusCode::BAD_REQUEST, err);
+    }
+    if !svc.cfg.tenants {
+        let sum = build(q.kb).await;
+        let ok = serde_json::json!({"tenant": name, "kb": q.kb, "checksum": format!("{sum:016x}")});
+        return json(StatusCode::OK, ok);
+    }
+    let customer = svc.customer(&name);
+    // A tenant per request: the OOM killer picks the request with the most memory of its
+    // own, so a runaway request dies and the customer's other requests go on.
+    let request = customer.child("request");
+    match build(q.kb).in_tenant(&request).await {
+        Ok(sum) => json(
+            StatusCode::OK,
+            serde_json::json!({"tenant": name, "kb": q.kb, "checksum": format!("{sum:016x}")}),
+        ),
+        Err(killed) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({
+                "error": "request killed: out of memory",
+                "tenant": name,
+                "limit": customer.max(),
+                "detail": killed.to_string(),
+            }),
+        ),
+    }
+}
+
+async fn metrics() -> Response {
+    let body = slabcg::prometheus::render();
+    (
+        [(header::CONTENT_TYPE, slabcg::prometheus::CONTENT_TYPE)],
+        body,
+    )
+        .into_response()
+}
+
+async fn stat(State(svc): State<Arc<Service>>, Path(name): Path<String>) -> Response {
+    match svc.existing(&name) {
+        Some(t) => (StatusCode::OK, t.stat().to_string()).into_response(),
+        None => (StatusCode::NOT_FOUND, format!("no tenant '{name}'\n")).into_response(),
+    }
+}

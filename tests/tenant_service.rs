@@ -1,0 +1,166 @@
+//! The multi-tenant HTTP service (`examples/tenant_service`) on an ephemeral port, driven by
+//! hyper's client: three customers' concurrent requests answer 200 with the right checksum
+//! while one customer's runaway request answers 503; the process lives; `/metrics` shows the
+//! kill on the runaway's tenant only; every customer's usage returns to its idle value.
+
+#[path = "../examples/tenant_service/service.rs"]
+mod service;
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use slabcg::SlabAlloc;
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
+
+async fn get(client: &HttpClient, url: String, tenant: Option<&str>) -> (u16, String) {
+    let mut req = hyper::Request::get(url);
+    if let Some(t) = tenant {
+        req = req.header("x-tenant", t);
+    }
+    let resp = client
+        .request(req.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// The value of the one sample of `metrics` whose name and labels are `series`.
+fn sample(metrics: &str, series: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+const CUSTOMERS: [&str; 3] = ["alice", "bob", "carol"];
+
+#[test]
+fn customers_are_served_while_a_runaway_is_killed() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let svc = service::Service::new(service::Config {
+        tenant_max: 16 << 20,
+        total_max: u64::MAX,
+        tenants: true,
+    });
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = rt.spawn(async move {
+        let _ = axum::serve(listener, service::router(svc.clone())).await;
+    });
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let kbs = [16u64, 64, 200];
+    let want: Vec<String> = kbs
+        .iter()
+        .map(|&kb| format!("{:016x}", service::checksum(kb)))
+        .collect();
+
+    rt.block_on(async {
+        // Warm up: every customer's tenant exists, and the runtime's per-worker state has
+        // grown (what grows inside a request's poll is charged to that request, and what
+        // outlives it to the customer).
+        for round in 0..8 {
+            for c in CUSTOMERS {
+                let (s, _) = get(
+                    &client,
+                    format!("{base}/work?kb={}", kbs[round % 3]),
+                    Some(c),
+                )
+                .await;
+                assert_eq!(s, 200);
+            }
+        }
+    });
+    let (status, metrics) = rt.block_on(get(&client, format!("{base}/metrics"), None));
+    assert_eq!(status, 200);
+    let idle: Vec<u64> = CUSTOMERS
+        .iter()
+        .map(|c| {
+            sample(
+                &metrics,
+                &format!("slabcg_memory_current_bytes{{tenant=\"tenants/{c}\"}}"),
+            )
+            .unwrap()
+        })
+        .collect();
+
+    rt.block_on(async {
+        let mut normal = Vec::new();
+        for i in 0..60usize {
+            let (client, base) = (client.clone(), base.clone());
+            let c = CUSTOMERS[i % 3];
+            let kb = kbs[i % kbs.len()];
+            normal.push(tokio::spawn(async move {
+                (
+                    kb,
+                    get(&client, format!("{base}/work?kb={kb}"), Some(c)).await,
+                )
+            }));
+        }
+        let (c2, b2) = (client.clone(), base.clone());
+        let runaway = tokio::spawn(async move {
+            get(&c2, format!("{b2}/work?kb=1000000"), Some("mallory")).await
+        });
+        for h in normal {
+            let (kb, (status, body)) = h.await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let i = kbs.iter().position(|&k| k == kb).unwrap();
+            assert_eq!(v["checksum"], want[i].as_str(), "kb={kb}");
+            assert_eq!(v["kb"], kb);
+        }
+        let (status, body) = tokio::time::timeout(Duration::from_secs(60), runaway)
+            .await
+            .expect("the runaway request did not end")
+            .unwrap();
+        assert_eq!(status, 503, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["tenant"], "mallory");
+        assert_eq!(v["limit"], 16u64 << 20);
+    });
+
+    // The service lives and answers; the kill is on mallory's tenant only.
+    let (status, body) = rt.block_on(get(&client, format!("{base}/work?kb=16"), Some("alice")));
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = rt.block_on(get(&client, format!("{base}/metrics"), None));
+    let kills = |c: &str| {
+        sample(
+            &metrics,
+            &format!("slabcg_memory_events_total{{tenant=\"tenants/{c}\",event=\"oom_kill\"}}"),
+        )
+    };
+    assert_eq!(kills("mallory"), Some(1), "{metrics}");
+    for c in CUSTOMERS {
+        assert_eq!(kills(c), Some(0));
+    }
+    assert!(metrics.contains("slabcg_allocator_resident_bytes"));
+    for (c, idle) in CUSTOMERS.iter().zip(&idle) {
+        let now = sample(
+            &metrics,
+            &format!("slabcg_memory_current_bytes{{tenant=\"tenants/{c}\"}}"),
+        )
+        .unwrap();
+        assert_eq!(now, *idle, "{c}: current back to its idle value");
+    }
+    let (status, stat) = rt.block_on(get(&client, format!("{base}/tenants/mallory/stat"), None));
+    assert_eq!(status, 200);
+    assert!(stat.contains("events.oom_kill 1"), "{stat}");
+    let (status, _) = rt.block_on(get(&client, format!("{base}/tenants/nobody/stat"), None));
+    assert_eq!(status, 404);
+    let (status, _) = rt.block_on(get(&client, format!("{base}/work?kb=1"), Some("bad name!")));
+    assert_eq!(status, 400);
+    server.abort();
+}
