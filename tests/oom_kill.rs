@@ -295,3 +295,125 @@ fn past_the_overdraft_charges_fail() {
     assert_eq!(p.events().oom_kill, 0);
     assert!(!p.is_killed() && !c.is_killed());
 }
+
+/// Pushes 64 KiB chunks with fallible reservations inside `t` until a reservation fails or
+/// a checkpoint reports the kill; returns the chunks (still charged) and whether it was
+/// killed.
+fn fill(t: &Tenant, chunks: &mut Vec<Vec<u8>>, most: usize) -> bool {
+    let _in = t.enter();
+    for _ in 0..most {
+        let mut v: Vec<u8> = Vec::new();
+        if v.try_reserve_exact(64 << 10).is_err() {
+            break;
+        }
+        v.resize(64 << 10, 9);
+        chunks.push(v);
+        if checkpoint().is_err() {
+            return true;
+        }
+    }
+    checkpoint().is_err()
+}
+
+/// A victim whose kill frees nothing (its memory is held outside its work) does not switch
+/// the killer off: once the overdraft is spent, the next refusal kills the next victim.
+#[test]
+fn a_victim_that_frees_nothing_does_not_stop_the_next_kill() {
+    const MIB: u64 = 1 << 20;
+    let p = Tenant::new("frees-nothing");
+    p.set_max(4 * MIB);
+    p.set_overdraft(MIB);
+    p.set_oom_policy(OomPolicy::Kill);
+    let cache = p.child("cache");
+    cache.charge(3 * MIB, slabcg::StatItem::Sock).unwrap();
+    let runaway = p.child("runaway");
+    let mut chunks = Vec::with_capacity(1000);
+    let stopped = fill(&runaway, &mut chunks, 1000);
+    assert!(cache.is_killed(), "the biggest was the first victim");
+    assert!(
+        stopped && runaway.is_killed(),
+        "the runaway was killed next"
+    );
+    assert_eq!(p.events().oom_kill, 2);
+    assert!(p.peak() <= 5 * MIB, "peak {}", p.peak());
+    drop(chunks);
+    cache.uncharge(3 * MIB, slabcg::StatItem::Sock);
+    assert_eq!(p.current_exact(), 0);
+}
+
+/// With no overdraft a charge kills at most one victim (and, the victim's memory being held
+/// elsewhere, fails); `events.max` counts the refused charge once.
+#[test]
+fn one_charge_kills_at_most_one_victim() {
+    let p = Tenant::new("no-overdraft");
+    p.set_max(1 << 20);
+    p.set_overdraft(0);
+    p.set_oom_policy(OomPolicy::Kill);
+    let held: Vec<(Tenant, Vec<u8>)> = (0..4)
+        .map(|i| {
+            let c = p.child(&format!("holder-{i}"));
+            let v = {
+                let _in = c.enter();
+                vec![1u8; 200 << 10]
+            };
+            (c, v)
+        })
+        .collect();
+    let late = p.child("late");
+    let mut v: Vec<u8> = Vec::new();
+    let refused = {
+        let _in = late.enter();
+        v.try_reserve_exact(300 << 10).is_err()
+    };
+    assert!(refused, "no overdraft: the charge still does not fit");
+    assert_eq!(p.events().oom_kill, 1);
+    assert_eq!(held.iter().filter(|(c, _)| c.is_killed()).count(), 1);
+    assert_eq!(p.events().max, 1, "one refused charge, one max event");
+    assert_eq!(p.events().oom, 1);
+    drop(held);
+    assert_eq!(p.current_exact(), 0);
+}
+
+/// A killed tenant whose work never reaches a safe point holds further kills off for a
+/// grace period only: its sibling's charges go through the overdraft, then fail, and after
+/// the grace the sibling is the next victim.
+#[test]
+fn a_stuck_victim_holds_off_kills_for_a_grace_period_only() {
+    const MIB: u64 = 1 << 20;
+    let p = Tenant::new("stuck");
+    p.set_max(4 * MIB);
+    p.set_overdraft(MIB);
+    p.set_oom_policy(OomPolicy::Kill);
+    let a = p.child("a");
+    let held = {
+        let _in = a.enter();
+        vec![1u8; 3 << 20]
+    };
+    let stuck = a.scope(async {}); // never polled: work in flight forever
+    a.kill();
+    let b = p.child("b");
+    let mut chunks = Vec::with_capacity(1000);
+    assert!(
+        !fill(&b, &mut chunks, 1000),
+        "b is not killed while a is dying"
+    );
+    let got = chunks.len() as u64 * (64 << 10);
+    assert!(got > MIB, "b went through the overdraft: {got}");
+    assert_eq!(p.events().oom_kill, 0);
+    assert!(p.peak() <= 5 * MIB);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(
+        fill(&b, &mut chunks, 1),
+        "after the grace, b is the next victim"
+    );
+    assert_eq!(p.events().oom_kill, 1);
+    assert!(b.is_killed());
+    let ev = p.events_local();
+    assert_eq!(
+        ev.max,
+        ev.oom + 1,
+        "every refused charge counts once: {ev:?}"
+    );
+    drop((stuck, held, chunks));
+    assert_eq!(p.current_exact(), 0);
+}

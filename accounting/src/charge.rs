@@ -6,9 +6,9 @@
 //! (outside every CS, at most once per thread at a time) -> retry -> if a callback ran,
 //! every thread's stock is drained again (what it freed may sit charged in one) -> retry ->
 //! under `OomPolicy::Kill`, the OOM killer (`oom::out_of_memory`: kill a victim, open the
-//! overdraft window) -> retry -> fail. `events.max` counts each refusal that reached the end
-//! of the ladder, `events.oom` each charge that failed, on the refusing ancestor (locally)
-//! and on it and its ancestors below the root (hierarchically, `counter::record_event`).
+//! overdraft window, retry) -> fail. `events.max` counts each charge that reached the end of
+//! the ladder, `events.oom` each charge that failed, on the refusing ancestor (locally) and
+//! on it and its ancestors below the root (hierarchically, `counter::record_event`).
 //!
 //! Order rule: a thread touches `objcg.tenant` (and the node it points to) only while it
 //! holds a ref on the objcg (see `objcg.rs`), so every `put` comes after the last use.
@@ -176,32 +176,20 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
     } else {
         refused
     };
-    // Under `OomPolicy::Kill`, a victim is killed and the overdraft window opened (oom.rs).
-    // The retries are bounded: each refusal by a node whose window is already open, or by
-    // another ancestor, comes back here.
-    let mut refused = refused;
-    for _ in 0..OOM_RETRIES {
-        // SAFETY: as above.
-        let node = unsafe { &*refused.0 };
-        counter::record_event(node, Event::Max);
-        if !oom::out_of_memory(node) {
-            break;
-        }
-        match try_n() {
-            Ok(got) => return Ok(got),
-            Err(r) => refused = r,
-        }
-    }
+    // SAFETY: as above.
+    let node = unsafe { &*refused.0 };
+    counter::record_event(node, Event::Max);
+    // Under `OomPolicy::Kill`: a victim is killed and the overdraft window opened, with the
+    // retries made under the tree lock so that two refused chargers do not each kill.
+    let refused = match oom::out_of_memory(node, || try_n().map(|_| ()).map_err(|r| r.0)) {
+        Ok(()) => return Ok(n),
+        Err(r) => Refused(r),
+    };
     // SAFETY: as above.
     let node = unsafe { &*refused.0 };
     counter::record_event(node, Event::Oom);
     Err(refused)
 }
-
-/// How many times one charge goes to the OOM path: enough for an opener's race with the
-/// uncharge that closes a window and for a second limited ancestor, few enough that an
-/// exhausted overdraft fails quickly.
-const OOM_RETRIES: usize = 3;
 
 /// An uncharge of `n` bytes into `pool`: this thread's slot if it has room, else the slow
 /// path. `hooks::uncharge` (objects) and `Tenant::uncharge` (API) both come here.

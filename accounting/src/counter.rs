@@ -15,8 +15,10 @@
 //! - `pressure` is set by chargers and cleared by unchargers without a lock; a flag flip
 //!   that loses a race is corrected by the next charge or uncharge of that node.
 //! - The overdraft window is closed by the uncharge that brings usage back to `max`, without
-//!   a lock: an opener racing with it sees its retry fail and asks again (`oom.rs` bounds the
-//!   retries), and a window closed a moment early only sends a charge to the OOM path again.
+//!   a lock: an opener racing with it sees its retry fail and opens it again (`oom.rs` bounds
+//!   the rounds), a window closed a moment early only sends a charge to the OOM path again,
+//!   and a charge whose CAS raced with the close may land above `max` (never above `max` +
+//!   the allowance it read).
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
@@ -119,13 +121,13 @@ impl Counter {
                 }
             }
         } else {
-            let limit = max.saturating_add(self.allowance.load(Relaxed));
             let mut cur = self.usage.load(Relaxed);
             loop {
                 let Some(new) = cur.checked_add(n) else {
                     return false;
                 };
-                if new > limit {
+                // Read again on every try: a window closed meanwhile no longer counts.
+                if new > max.saturating_add(self.allowance.load(Relaxed)) {
                     return false;
                 }
                 match self.usage.compare_exchange_weak(cur, new, Relaxed, Relaxed) {

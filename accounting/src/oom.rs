@@ -2,18 +2,22 @@
 //! kernel's memcg OOM killer, except that the victim is a tenant and the process lives.
 //!
 //! A charge refused by tenant `R`'s `max`, after the charge ladder drained every stock and
-//! ran `R`'s reclaim callback (`charge.rs`), comes to [`out_of_memory`]:
+//! ran `R`'s reclaim callback (`charge.rs`), comes to [`out_of_memory`], which decides under
+//! the tree lock (so that two chargers refused at once do not each kill):
 //! - `R`'s policy is [`OomPolicy::Fail`]: the charge fails (null from `alloc`).
-//! - [`OomPolicy::Kill`]: if a killed tenant of `R`'s subtree still has work in flight
-//!   (`inflight > 0`: futures and wrapped closures that have not reached a safe point yet),
-//!   it is still dying and nothing more is killed, as the kernel waits for an exiting OOM
-//!   victim. Otherwise the victim is the not-yet-killed Kill-policy tenant of the subtree
-//!   (`R` included) with the most memory of its own (usage minus its live children's), as
-//!   memcg picks the biggest task rather than a cgroup; it is marked killed, with its
-//!   descendants (`memory.oom.group`). Either way `R`'s overdraft window opens
+//! - [`OomPolicy::Kill`]: first the charge is tried again (another charger may have opened
+//!   the window meanwhile). If a killed tenant of `R`'s subtree is still *dying* (it has
+//!   work in flight, futures or wrapped closures not yet at a safe point, and was killed
+//!   less than `DYING_GRACE` ago), nothing more is killed, as the kernel waits for an exiting
+//!   OOM victim until its OOM reaper gives up on it. Otherwise the victim is the
+//!   not-yet-killed Kill-policy tenant of the subtree (`R` included) with the most memory of
+//!   its own (usage minus its live children's), as memcg picks the biggest task rather than
+//!   a cgroup; it is marked killed, with its descendants (`memory.oom.group`). At most one
+//!   victim per charge. Either way `R`'s overdraft window opens
 //!   (`Counter::open_overdraft`): charges may pass `max` by up to the overdraft until an
-//!   uncharge brings usage back to `max`, so the work in flight reaches its next safe point.
-//!   Past `max + overdraft` the charge fails as under `Fail`.
+//!   uncharge brings usage back to `max`, so that the work in flight reaches its next safe
+//!   point, and the charge is tried again. Past `max + overdraft` the charge fails as under
+//!   `Fail`; the next refusal picks the next victim unless one is still dying.
 //!
 //! Nothing here blocks on another tenant's work: the victim is only marked. Its `Scoped`
 //! futures are woken by the reaper thread (waking a runtime's waker inside `alloc` could
@@ -23,11 +27,18 @@
 //! Kill state, per node: `killed` is set once (0 = alive) and never cleared; a node is
 //! killed when it or an ancestor is (`killed_by`). `KILL_EPOCH` counts kills, so a safe
 //! point that saw no new kill since its last look reads one shared, rarely written word.
+//!
+//! Fork: the waiter lists' locks are not held across `fork`. A child forked while another
+//! thread registered a waker may find that tenant's list locked for good; only user-context
+//! paths take those locks (never the tree lock's holders, never `alloc`), so at worst the
+//! child's reaper or a registration there hangs. The parent's wakers mean nothing in the
+//! child anyway.
 
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
+use std::time::{Duration, Instant};
 
 use crate::counter::{self, Event};
 use crate::scope;
@@ -60,6 +71,9 @@ const BY_REQUEST: u8 = 2;
 const DEFAULT_OVERDRAFT_CAP: u64 = 64 << 20;
 /// `OomState::overdraft` before `set_overdraft`.
 const UNSET: u64 = u64::MAX;
+/// How long a killed tenant with work in flight holds off further kills in its subtree (the
+/// kernel's OOM reaper waits about 2 s before it lets the killer pick another victim).
+const DYING_GRACE: Duration = Duration::from_secs(1);
 
 /// Counts kills; bumped (SeqCst) after a victim's `killed` is set.
 static KILL_EPOCH: AtomicU64 = AtomicU64::new(0);
@@ -70,6 +84,8 @@ pub(crate) struct OomState {
     overdraft: AtomicU64,
     /// `ALIVE`, or why it was killed (`BY_OOM`, `BY_REQUEST`); set once.
     killed: AtomicU8,
+    /// When it was killed, in nanoseconds since `clock_base()`.
+    killed_at: AtomicU64,
     /// Futures (`Scoped`) and wrapped closures of this tenant not finished yet: the work a
     /// kill waits for before it counts the victim as gone.
     inflight: AtomicUsize,
@@ -90,6 +106,7 @@ impl OomState {
             policy: AtomicU8::new(policy as u8),
             overdraft: AtomicU64::new(UNSET),
             killed: AtomicU8::new(ALIVE),
+            killed_at: AtomicU64::new(0),
             inflight: AtomicUsize::new(0),
             waiters: Mutex::new(Waiters {
                 slots: Vec::new(),
@@ -115,6 +132,13 @@ impl OomState {
         match self.overdraft.load(Ordering::Relaxed) {
             UNSET => max.min(DEFAULT_OVERDRAFT_CAP),
             v => v,
+        }
+    }
+    /// An open overdraft window follows a new `max` or overdraft (racy with the uncharge
+    /// that closes it: then the window reopens at the next refusal, which is fine).
+    pub(crate) fn limits_changed(&self, c: &crate::counter::Counter) {
+        if c.overdraft_open() {
+            c.open_overdraft(self.overdraft(c.max()));
         }
     }
     /// One more piece of work in flight (a `Scoped` future or a wrapped closure).
@@ -149,8 +173,19 @@ pub(crate) fn killed_by(node: &Node) -> Option<&Node> {
     None
 }
 
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// Nanoseconds since `clock_base()`: a vDSO clock read, no allocation.
+fn now_ns() -> u64 {
+    clock_base().elapsed().as_nanos() as u64
+}
+
 /// Marks `node` killed for `why`; false if it already was.
 fn mark(node: &Node, why: u8) -> bool {
+    node.oom.killed_at.store(now_ns(), Ordering::Relaxed);
     let marked = node
         .oom
         .killed
@@ -163,11 +198,21 @@ fn mark(node: &Node, why: u8) -> bool {
     marked
 }
 
-/// `Tenant::kill`: user context, so the futures are woken right here.
+/// `Tenant::kill`. The futures are woken by the reaper, not here: a reclaim callback (which
+/// runs inside `alloc`) may call it.
 pub(crate) fn kill(node: &Node) {
     if mark(node, BY_REQUEST) {
-        wake_killed();
+        request_wake();
     }
+}
+
+/// Whether the kill that took `n` down still holds off further kills: `n` has work in
+/// flight and its killer acted less than `DYING_GRACE` ago.
+fn is_dying(n: &Node, now: u64) -> bool {
+    let Some(k) = killed_by(n) else { return false };
+    n.oom.inflight.load(Ordering::Relaxed) > 0
+        && now.saturating_sub(k.oom.killed_at.load(Ordering::Relaxed))
+            < DYING_GRACE.as_nanos() as u64
 }
 
 /// The error for work of a tenant that `killed` (itself or an ancestor) took down.
@@ -181,39 +226,60 @@ pub(crate) fn killed_error(killed: &Node) -> Killed {
     }
 }
 
-/// The charge ladder's last step before failing a charge that `refused`'s `max` refused:
-/// whether to retry it, because an overdraft window is open (now or already) for the work
-/// in flight. Kills a victim when needed (see the module doc). Runs outside every stock
-/// critical section; takes the tree lock and allocates as the root.
-pub(crate) fn out_of_memory(refused: &Node) -> bool {
-    if refused.oom.policy() != OomPolicy::Kill || refused.parent_node().is_none() {
-        return false;
-    }
-    if refused.counter.overdraft_open() {
-        // Opened by another charger since this charge was refused (or exhausted: then the
-        // caller's bounded retries fail).
-        return true;
+/// The charge ladder's last step for a charge that `refused`'s `max` refused: under the
+/// tree lock, retries it (`retry`: `Err` names the refusing node), killing a victim and
+/// opening the overdraft window as the module doc says; `Err` with the node that refused
+/// last when the charge must fail. Runs outside every stock critical section; allocates as
+/// the root.
+pub(crate) fn out_of_memory(
+    refused: &Node,
+    mut retry: impl FnMut() -> Result<(), *const Node>,
+) -> Result<(), *const Node> {
+    let kill_policy = |r: &Node| r.oom.policy() == OomPolicy::Kill && r.parent_node().is_some();
+    if !kill_policy(refused) {
+        return Err(refused);
     }
     let _root = scope::unscoped();
     let tree = tenant::tree_lock();
-    match choose(&tree, refused) {
-        Choice::Dying => {}
-        Choice::Victim(v) => {
-            // SAFETY: `choose` saw it alive under TREE, which we still hold (a node is
-            // released only by `free_zombies`, under TREE).
-            let v = unsafe { &*v };
-            if mark(v, BY_OOM) {
-                counter::record_event(v, Event::OomKill);
-            }
-            request_wake();
+    let mut r: *const Node = refused;
+    let mut killed = false;
+    // The node whose window this call opened last: opening it again cannot help.
+    let mut opened: *const Node = core::ptr::null();
+    // Each round either returns or opens a window that was closed, or kills (once), or
+    // moves on to another refusing ancestor: a handful of rounds at most.
+    for _ in 0..8 {
+        r = match retry() {
+            Ok(()) => return Ok(()),
+            Err(r) => r,
+        };
+        // SAFETY: the refusing node is the charging tenant or an ancestor of it, alive while
+        // the charger holds its refs.
+        let node = unsafe { &*r };
+        if !kill_policy(node) {
+            return Err(r);
         }
-        Choice::Nothing => return false,
+        let open = node.counter.overdraft_open() || core::ptr::eq(opened, node);
+        match choose(&tree, node) {
+            Choice::Dying if !open => {}
+            Choice::Victim(v) if !killed => {
+                // SAFETY: `choose` saw it alive under TREE, which we still hold (a node is
+                // released only by `free_zombies`, under TREE).
+                let v = unsafe { &*v };
+                if mark(v, BY_OOM) {
+                    counter::record_event(v, Event::OomKill);
+                }
+                killed = true;
+                request_wake();
+            }
+            // The window is open and exhausted while a victim dies, or this charge has
+            // killed already, or nothing is left to kill.
+            _ => return Err(r),
+        }
+        node.counter
+            .open_overdraft(node.oom.overdraft(node.counter.max()));
+        opened = node;
     }
-    refused
-        .counter
-        .open_overdraft(refused.oom.overdraft(refused.counter.max()));
-    drop(tree);
-    true
+    Err(r)
 }
 
 enum Choice {
@@ -249,14 +315,13 @@ fn is_in(node: &Node, root: &Node) -> bool {
 fn choose(tree: &tenant::TreeGuard, r: &Node) -> Choice {
     let mut members: Vec<Member> = Vec::new();
     let mut dying = false;
+    let now = now_ns();
     tenant::for_each_live(tree, |n| {
         if !is_in(n, r) {
             return;
         }
         let killed = killed_by(n).is_some();
-        if killed && n.oom.inflight.load(Ordering::Relaxed) > 0 {
-            dying = true;
-        }
+        dying |= is_dying(n, now);
         let usage = n.counter.usage();
         members.push(Member {
             node: n,
@@ -298,11 +363,11 @@ pub(crate) fn add_waiter(node: &Node, waker: Waker) -> usize {
     let _root = scope::unscoped();
     let mut w = node.oom.waiters();
     match w.free.pop() {
-        Some(i) => {
+        Some(i) if i < w.slots.len() => {
             w.slots[i] = Some(waker);
             i
         }
-        None => {
+        _ => {
             w.slots.push(Some(waker));
             w.slots.len() - 1
         }
@@ -325,26 +390,34 @@ pub(crate) fn remove_waiter(node: &Node, index: usize) {
     let old = {
         let mut w = node.oom.waiters();
         let old = w.slots.get_mut(index).and_then(Option::take);
-        w.free.push(index);
+        if old.is_some() {
+            w.free.push(index);
+        }
         old
     };
     drop(old);
 }
 
-/// Wakes the registered futures of every killed tenant. User context (the reaper, or
-/// `Tenant::kill`): takes the tree lock and each killed tenant's waiter lock, allocates as
-/// the root, and calls the wakers with no lock held.
+/// Wakes the registered futures of every killed tenant. User context (the reaper): takes
+/// the tree lock to find the killed tenants, then, with the tree lock released, each one's
+/// waiter lock; allocates as the root, and calls the wakers with no lock held.
 fn wake_killed() {
     let _root = scope::unscoped();
-    let mut wakers: Vec<Waker> = Vec::new();
+    let mut killed: Vec<Arc<Node>> = Vec::new();
     {
         let tree = tenant::tree_lock();
         tenant::for_each_live(&tree, |n| {
             if killed_by(n).is_some() {
-                wakers.extend(n.oom.waiters().slots.iter().flatten().cloned());
+                killed.extend(n.arc());
             }
         });
     }
+    let mut wakers: Vec<Waker> = Vec::new();
+    for n in &killed {
+        wakers.extend(n.oom.waiters().slots.iter().flatten().cloned());
+    }
+    // The nodes' last references may go here: a node's drop takes no lock.
+    drop(killed);
     for w in wakers {
         w.wake();
     }
@@ -361,7 +434,7 @@ static WAKE_PENDING: AtomicBool = AtomicBool::new(false);
 static SPAWN: Mutex<()> = Mutex::new(());
 
 /// Asks the reaper to wake the killed tenants' futures. Allocation-free, lock-free: called
-/// on the OOM path inside `alloc`. Without a reaper (no future ever waited) there is
+/// on the OOM path inside `alloc`, and by `Tenant::kill`. Without a reaper (no future ever waited) there is
 /// nothing to wake; one spawned later finds `WAKE_PENDING` set.
 fn request_wake() {
     WAKE_PENDING.store(true, Ordering::SeqCst);

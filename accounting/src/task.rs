@@ -21,6 +21,7 @@ use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
 
+use crate::objcg;
 use crate::oom::{self, Killed};
 use crate::scope;
 use crate::tenant::Tenant;
@@ -270,6 +271,18 @@ pub fn checkpoint() -> Result<(), Killed> {
     if oom::epoch() == 0 {
         return Ok(());
     }
-    let t = crate::scope::current_tenant();
-    t.check()
+    // No handle is made (a shared-line write per call): the live scope that set the id
+    // holds one.
+    let Some(oc) = objcg::lookup(scope::current_objcg()) else {
+        return Ok(());
+    };
+    // SAFETY: the live scope guard (or `Scoped`) that set this thread's current id holds a
+    // handle on its tenant, hence the objcg's alive ref, for as long as the scope lasts.
+    let Some(node) = (unsafe { oc.tenant() }) else {
+        return Ok(());
+    };
+    match oom::killed_by(node) {
+        None => Ok(()),
+        Some(k) => Err(oom::killed_error(k)),
+    }
 }

@@ -87,6 +87,11 @@ impl Node {
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
+    /// A strong reference to this node's memory (not a handle: it does not keep the tenant
+    /// alive, only readable).
+    pub(crate) fn arc(&self) -> Option<Arc<Node>> {
+        self.this.upgrade()
+    }
     /// Whether a handle (or a live child) still holds the tenant.
     pub(crate) fn is_alive(&self) -> bool {
         self.handles.load(Ordering::Relaxed) > 0
@@ -269,6 +274,7 @@ impl Tenant {
             return;
         }
         self.node.counter.set_max(bytes);
+        self.node.oom.limits_changed(&self.node.counter);
         // Bytes pre-charged into stocks count in `current` but are spent without a look at
         // `max` (that is what makes them cheap). Above the new limit, give them back, so
         // that every later charge is checked against it; as a write to cgroup's memory.max
@@ -464,6 +470,7 @@ impl Tenant {
     /// Until set, the overdraft is `min(max, 64 MiB)` ([`Tenant::overdraft`] reads it).
     pub fn set_overdraft(&self, bytes: u64) {
         self.node.oom.set_overdraft(bytes);
+        self.node.oom.limits_changed(&self.node.counter);
     }
     /// The overdraft in force: the one set with [`set_overdraft`](Self::set_overdraft), else
     /// `min(max, 64 MiB)`, room for a `Vec` that held half the limit to double while the

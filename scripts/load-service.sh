@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Load runs of examples/tenant_service with oha (wrk as a cross-check): requests per second
+# and p50/p99 latency of slabcg with tenants, slabcg without tenants, mimalloc and jemalloc
+# (the same service built with each allocator), runs alternated; then slabcg with tenants
+# while a runaway tenant is killed over and over, against the same load without it.
+#
+#   scripts/load-service.sh [ROUNDS] [SECONDS] [CONNECTIONS] [KB]    (defaults 3 10 32 16)
+#
+# Installs oha (cargo install) and wrk (apt-get) if missing. Traffic goes to 127.0.0.1 only.
+# Raw results: target/load-service/*.json; the summary table is printed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}
+DUR=${2:-10}
+CONC=${3:-32}
+KB=${4:-16}
+PORT=${PORT:-3917}
+OUT=target/load-service
+mkdir -p "$OUT/bin"
+rm -f "$OUT"/*.json "$OUT"/*.txt
+
+command -v oha >/dev/null || cargo install oha --locked
+command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl; }
+
+build() { # name, cargo features
+  cargo build -q --release --example tenant_service ${2:+--features "$2"}
+  cp target/release/examples/tenant_service "$OUT/bin/$1"
+}
+build slabcg ""
+build mimalloc service-mimalloc
+build jemalloc service-jemalloc
+
+SERVER=
+start() { # binary, args...
+  local bin=$1; shift
+  "$OUT/bin/$bin" --addr "127.0.0.1:$PORT" "$@" 2>>"$OUT/server.txt" &
+  SERVER=$!
+  for _ in $(seq 100); do
+    curl -sf -o /dev/null "http://127.0.0.1:$PORT/work?kb=1&tenant=warmup" && return
+    sleep 0.05
+  done
+  echo "server $bin did not start" >&2; exit 1
+}
+stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; }
+trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null || true' EXIT
+
+URL="http://127.0.0.1:$PORT/work\\?kb=$KB&tenant=customer-[1-3]"
+load() { # output file
+  oha -z "${DUR}s" -c "$CONC" --no-tui --output-format json --rand-regex-url "$URL" >"$1"
+}
+
+# name binary args...
+VARIANTS=("slabcg-tenants slabcg" "slabcg-no-tenants slabcg --no-tenants"
+          "mimalloc mimalloc --no-tenants" "jemalloc jemalloc --no-tenants")
+for r in $(seq "$ROUNDS"); do
+  # Alternate the order from round to round.
+  if (( r % 2 )); then order=(0 1 2 3); else order=(3 2 1 0); fi
+  for i in "${order[@]}"; do
+    read -r name bin args <<<"${VARIANTS[$i]}"
+    start "$bin" $args
+    oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
+    load "$OUT/$name.$r.json"
+    stop
+    echo "round $r: $name done" >&2
+  done
+  # The runaway: slabcg with tenants, the same load, and a loop of requests from tenant
+  # "evil" that each run away (1 GB working set) and are killed at 64 MiB; then the same
+  # load alone in the same server, for the p99 to compare with.
+  start slabcg
+  oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
+  load "$OUT/quiet.$r.json"
+  ( while :; do
+      curl -s -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$PORT/work?kb=1000000&tenant=evil"
+    done >>"$OUT/runaway-codes.txt" ) &
+  LOOP=$!
+  load "$OUT/runaway.$r.json"
+  kill "$LOOP"; wait "$LOOP" 2>/dev/null || true
+  curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/metrics.$r.txt"
+  stop
+  echo "round $r: runaway done" >&2
+done
+
+# wrk cross-check, one run each.
+for v in "${VARIANTS[@]}"; do
+  read -r name bin args <<<"$v"
+  start "$bin" $args
+  wrk -t2 -c"$CONC" -d"${DUR}s" --latency -H "x-tenant: customer-1" \
+    "http://127.0.0.1:$PORT/work?kb=$KB" >"$OUT/wrk.$name.txt"
+  stop
+done
+
+python3 - "$OUT" "$ROUNDS" <<'EOF'
+import json, re, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+def runs(name):
+    return [json.load(open(f"{out}/{name}.{r}.json")) for r in range(1, rounds + 1)]
+def med(xs): return statistics.median(xs)
+def row(name, label=None):
+    rs = runs(name)
+    rps = med([d["summary"]["requestsPerSec"] for d in rs])
+    p50 = med([d["latencyPercentiles"]["p50"] for d in rs]) * 1e3
+    p99 = med([d["latencyPercentiles"]["p99"] for d in rs]) * 1e3
+    ok = all(set(d["statusCodeDistribution"]) == {"200"} for d in rs)
+    return label or name, rps, p50, p99, ok
+rows = [row(n) for n in ["slabcg-tenants", "slabcg-no-tenants", "mimalloc", "jemalloc"]]
+mi = rows[2][1]
+print("| service built with | req/s (median) | p50 ms | p99 ms | all 200 | req/s / mimalloc |")
+print("|---|---|---|---|---|---|")
+for n, rps, p50, p99, ok in rows:
+    print(f"| {n} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {ok} | {rps / mi:.2f}x |")
+q, ra = row("quiet"), row("runaway")
+codes = open(f"{out}/runaway-codes.txt").read().split()
+print()
+print("| slabcg with tenants | req/s | p50 ms | p99 ms | all 200 |")
+print("|---|---|---|---|---|")
+print(f"| normal load alone | {q[1]:,.0f} | {q[2]:.2f} | {q[3]:.2f} | {q[4]} |")
+print(f"| same load, a runaway killed over and over | {ra[1]:,.0f} | {ra[2]:.2f} | {ra[3]:.2f} | {ra[4]} |")
+print(f"\nrunaway requests: {len(codes)}, answers: " +
+      ", ".join(f"{c} x{codes.count(c)}" for c in sorted(set(codes))))
+print(f"p99 moved by {(ra[3] / q[3] - 1) * 100:+.1f}% (median of {rounds} rounds)")
+kills = [int(m.group(1)) for r in range(1, rounds + 1) for m in
+         [re.search(r'slabcg_memory_events_total\{tenant="tenants/evil",event="oom_kill"\} (\d+)',
+                    open(f"{out}/metrics.{r}.txt").read())] if m]
+print(f"oom_kill of tenants/evil per round: {kills}")
+print("\nwrk cross-check (one run each, x-tenant: customer-1):")
+for n in ["slabcg-tenants", "slabcg-no-tenants", "mimalloc", "jemalloc"]:
+    t = open(f"{out}/wrk.{n}.txt").read()
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", t).group(1)
+    p99 = re.search(r"99%\s+(\S+)", t).group(1)
+    print(f"- {n}: {float(rps):,.0f} req/s, p99 {p99}")
+EOF
