@@ -4,7 +4,13 @@
 # (the same service built with each allocator), runs alternated; then slabcg with tenants
 # while a runaway tenant is killed over and over, against the same load without it.
 #
-#   scripts/load-service.sh [ROUNDS] [SECONDS] [CONNECTIONS] [KB]    (defaults 3 10 32 16)
+#   scripts/load-service.sh [ROUNDS] [SECONDS] [CONNECTIONS] [KB] [RATE]   (defaults 3 10 32 16 4000)
+#
+# The throughput table runs the load flat out (oha -c CONNECTIONS). The runaway table runs it
+# at a fixed RATE (requests per second, below what the 2-core machine serves) with and
+# without a loop of runaway requests, one after another, each killed at the tenant's limit:
+# flat out, the runaway's own work (it builds 64 MiB before the kill) would take a core and
+# halve everyone's throughput whatever the kill costs.
 #
 # Installs oha (cargo install) and wrk (apt-get) if missing. Traffic goes to 127.0.0.1 only.
 # Raw results: target/load-service/*.json; the summary table is printed at the end.
@@ -14,6 +20,7 @@ ROUNDS=${1:-3}
 DUR=${2:-10}
 CONC=${3:-32}
 KB=${4:-16}
+RATE=${5:-4000}
 PORT=${PORT:-3917}
 OUT=target/load-service
 mkdir -p "$OUT/bin"
@@ -46,8 +53,9 @@ stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; }
 trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null || true' EXIT
 
 URL="http://127.0.0.1:$PORT/work\\?kb=$KB&tenant=customer-[1-3]"
-load() { # output file
-  oha -z "${DUR}s" -c "$CONC" --no-tui --output-format json --rand-regex-url "$URL" >"$1"
+load() { # output file, extra oha flags
+  local out=$1; shift
+  oha -z "${DUR}s" -c "$CONC" "$@" --no-tui --output-format json --rand-regex-url "$URL" >"$out"
 }
 
 # name binary args...
@@ -69,13 +77,14 @@ for r in $(seq "$ROUNDS"); do
   # load alone in the same server, for the p99 to compare with.
   start slabcg
   oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
-  load "$OUT/quiet.$r.json"
-  ( while :; do
+  load "$OUT/quiet.$r.json" -q "$RATE" --latency-correction
+  rm -f "$OUT/stop"
+  ( while [ ! -e "$OUT/stop" ]; do
       curl -s -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$PORT/work?kb=1000000&tenant=evil"
     done >>"$OUT/runaway-codes.txt" ) &
   LOOP=$!
-  load "$OUT/runaway.$r.json"
-  kill "$LOOP"; wait "$LOOP" 2>/dev/null || true
+  load "$OUT/runaway.$r.json" -q "$RATE" --latency-correction
+  touch "$OUT/stop"; wait "$LOOP"
   curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/metrics.$r.txt"
   stop
   echo "round $r: runaway done" >&2
@@ -112,7 +121,7 @@ for n, rps, p50, p99, ok in rows:
 q, ra = row("quiet"), row("runaway")
 codes = open(f"{out}/runaway-codes.txt").read().split()
 print()
-print("| slabcg with tenants | req/s | p50 ms | p99 ms | all 200 |")
+print(f"| slabcg with tenants, load at a fixed rate | req/s | p50 ms | p99 ms | all 200 |")
 print("|---|---|---|---|---|")
 print(f"| normal load alone | {q[1]:,.0f} | {q[2]:.2f} | {q[3]:.2f} | {q[4]} |")
 print(f"| same load, a runaway killed over and over | {ra[1]:,.0f} | {ra[2]:.2f} | {ra[3]:.2f} | {ra[4]} |")

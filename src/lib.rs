@@ -48,7 +48,7 @@
 
 pub use slabcg_accounting::{
     checkpoint, current_tenant, drain_all_stocks, ChargeError, Events, InTenant, Killed, OomPolicy,
-    ScopeGuard, Scoped, StatItem, Tenant, TenantStat,
+    ScopeGuard, Scoped, StatItem, Tenant, TenantError, TenantStat,
 };
 pub use slabcg_allocator::{
     stats, trim, AllocStats, Cache, CacheBuilder, CacheError, CacheInfo, ClassStats, MetaPlacement,

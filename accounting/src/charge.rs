@@ -131,24 +131,35 @@ fn charge_direct(s: &Stock, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) -> Res
 /// Charges `batch` (if more than `n` and it fits) or exactly `n` to the objcg's tenant,
 /// running the failure ladder for `n`. Returns the bytes charged.
 fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refused> {
-    // SAFETY (every `oc.tenant()` here): the caller holds refs on `oc`: an allocation's
-    // charger is in a live tenant's scope (the tenant's alive ref), and `Tenant::charge` is
-    // called on a live handle.
-    let Some(t) = (unsafe { oc.tenant() }) else {
-        return Ok(n);
+    // The node to charge, held strongly for the whole ladder: the ladder takes locks, which
+    // a reader of `oc` must not (a re-pointing waits for its readers under the tree lock).
+    // If the objcg is re-pointed meanwhile (its tenant died: only a charge through a dead
+    // owner's objcg can see that), charging the old node is still right: its ancestors,
+    // which outlive it, take the charge too, and its own counter goes with it.
+    let t = {
+        // SAFETY: the caller holds refs on `oc`: an allocation's charger is in a live
+        // tenant's scope (the tenant's alive ref), `Tenant::charge` is called on a live
+        // handle, and a charge through an object's owner holds that object's bytes.
+        let Some(t) = (unsafe { oc.read() }) else {
+            return Ok(n);
+        };
+        if batch > n && counter::try_charge(&*t, batch).is_ok() {
+            return Ok(batch);
+        }
+        if counter::try_charge(&*t, n).is_ok() {
+            return Ok(n);
+        }
+        match t.arc() {
+            Some(a) => a,
+            // A node's strong count is at least the objcg's reference while we read it.
+            None => return Ok(n),
+        }
     };
-    if batch > n && counter::try_charge(t, batch).is_ok() {
-        return Ok(batch);
-    }
-    let try_n = || match unsafe { oc.tenant() } {
-        Some(t) => counter::try_charge(t, n)
+    let try_n = || {
+        counter::try_charge(&*t, n)
             .map(|()| n)
-            .map_err(|r| Refused(r)),
-        None => Ok(n),
+            .map_err(|r| Refused(r))
     };
-    if let Ok(got) = try_n() {
-        return Ok(got);
-    }
     drain::drain_all();
     let refused = match try_n() {
         Ok(got) => return Ok(got),
@@ -156,7 +167,7 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
     };
     let refused = if s.flags() & IN_RECLAIM == 0 {
         s.set_flags(IN_RECLAIM, 0);
-        // SAFETY: the refusing node is `t` or an ancestor of it, alive while we hold refs.
+        // SAFETY: the refusing node is `t` or an ancestor of it, alive while we hold `t`.
         let ran = tenant::run_reclaim(unsafe { &*refused.0 }, n);
         s.set_flags(0, IN_RECLAIM);
         match try_n() {
@@ -260,12 +271,12 @@ pub(crate) fn shrink(id: ObjCgId, old: u64, old_idx: StatIdx, new: u64, new_idx:
     let Some(oc) = objcg::lookup(id) else { return };
     // SAFETY: the caller holds the `old` bytes charged to `id`, each a ref on the objcg,
     // dropped only below.
-    if let Some(t) = unsafe { oc.tenant() } {
+    if let Some(t) = unsafe { oc.read() } {
         if old > new {
-            counter::uncharge(t, old - new);
+            counter::uncharge(&*t, old - new);
         }
-        stat::flush(t, old_idx.0 as usize, -(old as i64));
-        stat::flush(t, new_idx.0 as usize, new as i64);
+        stat::flush(&t, old_idx.0 as usize, -(old as i64));
+        stat::flush(&t, new_idx.0 as usize, new as i64);
     }
     oc.put(old - new);
 }
@@ -276,8 +287,8 @@ pub(crate) fn shrink(id: ObjCgId, old: u64, old_idx: StatIdx, new: u64, new_idx:
 fn settle(oc: &ObjCg, uncharge: u64, idx: StatIdx, d: i64, refs: u64) {
     if uncharge != 0 {
         // SAFETY: the caller holds `refs >= uncharge` refs on `oc`, put only below.
-        if let Some(t) = unsafe { oc.tenant() } {
-            counter::uncharge(t, uncharge);
+        if let Some(t) = unsafe { oc.read() } {
+            counter::uncharge(&*t, uncharge);
         }
     }
     flush_stat(oc, idx, d);
@@ -290,8 +301,8 @@ fn flush_stat(oc: &ObjCg, idx: StatIdx, d: i64) {
         return;
     }
     // SAFETY: every caller flushes before dropping its refs.
-    if let Some(t) = unsafe { oc.tenant() } {
-        stat::flush(t, idx.0 as usize, d);
+    if let Some(t) = unsafe { oc.read() } {
+        stat::flush(&t, idx.0 as usize, d);
     }
 }
 
@@ -302,13 +313,13 @@ pub(crate) fn release(c: &Contents) {
     let Some(oc) = objcg::lookup(c.id) else {
         return;
     };
-    // SAFETY: the slot ref we drop last keeps the objcg and its nodes alive.
-    if let Some(t) = unsafe { oc.tenant() } {
+    // SAFETY: the slot ref we drop last keeps the objcg alive.
+    if let Some(t) = unsafe { oc.read() } {
         if c.bytes + c.api != 0 {
-            counter::uncharge(t, c.bytes + c.api);
+            counter::uncharge(&*t, c.bytes + c.api);
         }
         for (k, d) in c.deltas() {
-            stat::flush(t, k, d as i64);
+            stat::flush(&t, k, d as i64);
         }
     }
     oc.put(c.bytes + 1);

@@ -235,7 +235,16 @@ pub(crate) fn root_usage() -> u64 {
 /// Whether `id` is currently an allocated objcg (false once it died and was freed). For
 /// tests and debugging; not a fast path.
 pub fn objcg_live(id: ObjCgId) -> bool {
+    // Under the tree lock: an id's chunk of the table may be freed by a sweep otherwise.
+    let _tree = crate::tenant::tree_lock();
     crate::objcg::is_live(id)
+}
+
+/// Bytes the objcg id table holds now (its chunks, directories and free lists): what dead
+/// tenants with live objects cost, for tests and debugging.
+#[doc(hidden)]
+pub fn objcg_table_bytes() -> usize {
+    crate::objcg::table_bytes()
 }
 
 /// Registers what the allocator must do before the first charged allocation can exist. It is

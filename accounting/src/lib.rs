@@ -63,7 +63,7 @@ pub use oom::{Killed, OomPolicy};
 pub use scope::{current_tenant, ScopeGuard};
 pub use stat::{StatItem, TenantStat};
 pub use task::{checkpoint, InTenant, Scoped};
-pub use tenant::{ChargeError, Events, Tenant};
+pub use tenant::{ChargeError, Events, Tenant, TenantError};
 
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,10 @@
 //! objcg: the owner indirection. Owner metadata in the allocator stores a `u32` objcg id;
-//! the id resolves, without locks, through a static two-level table to an [`ObjCg`], which
-//! points to the tenant node to charge. When a tenant dies its objcgs are re-pointed to the
-//! parent (reparenting, `tenant.rs`), so late uncharges land on the parent and its
-//! ancestors, which already include the child's charges.
+//! the id resolves, without locks, through a static table to an [`ObjCg`], which points to
+//! the tenant node to charge. When a tenant dies its objcgs are re-pointed to the parent
+//! (reparenting, `tenant.rs`) and the tenant's node is freed at once, whatever objects it
+//! still owns: late uncharges land on the parent and its ancestors, which already include
+//! the child's charges. A dead tenant with live objects costs its objcg (32 bytes) and its
+//! id in the parent's list, as an offlined memcg costs its obj_cgroup in the kernel.
 //!
 //! Lifetime (refs), per objcg:
 //!
@@ -11,20 +13,25 @@
 //! through this objcg for allocations and not yet uncharged (in live objects or pre-charged
 //! in stocks' object pools). Bytes charged with `Tenant::charge` hold no refs (their caller
 //! holds a handle; `stock.rs`), so no misuse of `Tenant::uncharge` can drop refs that
-//! objects hold.
+//! objects hold. The thread that takes refs to 0 pushes the objcg on a lock-free zombie
+//! list; zombies are freed (id recycled) only in user context (`tenant::free_zombies`).
 //!
-//! Refs change only on slow paths (slot fill/drain, stock trim, direct charge). Whoever
-//! reads `objcg.tenant` holds one of those refs, so the node it points at (the origin, or an
-//! ancestor kept alive by the origin's parent chain) stays valid. The thread that takes
-//! refs to 0 pushes the objcg on a lock-free zombie list; zombies are freed (id recycled,
-//! origin node released) only in user context (`tenant::free_zombies`), never in a hook.
+//! The node an objcg points at: `tenant` owns one strong reference (`Arc::into_raw`) on the
+//! node it points at, which keeps that node and its ancestors alive. Re-pointing swaps the
+//! pointer and then waits until no reader of the old one is left (`readers`, below) before
+//! it drops the old reference, as the kernel frees a dying memcg only after an RCU grace
+//! period. A reader holds a ref on the objcg and brackets its use of the node with
+//! [`ObjCg::read`]; those sections are short and take no lock, so the wait is bounded.
 //!
-//! Table: `TABLE[id >> 10]` points to a chunk of 1024 `ObjCg`s. Chunks are allocated in user
-//! context (`Tenant::new`), published with `Release`, and never freed, so a resolved
-//! `&ObjCg` is `'static`; only the fields are recycled.
+//! Table: `DIRS[id >> 20]` points to a directory of 1024 chunk pointers, each to a chunk of
+//! 1024 `ObjCg`s, so every `u32` but 0 can be an id. Directories are never freed; a chunk
+//! is allocated when its first id is handed out and freed when its last one is recycled
+//! (no holder of a ref, hence no lookup, can then reach it), under the tree lock, which
+//! also covers every walk of the table.
 
 use core::ptr::null_mut;
 use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::tenant::Node;
@@ -34,16 +41,21 @@ pub(crate) type ObjCgId = u32;
 
 const CHUNK_SHIFT: u32 = 10;
 const CHUNK: usize = 1 << CHUNK_SHIFT;
-const NCHUNKS: usize = 4096;
+const DIR_SHIFT: u32 = 10;
+const DIR: usize = 1 << DIR_SHIFT;
+const NDIRS: usize = 1 << (32 - CHUNK_SHIFT - DIR_SHIFT);
+/// Chunk indexes there can be (`id >> CHUNK_SHIFT`).
+const NCHUNKS: u64 = (NDIRS * DIR) as u64;
 
 /// One objcg. An entry whose `tenant` is null is free.
 pub(crate) struct ObjCg {
     id: ObjCgId,
+    /// Readers of `tenant` now ([`ObjCg::read`]); a re-pointing waits for 0.
+    readers: AtomicU32,
     refs: AtomicU64,
-    /// The node charged through this objcg: `origin` or one of its ancestors.
+    /// The node charged through this objcg (its creator, or an ancestor after reparenting),
+    /// holding one strong reference on it.
     tenant: AtomicPtr<Node>,
-    /// `Arc::into_raw` of the node that created this objcg; released when the objcg is freed.
-    origin: AtomicPtr<Node>,
     next_zombie: AtomicU32,
     /// Where this id sits in the `objcgs` list of the node `tenant` points at, so that
     /// freeing it does not search that list (a service whose dead queries' results are still
@@ -52,104 +64,245 @@ pub(crate) struct ObjCg {
     list_index: AtomicU32,
 }
 
-static TABLE: [AtomicPtr<ObjCg>; NCHUNKS] = [const { AtomicPtr::new(null_mut()) }; NCHUNKS];
+type Dir = [AtomicPtr<ObjCg>; DIR];
+
+static DIRS: [AtomicPtr<Dir>; NDIRS] = [const { AtomicPtr::new(null_mut()) }; NDIRS];
+/// One past the highest chunk index ever used, for walks of the table.
+static CHUNKS_HIGH: AtomicU32 = AtomicU32::new(0);
 /// The zombie list: its head id in the low 32 bits (0 = empty) and its length in the high
 /// 32, updated together by one CAS. Pushed from anywhere, popped whole in user context, so
 /// there is no ABA.
 static ZOMBIES: AtomicU64 = AtomicU64::new(0);
 
-struct IdAlloc {
-    next: ObjCgId,
-    free: Vec<ObjCgId>,
+/// Ids handed out, per chunk. Chunk 0 counts id 0 as live forever, so it is never freed.
+struct ChunkIds {
+    live: u32,
+    /// Free offsets in the chunk (empty while the chunk is not mapped).
+    free: Vec<u16>,
 }
-/// One past the highest id ever handed out (`IdAlloc::next`), for walks of the table that
-/// take no lock (`for_each_origin`).
-static HIGH: AtomicU32 = AtomicU32::new(1);
+
+struct IdAlloc {
+    chunks: Vec<ChunkIds>,
+    /// Mapped chunks with free ids; the lowest is used first, so ids stay packed and the
+    /// high chunks empty out and are freed.
+    with_free: BTreeSet<u32>,
+    /// Chunk indexes below `chunks.len()` whose chunk was freed.
+    unmapped: BTreeSet<u32>,
+}
+
 static IDS: Mutex<IdAlloc> = Mutex::new(IdAlloc {
-    next: 1,
-    free: Vec::new(),
+    chunks: Vec::new(),
+    with_free: BTreeSet::new(),
+    unmapped: BTreeSet::new(),
 });
+
+/// Every `u32` but 0 is handed out at once: `Tenant::try_child` says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IdsFull;
 
 /// The id allocator's lock, held across `fork` (`tenant::lock_for_fork`).
 pub(crate) struct IdsGuard(#[allow(dead_code)] MutexGuard<'static, IdAlloc>);
 
 pub(crate) fn lock_ids() -> IdsGuard {
-    IdsGuard(IDS.lock().unwrap_or_else(|e| e.into_inner()))
+    IdsGuard(lock())
 }
 
-/// Resolves an id. `None` for 0 and for ids never handed out. Lock-free, allocation-free.
+fn lock() -> MutexGuard<'static, IdAlloc> {
+    IDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn chunk_ptr(c: u32) -> *mut ObjCg {
+    let dir = DIRS[(c >> DIR_SHIFT) as usize].load(Ordering::Acquire);
+    // SAFETY: directories are never freed once published (Release, after zeroing).
+    match unsafe { dir.as_ref() } {
+        Some(d) => d[c as usize & (DIR - 1)].load(Ordering::Acquire),
+        None => null_mut(),
+    }
+}
+
+/// Resolves an id. `None` for 0 and for ids whose chunk is not mapped. Lock-free,
+/// allocation-free. The entry stays valid while the caller holds a ref on it (or the tree
+/// lock): only then is its chunk certain not to be freed.
 #[inline]
 pub(crate) fn lookup(id: ObjCgId) -> Option<&'static ObjCg> {
-    let chunk = TABLE
-        .get((id >> CHUNK_SHIFT) as usize)?
-        .load(Ordering::Acquire);
-    if id == 0 || chunk.is_null() {
+    if id == 0 {
         return None;
     }
-    // SAFETY: a non-null chunk pointer was published (Release, paired with the Acquire
-    // above) after its CHUNK entries were initialised, and chunks are never freed; the
-    // index is masked below CHUNK.
-    Some(unsafe { &*chunk.add(id as usize & (CHUNK - 1)) })
+    let chunk = chunk_ptr(id >> CHUNK_SHIFT);
+    // SAFETY: a non-null chunk pointer was published (Release, paired with the Acquire in
+    // chunk_ptr) after its CHUNK entries were initialised; the caller's ref keeps it from
+    // being freed; the index is masked below CHUNK.
+    unsafe {
+        chunk
+            .as_ref()
+            .map(|_| &*chunk.add(id as usize & (CHUNK - 1)))
+    }
+}
+
+/// Maps chunk `c` (its directory too, if needed). Under the id lock; allocates.
+fn map_chunk(c: u32) {
+    let d = &DIRS[(c >> DIR_SHIFT) as usize];
+    if d.load(Ordering::Relaxed).is_null() {
+        let dir: Box<Dir> = Box::new([const { AtomicPtr::new(null_mut()) }; DIR]);
+        d.store(Box::into_raw(dir), Ordering::Release);
+    }
+    let base = c << CHUNK_SHIFT;
+    let chunk: Box<[ObjCg]> = (0..CHUNK as u32)
+        .map(|i| ObjCg {
+            id: base + i,
+            readers: AtomicU32::new(0),
+            refs: AtomicU64::new(0),
+            tenant: AtomicPtr::new(null_mut()),
+            next_zombie: AtomicU32::new(0),
+            list_index: AtomicU32::new(0),
+        })
+        .collect();
+    // SAFETY: just published above or earlier, never freed.
+    let dir = unsafe { &*d.load(Ordering::Relaxed) };
+    dir[c as usize & (DIR - 1)].store(Box::into_raw(chunk) as *mut ObjCg, Ordering::Release);
+}
+
+/// Frees chunk `c`, none of whose ids is handed out. Under the id lock and the tree lock.
+fn unmap_chunk(c: u32) {
+    // SAFETY: mapped, so its directory is published.
+    let dir = unsafe { &*DIRS[(c >> DIR_SHIFT) as usize].load(Ordering::Relaxed) };
+    let p = dir[c as usize & (DIR - 1)].swap(null_mut(), Ordering::AcqRel);
+    if !p.is_null() {
+        // SAFETY: from Box::into_raw of a CHUNK-long slice in map_chunk; no id of it is
+        // handed out, so no holder of a ref can reach it, and every walk of the table
+        // holds the tree lock, which our caller holds.
+        drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(p, CHUNK)) });
+    }
 }
 
 /// Allocates an objcg for `node` with `refs = 1` (the alive ref). User context.
 ///
-/// `origin` must come from `Arc::into_raw`; ownership moves into the objcg.
-pub(crate) fn alloc(origin: *const Node) -> ObjCgId {
-    let mut ids = IDS.lock().unwrap_or_else(|e| e.into_inner());
-    let id = match ids.free.pop() {
-        Some(id) => id,
+/// `node` must come from `Arc::into_raw`; that reference moves into the objcg (on `Err` it
+/// stays the caller's).
+pub(crate) fn alloc(node: *const Node) -> Result<ObjCgId, IdsFull> {
+    let mut a = lock();
+    let c = match a.with_free.first() {
+        Some(&c) => c,
         None => {
-            let id = ids.next;
-            assert!((id as usize) < NCHUNKS * CHUNK, "slabcg: out of objcg ids");
-            ids.next += 1;
-            HIGH.store(ids.next, Ordering::Release);
-            let slot = &TABLE[(id >> CHUNK_SHIFT) as usize];
-            if slot.load(Ordering::Relaxed).is_null() {
-                let base = id & !(CHUNK as u32 - 1);
-                let chunk: Box<[ObjCg]> = (0..CHUNK as u32)
-                    .map(|i| ObjCg {
-                        id: base + i,
-                        refs: AtomicU64::new(0),
-                        tenant: AtomicPtr::new(null_mut()),
-                        origin: AtomicPtr::new(null_mut()),
-                        next_zombie: AtomicU32::new(0),
-                        list_index: AtomicU32::new(0),
-                    })
-                    .collect();
-                slot.store(Box::into_raw(chunk) as *mut ObjCg, Ordering::Release);
-            }
-            id
+            let c = match a.unmapped.pop_first() {
+                Some(c) => c,
+                None if a.chunks.len() as u64 == NCHUNKS => return Err(IdsFull),
+                None => {
+                    a.chunks.push(ChunkIds {
+                        live: 0,
+                        free: Vec::new(),
+                    });
+                    let c = a.chunks.len() as u32 - 1;
+                    CHUNKS_HIGH.store(c + 1, Ordering::Release);
+                    c
+                }
+            };
+            map_chunk(c);
+            let ch = &mut a.chunks[c as usize];
+            // Popped from the end: offsets come out in increasing order.
+            ch.free = (0..CHUNK as u16)
+                .rev()
+                .filter(|&o| c != 0 || o != 0)
+                .collect();
+            ch.live = u32::from(c == 0);
+            a.with_free.insert(c);
+            c
         }
     };
-    drop(ids);
-    let oc = lookup(id).expect("chunk was just published");
+    let ch = &mut a.chunks[c as usize];
+    let off = ch.free.pop().expect("a chunk in with_free has a free id");
+    ch.live += 1;
+    if ch.free.is_empty() {
+        a.with_free.remove(&c);
+    }
+    drop(a);
+    let id = c << CHUNK_SHIFT | u32::from(off);
+    let oc = lookup(id).expect("the chunk was just mapped");
     oc.refs.store(1, Ordering::Relaxed);
-    oc.origin.store(origin as *mut Node, Ordering::Relaxed);
+    oc.readers.store(0, Ordering::Relaxed);
     // Release: a thread that learns the id through a later synchronising operation sees the
     // fields above.
-    oc.tenant.store(origin as *mut Node, Ordering::Release);
-    id
+    oc.tenant.store(node as *mut Node, Ordering::Release);
+    Ok(id)
+}
+
+/// The node an objcg points at, for as long as this guard lives: a re-pointing of the objcg
+/// waits for it to drop before it releases the node.
+pub(crate) struct NodeRef<'a> {
+    oc: &'a ObjCg,
+    node: &'a Node,
+}
+
+impl core::ops::Deref for NodeRef<'_> {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        self.node
+    }
+}
+
+impl Drop for NodeRef<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.oc.readers.fetch_sub(1, Ordering::Release);
+    }
 }
 
 impl ObjCg {
-    /// The node charged through this objcg, `None` for a free entry.
+    /// The node charged through this objcg, `None` for a free entry. Keep the guard for a
+    /// short, lock-free section: a tenant's death waits for it.
     ///
     /// # Safety
     /// The caller holds a ref on this objcg (bytes, a slot ref or the alive ref) for as long
-    /// as it uses the returned reference.
+    /// as the guard lives.
     #[inline]
-    pub(crate) unsafe fn tenant(&self) -> Option<&Node> {
-        let p = self.tenant.load(Ordering::Acquire);
-        // SAFETY: the held ref keeps the objcg from being freed, which keeps `origin` alive,
-        // which keeps every ancestor of `origin` alive through `Node::parent`; `tenant` only
-        // ever points to origin or one of those ancestors.
-        unsafe { p.as_ref() }
+    pub(crate) unsafe fn read(&self) -> Option<NodeRef<'_>> {
+        // SeqCst, both here and in `repoint`: either the re-pointer's check sees this reader,
+        // or this load sees the new pointer.
+        self.readers.fetch_add(1, Ordering::SeqCst);
+        let p = self.tenant.load(Ordering::SeqCst);
+        // SAFETY: the objcg's strong reference on the node it points at is dropped only after
+        // a re-pointing saw `readers == 0`, which it cannot while we are counted.
+        match unsafe { p.as_ref() } {
+            Some(node) => Some(NodeRef { oc: self, node }),
+            None => {
+                self.readers.fetch_sub(1, Ordering::Release);
+                None
+            }
+        }
     }
 
-    /// Re-points the objcg (reparenting). User context, under the tree lock.
-    pub(crate) fn set_tenant(&self, node: *const Node) {
-        self.tenant.store(node as *mut Node, Ordering::Release);
+    /// The node this objcg points at, with no reader count (the tests' list checks).
+    ///
+    /// # Safety
+    /// The caller holds the tenant tree's lock, under which alone objcgs are re-pointed and
+    /// freed, and uses the reference only while it holds it.
+    #[cfg(test)]
+    pub(crate) unsafe fn tenant_locked(&self) -> Option<&Node> {
+        // SAFETY: by the caller's promise nothing releases the node meanwhile.
+        unsafe { self.tenant.load(Ordering::Acquire).as_ref() }
+    }
+
+    /// Re-points the objcg to `to` (reparenting) and returns the node it pointed at once no
+    /// reader uses it any more: the caller then owns that node's reference (and must have
+    /// given `to` one, `Arc::increment_strong_count`).
+    ///
+    /// # Safety
+    /// The caller holds the tenant tree's lock and `to` carries a strong reference for this
+    /// objcg.
+    pub(crate) unsafe fn repoint(&self, to: *const Node) -> *const Node {
+        let old = self.tenant.swap(to as *mut Node, Ordering::SeqCst);
+        let mut spins = 0u32;
+        while self.readers.load(Ordering::SeqCst) != 0 {
+            // Readers hold the count for a few counter updates; one preempted inside is
+            // waited out by yielding.
+            spins += 1;
+            if spins < 64 {
+                core::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        old
     }
 
     #[inline]
@@ -204,17 +357,18 @@ impl ObjCg {
     }
 }
 
-/// Takes the whole zombie list. For each dead objcg calls `f(id, tenant, list_index,
-/// origin)` after clearing the entry; the caller must recycle the id with [`recycle`] and
-/// release `origin`.
-pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node, usize, *const Node)) {
+/// Takes the whole zombie list. For each dead objcg calls `f(id, tenant, list_index)`
+/// after clearing the entry; `tenant` carries the entry's strong reference, which the
+/// caller must release, and the caller must recycle the id with [`recycle`]. Under the
+/// tree lock.
+pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node, usize)) {
     let mut id = ZOMBIES.swap(0, Ordering::Acquire) as u32;
     while let Some(oc) = lookup(id) {
         let next = oc.next_zombie.load(Ordering::Relaxed);
         debug_assert_eq!(oc.refs.load(Ordering::Relaxed), 0);
+        debug_assert_eq!(oc.readers.load(Ordering::Relaxed), 0);
         let tenant = oc.tenant.swap(null_mut(), Ordering::Relaxed);
-        let origin = oc.origin.swap(null_mut(), Ordering::Relaxed);
-        f(id, tenant, oc.list_index(), origin);
+        f(id, tenant, oc.list_index());
         id = next;
     }
 }
@@ -224,36 +378,64 @@ pub(crate) fn zombie_count() -> u32 {
     (ZOMBIES.load(Ordering::Relaxed) >> 32) as u32
 }
 
-/// Makes freed ids available again, under one lock. User context.
+/// Makes freed ids available again, and frees the chunks none of whose ids is handed out.
+/// User context, under the tree lock.
 pub(crate) fn recycle(ids: &[ObjCgId]) {
-    if !ids.is_empty() {
-        let mut a = IDS.lock().unwrap_or_else(|e| e.into_inner());
-        a.free.extend_from_slice(ids);
+    if ids.is_empty() {
+        return;
+    }
+    let mut a = lock();
+    for &id in ids {
+        let c = id >> CHUNK_SHIFT;
+        let ch = &mut a.chunks[c as usize];
+        ch.live -= 1;
+        if ch.live == 0 {
+            ch.free = Vec::new();
+            a.with_free.remove(&c);
+            a.unmapped.insert(c);
+            unmap_chunk(c);
+        } else {
+            ch.free.push((id as usize & (CHUNK - 1)) as u16);
+            a.with_free.insert(c);
+        }
     }
 }
 
-/// Calls `f(id, origin)` for every allocated objcg, with the node that created it. Objcgs
+/// Calls `f(id, node)` for every allocated objcg, with the node it points at. Objcgs
 /// allocated during the walk may or may not be seen.
 ///
 /// # Safety
-/// No objcg may be freed during the call: the caller holds the tenant tree lock, under
-/// which `tenant::free_zombies` frees them (and releases their origins).
-pub(crate) unsafe fn for_each_origin(mut f: impl FnMut(ObjCgId, &Node)) {
-    let high = HIGH.load(Ordering::Acquire);
-    for id in 1..high {
-        let Some(oc) = lookup(id) else { continue };
-        // Acquire on `tenant`, which `alloc` publishes (Release) after `origin`: a non-null
-        // `tenant` means `origin` is set for this allocation of the entry.
-        if oc.tenant.load(Ordering::Acquire).is_null() {
+/// The caller holds the tenant tree lock (no objcg is freed, re-pointed or unmapped
+/// meanwhile) and uses each node only during its call.
+pub(crate) unsafe fn for_each_allocated(mut f: impl FnMut(ObjCgId, &Node)) {
+    let high = CHUNKS_HIGH.load(Ordering::Acquire);
+    for c in 0..high {
+        let chunk = chunk_ptr(c);
+        if chunk.is_null() {
             continue;
         }
-        let origin = oc.origin.load(Ordering::Relaxed);
-        // SAFETY: the objcg is allocated and, by the caller's promise, not freed during the
-        // call, so its origin node (which it owns) is alive.
-        if let Some(node) = unsafe { origin.as_ref() } {
-            f(id, node);
+        for i in 0..CHUNK {
+            // SAFETY: a mapped chunk, not freed while the caller holds the tree lock.
+            let oc = unsafe { &*chunk.add(i) };
+            // Acquire: `alloc` publishes `tenant` (Release) after the other fields.
+            // SAFETY: by the caller's promise the node is not released during the call.
+            if let Some(node) = unsafe { oc.tenant.load(Ordering::Acquire).as_ref() } {
+                f(oc.id, node);
+            }
         }
     }
+}
+
+/// Bytes the id table holds now (chunks, directories and the free lists), for tests.
+pub(crate) fn table_bytes() -> usize {
+    let a = lock();
+    let mapped = a.chunks.len() - a.unmapped.len();
+    let dirs = a.chunks.len().div_ceil(DIR);
+    let free: usize = a.chunks.iter().map(|c| c.free.capacity() * 2).sum();
+    mapped * CHUNK * core::mem::size_of::<ObjCg>()
+        + dirs * core::mem::size_of::<Dir>()
+        + a.chunks.capacity() * core::mem::size_of::<ChunkIds>()
+        + free
 }
 
 /// Whether `id` is currently allocated (tests and debug checks).

@@ -215,6 +215,17 @@ fn is_dying(n: &Node, now: u64) -> bool {
             < DYING_GRACE.as_nanos() as u64
 }
 
+/// The error when the killed node is gone already (cannot happen while the caller's scope
+/// holds its tenant; kept so that no path panics).
+pub(crate) fn killed_unnamed() -> Killed {
+    let _root = scope::unscoped();
+    Killed {
+        tenant: String::from("?"),
+        by_oom: false,
+        max: u64::MAX,
+    }
+}
+
 /// The error for work of a tenant that `killed` (itself or an ancestor) took down.
 /// Allocates, as the root.
 pub(crate) fn killed_error(killed: &Node) -> Killed {

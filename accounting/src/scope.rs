@@ -198,7 +198,7 @@ pub fn current_tenant() -> Tenant {
     let id = current_objcg();
     if let Some(oc) = objcg::lookup(id) {
         // SAFETY: the live ScopeGuard that set `id` holds a handle, hence the alive ref.
-        if let Some(t) = unsafe { oc.tenant() }.and_then(tenant::upgrade) {
+        if let Some(t) = unsafe { oc.read() }.and_then(|n| tenant::upgrade(&n)) {
             return t;
         }
     }

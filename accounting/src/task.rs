@@ -278,11 +278,14 @@ pub fn checkpoint() -> Result<(), Killed> {
     };
     // SAFETY: the live scope guard (or `Scoped`) that set this thread's current id holds a
     // handle on its tenant, hence the objcg's alive ref, for as long as the scope lasts.
-    let Some(node) = (unsafe { oc.tenant() }) else {
+    let Some(node) = (unsafe { oc.read() }) else {
         return Ok(());
     };
-    match oom::killed_by(node) {
+    let killed = oom::killed_by(&node).map(|k| k.arc());
+    drop(node);
+    match killed {
         None => Ok(()),
-        Some(k) => Err(oom::killed_error(k)),
+        // The error is made (it allocates) after the reader section.
+        Some(k) => Err(k.map_or_else(oom::killed_unnamed, |k| oom::killed_error(&k))),
     }
 }

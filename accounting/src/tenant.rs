@@ -4,9 +4,13 @@
 //! `handles = live Tenant handles + live children` (a live child keeps its parent alive).
 //! When `handles` drops to 0 the tenant dies (`die`): every objcg pointing at it (its own
 //! and those inherited from dead children) is re-pointed to the parent, and its own objcg
-//! loses its alive ref. The `Node` memory itself lives on while anything may read it: it is
-//! owned by `Arc`s held by its objcg (`origin`) and by its children (`parent`), and freed
-//! when the last of those goes (zombie objcgs are freed in user context, `free_zombies`).
+//! loses its alive ref. The `Node` is owned by `Arc`s: the handles' (`Tenant`), its
+//! children's (`parent`) and one per objcg pointing at it (`objcg.rs`). Re-pointing moves
+//! the objcgs' references to the parent, so a dead tenant's node is freed as soon as its
+//! last handle goes, whatever objects it still owns (as the kernel frees an offlined memcg
+//! and keeps only its obj_cgroup); its statistics need no folding, since every ancestor's
+//! already include them. Zombie objcgs (no refs left) are freed in user context
+//! (`free_zombies`).
 //!
 //! Lifecycle work (die, free zombies) is user context and serialised by `TREE`; creating a
 //! child needs no lock beyond the objcg id allocator's. Of the hooks, only the charge
@@ -208,6 +212,28 @@ impl fmt::Display for ChargeError {
 
 impl std::error::Error for ChargeError {}
 
+/// Why [`Tenant::try_child`] made no tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TenantError {
+    /// Every objcg id (all of `u32` but 0) is held by a live tenant or by a dead tenant
+    /// whose objects are still alive.
+    OutOfIds,
+}
+
+impl fmt::Display for TenantError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TenantError::OutOfIds => f.write_str(
+                "out of objcg ids: 4294967295 tenants, and dead tenants with live objects, \
+                 exist at once",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TenantError {}
+
 impl Tenant {
     /// The root tenant: never limited; owns every unscoped allocation.
     pub fn root() -> Tenant {
@@ -223,6 +249,22 @@ impl Tenant {
 
     /// A new child of this tenant.
     pub fn child(&self, name: &str) -> Tenant {
+        match self.try_child(name) {
+            Ok(t) => t,
+            Err(e) => {
+                // Not a panic: `child` is called from code that cannot handle an error, and
+                // reaching here needs over four billion tenants and dead tenants' objcgs
+                // alive at once.
+                crate::sys::warn(&format!("slabcg: fatal: {e}\n"));
+                std::process::abort();
+            }
+        }
+    }
+
+    /// A new child of this tenant, or an error when the objcg id space is full: every one
+    /// of the 4,294,967,295 ids is held by a live tenant or by a dead tenant's live objects.
+    /// Ids of dead tenants whose objects are all freed come back.
+    pub fn try_child(&self, name: &str) -> Result<Tenant, TenantError> {
         let _root = scope::unscoped();
         free_zombies_if_due();
         // No `TREE` here: the parent cannot die meanwhile (this handle keeps it alive, so
@@ -244,10 +286,23 @@ impl Tenant {
             // customer are themselves candidates for the OOM killer.
             oom: OomState::new(self.node.oom.policy()),
         });
-        let id = objcg::alloc(Arc::into_raw(node.clone()));
+        let raw = Arc::into_raw(node.clone());
+        let id = match objcg::alloc(raw) {
+            Ok(id) => id,
+            Err(objcg::IdsFull) => {
+                // SAFETY: `alloc` failed, so the reference from into_raw is still ours.
+                drop(unsafe { Arc::from_raw(raw) });
+                // The node never got an objcg: it dies without reparenting anything, but its
+                // count on the parent goes as a child's would.
+                node.handles.store(0, Ordering::Relaxed);
+                drop(node);
+                self.node.handles.fetch_sub(1, Ordering::Relaxed);
+                return Err(TenantError::OutOfIds);
+            }
+        };
         node.objcg.store(id, Ordering::Relaxed);
         list_push(&mut locked(&node.objcgs), id);
-        Tenant { node }
+        Ok(Tenant { node })
     }
 
     pub fn name(&self) -> &str {
@@ -616,7 +671,16 @@ fn die(node: &Node) {
         let mut to = locked(&parent.objcgs);
         for id in moved {
             if let Some(oc) = objcg::lookup(id) {
-                oc.set_tenant(parent);
+                // SAFETY: every node is owned by an `Arc` (`Node::this`); the parent gets
+                // the objcg's reference, and the one on `cur` that comes back is released:
+                // `cur` lives on through the handle being dropped (or, up the loop, through
+                // its dead child's `parent`) until this returns. Under TREE.
+                unsafe {
+                    Arc::increment_strong_count(parent);
+                    let old = oc.repoint(parent);
+                    debug_assert!(core::ptr::eq(old, cur));
+                    Arc::decrement_strong_count(old);
+                }
             }
             list_push(&mut to, id);
         }
@@ -638,11 +702,12 @@ fn die(node: &Node) {
 
 /// Calls `f` for every live tenant but the root, in no particular order. The tree lock
 /// (`_tree`) keeps every node seen alive during the call; tenants created meanwhile may or
-/// may not be seen. A tenant is seen through its own objcg, which lives as long as it does.
+/// may not be seen. A tenant is seen through its own objcg, which points at it while it
+/// lives.
 pub(crate) fn for_each_live(_tree: &TreeGuard, mut f: impl FnMut(&Node)) {
-    // SAFETY: the caller holds TREE, under which alone objcgs are freed.
+    // SAFETY: the caller holds TREE, under which alone objcgs are freed and re-pointed.
     unsafe {
-        objcg::for_each_origin(|id, node| {
+        objcg::for_each_allocated(|id, node| {
             if node.objcg() == id && node.is_alive() {
                 f(node)
             }
@@ -650,29 +715,30 @@ pub(crate) fn for_each_live(_tree: &TreeGuard, mut f: impl FnMut(&Node)) {
     };
 }
 
-/// Frees dead objcgs: unlists them, recycles their ids and releases their origin nodes.
-/// User context only (allocates, locks).
+/// Frees dead objcgs: unlists them, recycles their ids (and the chunks of the table that
+/// empty out) and releases their nodes. User context only (allocates, locks).
 pub(crate) fn free_zombies() {
-    let mut origins = Vec::new();
+    let mut nodes = Vec::new();
     let mut ids = Vec::new();
     let g = tree_lock();
-    objcg::take_zombies(|id, tenant, at, origin| {
-        // SAFETY: `origin` is still owned (released below) and keeps `tenant` alive.
+    objcg::take_zombies(|id, tenant, at| {
+        // SAFETY: the entry's reference (released below) keeps `tenant` alive.
         if let Some(t) = unsafe { tenant.as_ref() } {
             list_remove(&mut locked(&t.objcgs), id, at);
         }
         ids.push(id);
-        origins.push(origin);
+        nodes.push(tenant);
     });
     // Recycled only now that no list names them; under TREE, so that an id is never
     // handed out again while a concurrent sweep could still see it listed.
     objcg::recycle(&ids);
     drop(g);
-    for o in origins {
-        if !o.is_null() {
-            // SAFETY: `origin` came from `Arc::into_raw` in `child`, and the objcg that owned
-            // it was just cleared, so this is the only release.
-            drop(unsafe { Arc::from_raw(o) });
+    for n in nodes {
+        if !n.is_null() {
+            // SAFETY: the objcg's strong reference (from `Arc::into_raw` in `child`, or
+            // moved to it by `die`), taken from the entry, which was just cleared: this is
+            // the only release.
+            unsafe { Arc::decrement_strong_count(n) };
         }
     }
 }
@@ -813,7 +879,7 @@ impl Tenant {
             let oc = objcg::lookup(id).expect("listed objcg resolves");
             assert_eq!(oc.list_index(), i, "objcg {id}: recorded position");
             // SAFETY: under TREE no listed objcg is freed (free_zombies unlists it first).
-            let t = unsafe { oc.tenant() }.expect("listed objcg is live");
+            let t = unsafe { oc.tenant_locked() }.expect("listed objcg is live");
             assert!(core::ptr::eq(t, &*self.node), "objcg {id} points elsewhere");
         }
         list
