@@ -114,6 +114,10 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
             d = n as i64;
         }
         s.leave();
+        if spare_ref == 0 {
+            // A slot was made for `id` (drain.rs: recorded after the fill).
+            note_stocked(oc);
+        }
         settle(oc, direct, idx, d, spare_ref + byte_refs(pool, direct));
         release(&victim);
         Ok(())
@@ -146,21 +150,25 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
         if batch > n && counter::try_charge(&*t, batch).is_ok() {
             return Ok(batch);
         }
-        if counter::try_charge(&*t, n).is_ok() {
-            return Ok(n);
-        }
+        let first = match counter::try_charge(&*t, n) {
+            Ok(()) => return Ok(n),
+            Err(r) => r.counter.stocked(),
+        };
         match t.arc() {
-            Some(a) => a,
+            Some(a) => (a, first),
             // A node's strong count is at least the objcg's reference while we read it.
             None => return Ok(n),
         }
     };
+    let (t, stocked) = t;
     let try_n = || {
         counter::try_charge(&*t, n)
             .map(|()| n)
             .map_err(|r| Refused(r))
     };
-    drain::drain_all();
+    // Only if some stock may hold the refusing subtree's bytes (drain.rs): a tenant refused
+    // again and again with nothing put in a stock meanwhile pays no walk of the threads.
+    drain::drain_unless_clean(stocked);
     let refused = match try_n() {
         Ok(got) => return Ok(got),
         Err(r) => r,
@@ -173,11 +181,12 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
         match try_n() {
             Ok(got) => return Ok(got),
             Err(r) if !ran => r,
-            Err(_) => {
+            Err(r) => {
                 // What the callback freed can still be charged in a stock: this thread's
                 // object stock keeps a freed object of its tag charged for reuse. Drain
                 // again before refusing.
-                drain::drain_all();
+                // SAFETY: the refusing node is `t` or an ancestor, alive while we hold `t`.
+                drain::drain_unless_clean(unsafe { &*r.0 }.counter.stocked());
                 match try_n() {
                     Ok(got) => return Ok(got),
                     Err(r) => r,
@@ -249,6 +258,9 @@ pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
             }
         }
         s.leave();
+        if usable && spare_ref == 0 {
+            note_stocked(oc);
+        }
         settle(oc, excess, idx, d, spare_ref + byte_refs(pool, excess));
     })
 }
@@ -293,6 +305,16 @@ fn settle(oc: &ObjCg, uncharge: u64, idx: StatIdx, d: i64, refs: u64) {
     }
     flush_stat(oc, idx, d);
     oc.put(refs);
+}
+
+/// Records, after a stock slot was made for `oc` (or the allocator's object stock started
+/// keeping `oc`'s objects), that a stock may hold its tenant's bytes (`drain.rs`).
+pub(crate) fn note_stocked(oc: &ObjCg) {
+    let generation = drain::generation();
+    // SAFETY: the caller holds refs on `oc` (the slot ref, or the object stock's objects).
+    if let Some(t) = unsafe { oc.read() } {
+        counter::note_stocked(&*t, generation);
+    }
 }
 
 /// Adds a stat delta to the objcg's tenant and its ancestors.

@@ -20,7 +20,7 @@
 //!   and a charge whose CAS raced with the close may land above `max` (never above `max` +
 //!   the allowance it read).
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 
 /// A node that has a counter and (except the root) a parent.
 pub(crate) trait Hierarchy {
@@ -36,6 +36,10 @@ pub(crate) struct Counter {
     peak: AtomicU64,
     /// Bytes a charge may pass `max` by while an overdraft window is open; 0 when closed.
     allowance: AtomicU64,
+    /// The drain generation (`drain.rs`) read after the latest fill of a stock with this
+    /// subtree's bytes: a refusal here needs no drain when every such fill came before a
+    /// complete drain.
+    stocked: AtomicU64,
     /// Events as cgroup v2 counts them, indexed by [`Event`]: `events` at this node and in
     /// its subtree (memory.events), `local` at this node only (memory.events.local).
     events: [AtomicU64; NR_EVENTS],
@@ -63,6 +67,7 @@ impl Counter {
             high: AtomicU64::new(u64::MAX),
             peak: AtomicU64::new(0),
             allowance: AtomicU64::new(0),
+            stocked: AtomicU64::new(0),
             events: [const { AtomicU64::new(0) }; NR_EVENTS],
             local: [const { AtomicU64::new(0) }; NR_EVENTS],
             pressure: AtomicBool::new(false),
@@ -99,6 +104,10 @@ impl Counter {
     /// `max` (or below), which closes the window again.
     pub(crate) fn open_overdraft(&self, bytes: u64) {
         self.allowance.store(bytes, Relaxed);
+    }
+    /// The drain generation of the latest stock fill recorded for this subtree.
+    pub(crate) fn stocked(&self) -> u64 {
+        self.stocked.load(Ordering::SeqCst)
     }
     /// Whether an overdraft window is open.
     pub(crate) fn overdraft_open(&self) -> bool {
@@ -264,6 +273,21 @@ fn underflow() {
             "slabcg: warning: a tenant's usage would have gone below zero (more uncharged \
              than charged, as by a Tenant::uncharge of too many bytes); it stops at 0\n",
         );
+    }
+}
+
+/// Records that a stock now holds pre-charged bytes (or objects) of `node`: `generation` (the
+/// drain generation read *after* the stock was filled) on `node` and every ancestor. Every
+/// record raises all ancestors too, so a node that already has it stops the walk.
+pub(crate) fn note_stocked<N: Hierarchy>(node: &N, generation: u64) {
+    let mut cur = Some(node);
+    while let Some(c) = cur {
+        let s = &c.counter().stocked;
+        if s.load(Relaxed) >= generation {
+            return;
+        }
+        s.fetch_max(generation, Ordering::SeqCst);
+        cur = c.parent();
     }
 }
 

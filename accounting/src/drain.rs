@@ -29,13 +29,47 @@
 //! and the no-`Drop` stock is freed only with the thread's TLS block after all of them.
 
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crate::charge::release;
 use crate::stock::{Stock, EXITED, NR_SLOTS, REGISTERED, STOCK};
 use crate::sys;
 
 static HEAD: AtomicPtr<Stock> = AtomicPtr::new(null_mut());
+
+/// Drain generations. `STARTED` counts the drains begun (bumped first thing, before the
+/// allocator's object drain); `COMPLETED` is the highest generation of a drain that reached
+/// every thread (one with a process-wide barrier). A stock fill reads `STARTED` after the
+/// fill and records it on its tenant (`counter::note_stocked`). If that record is below
+/// `COMPLETED`, the fill came before that drain reached its thread (a fill after it reads
+/// the drain's generation or a later one: the drainer's release of the thread's stock, or of
+/// its object-stock lock, orders its bump before the owner's next fill), so the drain took
+/// it. A refused charge whose refusing tenant has no later record skips the drain: nothing
+/// of that subtree sits in any stock.
+static STARTED: AtomicU64 = AtomicU64::new(0);
+static COMPLETED: AtomicU64 = AtomicU64::new(0);
+/// Drains that walked the threads (for tests).
+static WALKS: AtomicU64 = AtomicU64::new(0);
+
+/// The generation a stock fill records, read after the fill.
+pub(crate) fn generation() -> u64 {
+    STARTED.load(Ordering::SeqCst)
+}
+
+/// [`drain_all`], unless nothing of the refusing subtree (whose latest record is
+/// `stocked`) was put in a stock since the last complete drain. A tenant at its limit under
+/// fallible code then pays one drain, not one per refused charge.
+pub(crate) fn drain_unless_clean(stocked: u64) {
+    if stocked < COMPLETED.load(Ordering::SeqCst) {
+        return;
+    }
+    drain_all();
+}
+
+/// How many drains walked every thread so far (tests).
+pub(crate) fn walks() -> u64 {
+    WALKS.load(Ordering::Relaxed)
+}
 static LOCK: AtomicBool = AtomicBool::new(false);
 
 struct RegistryGuard;
@@ -154,6 +188,8 @@ fn exit(s: &Stock) {
 /// Drains every registered stock (idle threads included) back to the counters and the
 /// shared stats. Runtime-safe: no allocation, no callbacks, no panics.
 pub(crate) fn drain_all() {
+    let generation = STARTED.fetch_add(1, Ordering::SeqCst) + 1;
+    WALKS.fetch_add(1, Ordering::Relaxed);
     // Objects the allocator keeps pre-charged per thread go first: their uncharges land in
     // this thread's stock, which the loop below drains.
     crate::hooks::object_drain();
@@ -180,6 +216,12 @@ pub(crate) fn drain_all() {
             s.steal.store(false, Ordering::Release);
         }
         p = s.next.load(Ordering::Relaxed);
+    }
+    // Without a process-wide barrier only this thread was drained (the allocator's object
+    // drain uses the same barrier, so it reached every thread exactly when this one did): no
+    // generation completes then.
+    if remote {
+        COMPLETED.fetch_max(generation, Ordering::SeqCst);
     }
 }
 

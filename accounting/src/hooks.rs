@@ -240,6 +240,25 @@ pub fn objcg_live(id: ObjCgId) -> bool {
     crate::objcg::is_live(id)
 }
 
+/// Tells the accounting that this thread's object stock now keeps freed objects of `id`
+/// charged (it just retagged for `id`): a refused charge of that tenant must drain stocks
+/// again. Call it after the tag is set. Not a fast path; never allocates or panics.
+///
+/// # Safety
+/// `id` is the objcg of the calling thread's current scope (its tenant is alive).
+pub unsafe fn note_object_stock(id: ObjCgId) {
+    if let Some(oc) = crate::objcg::lookup(id) {
+        crate::charge::note_stocked(oc);
+    }
+}
+
+/// Drains of every stock that walked the threads so far (tests: a refusal that needed no
+/// drain does not walk them).
+#[doc(hidden)]
+pub fn drain_walks() -> u64 {
+    crate::drain::walks()
+}
+
 /// Bytes the objcg id table holds now (its chunks, directories and free lists): what dead
 /// tenants with live objects cost, for tests and debugging.
 #[doc(hidden)]

@@ -187,11 +187,21 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
         // comes here once per tenant.
         tc.tag.store(u64::from(cg), Ordering::Relaxed);
         tc.tag_misses.set(0);
+        drop(d);
+        note_retag(cg);
     } else if drained || misses >= RETAG_AFTER {
         retag_giving_back(tc, d, cg);
     } else {
         tc.tag_misses.set(misses);
     }
+}
+
+/// After a retag: the accounting learns that this thread may now keep `cg`'s freed objects
+/// charged, so that a refused charge of that tenant drains stocks again.
+fn note_retag(cg: ObjCgId) {
+    // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
+    // it), so its tenant is alive.
+    unsafe { hooks::note_object_stock(cg) };
 }
 
 /// [`note_miss`]'s retag when the tagged bins hold objects or a drainer has been here:
@@ -203,6 +213,7 @@ fn retag_giving_back(tc: &ThreadCache, mut d: SpinGuard<'_, Drained>, cg: ObjCgI
     tc.tag.store(u64::from(cg), Ordering::Relaxed);
     tc.tag_misses.set(0);
     drop(d);
+    note_retag(cg);
     give_back(&taken);
 }
 

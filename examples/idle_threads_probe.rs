@@ -1,0 +1,86 @@
+//! Stocks with many idle threads: N threads each enter one tenant (max 64 MiB), allocate a
+//! few KiB (kept) and go idle. Prints the pre-charged drift (`current()` minus
+//! `current_exact()`) and the cost of a refused charge once one thread has filled the
+//! tenant to its limit (fallible 1 MiB reserves, as a `try_reserve` loop makes them).
+//!
+//! ```sh
+//! cargo run --release --example idle_threads_probe -- 1000     # THREADS
+//! ```
+
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use slabcg::{SlabAlloc, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+fn main() {
+    let threads: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1000);
+    let t = Tenant::new("pool");
+    t.set_max(64 << 20);
+    let ready = Arc::new(Barrier::new(threads + 1));
+    let done = Arc::new(Barrier::new(threads + 1));
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let (t, ready, done) = (t.clone(), ready.clone(), done.clone());
+            std::thread::Builder::new()
+                .stack_size(128 << 10)
+                .spawn(move || {
+                    let kept: Vec<Box<[u8; 512]>> = {
+                        let _in = t.enter();
+                        (0..8).map(|_| Box::new([1; 512])).collect()
+                    };
+                    ready.wait();
+                    done.wait();
+                    drop(kept);
+                })
+                .unwrap()
+        })
+        .collect();
+    ready.wait();
+    let cur = t.current();
+    let exact = t.current_exact();
+    let drift = cur - exact;
+    // Fill to the limit from this thread, then time refusals.
+    let mut blocks: Vec<Vec<u8>> = Vec::with_capacity(128);
+    let mut refused = 0u32;
+    let t0;
+    let first;
+    {
+        let _in = t.enter();
+        loop {
+            let mut v: Vec<u8> = Vec::new();
+            let t1 = Instant::now();
+            if v.try_reserve_exact(1 << 20).is_err() {
+                first = t1.elapsed().as_secs_f64() * 1e6;
+                break;
+            }
+            blocks.push(v);
+        }
+        t0 = Instant::now();
+        for _ in 0..100 {
+            let mut v: Vec<u8> = Vec::new();
+            if v.try_reserve_exact(1 << 20).is_err() {
+                refused += 1;
+            }
+        }
+    }
+    let us = t0.elapsed().as_secs_f64() * 1e6 / 100.0;
+    println!(
+        "{threads} idle threads: drift {:.1} MiB (current {:.1} MiB, exact {:.1} MiB); \
+         the first refused 1 MiB charge at the limit {first:.1} us, the next 100 \
+         {us:.1} us each ({refused}/100 refused)",
+        drift as f64 / (1 << 20) as f64,
+        cur as f64 / (1 << 20) as f64,
+        exact as f64 / (1 << 20) as f64,
+    );
+    drop(blocks);
+    done.wait();
+    for h in hs {
+        h.join().unwrap();
+    }
+}
