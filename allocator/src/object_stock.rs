@@ -214,7 +214,7 @@ fn retag_giving_back(tc: &ThreadCache, mut d: SpinGuard<'_, Drained>, cg: ObjCgI
     tc.tag_misses.set(0);
     drop(d);
     note_retag(cg);
-    give_back(&taken);
+    give_back(&taken, GiveTo::OwnBins(tc));
 }
 
 /// What an owner took from its tagged bins: their tag, the chains per class (head, count),
@@ -254,8 +254,21 @@ fn take_bins(tc: &ThreadCache, d: &mut Drained, walked: bool) -> Taken {
     Taken { tag, chains, rec }
 }
 
-/// Uncharges what a drainer did not, and returns the taken slots to their caches.
-fn give_back(t: &Taken) {
+/// Where [`give_back`] puts the slots it takes back from the tagged bins.
+#[derive(Clone, Copy)]
+enum GiveTo<'a> {
+    /// The owner's own accounted bins first (they hold uncharged accounted slots, which the
+    /// next charged allocation of any tenant takes): a thread that moves from one tenant to
+    /// the next (a tenant per request) keeps its slots instead of flushing them to their
+    /// slabs and refilling. What does not fit goes to the slabs.
+    OwnBins(&'a ThreadCache),
+    /// Their caches' slabs (thread exit, trim, a fork child's orphans).
+    Slabs,
+}
+
+/// Uncharges what a drainer did not (one uncharge per class), and returns the taken slots
+/// to `to`.
+fn give_back(t: &Taken, to: GiveTo<'_>) {
     if t.tag == NO_TAG {
         // Invariant: untagged bins are empty (no owner word equals NO_TAG).
         debug_assert!(t.chains.iter().all(|&(_, n)| n == 0));
@@ -274,17 +287,44 @@ fn give_back(t: &Taken) {
             unsafe { hooks::uncharge(tenant, left as usize * class_size(c), StatIdx::slab(c)) };
         }
         // Clear the owner words, as an uncharging free does, so that a later double free of
-        // one of these slots is reported instead of uncharging the tenant again.
+        // one of these slots is reported instead of uncharging the tenant again. Keep what
+        // fits in the owner's accounted bin; flush the rest.
         let mut o = head;
-        while !o.is_null() {
-            // SAFETY: o is a free slot of the accounted cache of class c (the chain).
-            unsafe {
-                (*crate::charge::class_owner_word(o as *mut u8, c)).store(0, Ordering::Relaxed);
-                o = (*o).next;
+        let mut rest = n as usize;
+        if let GiveTo::OwnBins(tc) = to {
+            while !o.is_null() {
+                // SAFETY: o is a free slot of the accounted cache of class c (the chain).
+                let next = unsafe { clear_owner(o, c) };
+                // SAFETY: an uncharged free slot of class c's accounted cache, handed over by
+                // this thread, the bins' owner; its link was read above.
+                if !unsafe { tc.bin(c, true).push(o as *mut u8) } {
+                    break;
+                }
+                rest -= 1;
+                o = next;
             }
         }
-        // SAFETY: a chain of n free slots of the accounted cache of class c.
-        unsafe { classes::cache(c, true).flush(head, n as usize) };
+        let mut p = o;
+        while !p.is_null() {
+            // SAFETY: as above.
+            p = unsafe { clear_owner(p, c) };
+        }
+        if rest > 0 {
+            // SAFETY: a chain of `rest` free slots of the accounted cache of class c.
+            unsafe { classes::cache(c, true).flush(o, rest) };
+        }
+    }
+}
+
+/// Clears the owner word of free slot `o` of class `c`'s accounted cache; returns its link.
+///
+/// # Safety
+/// `o` is a free slot of that cache, on a chain the caller owns.
+unsafe fn clear_owner(o: *mut FreeObj, c: usize) -> *mut FreeObj {
+    // SAFETY: by the caller's promise.
+    unsafe {
+        (*crate::charge::class_owner_word(o as *mut u8, c)).store(0, Ordering::Relaxed);
+        (*o).next
     }
 }
 
@@ -301,13 +341,13 @@ pub fn settle(tc: &ThreadCache) {
             taken = take_bins(tc, &mut d, false);
         }
     }
-    give_back(&taken);
+    give_back(&taken, GiveTo::OwnBins(tc));
 }
 
 /// Gives back this thread's own tagged objects (thread exit, trim).
 pub fn give_back_own(tc: &ThreadCache) {
     let taken = take_bins(tc, &mut tc.stock.lock(), false);
-    give_back(&taken);
+    give_back(&taken, GiveTo::Slabs);
 }
 
 /// In a fork child: uncharges the tagged objects of a thread that did not survive the fork.
@@ -323,7 +363,7 @@ pub fn give_back_orphan(tc: &ThreadCache) {
     };
     let taken = take_bins(tc, &mut d, true);
     drop(d);
-    give_back(&taken);
+    give_back(&taken, GiveTo::Slabs);
 }
 
 /// Uncharges every thread's tagged objects (idle threads included) without touching their
