@@ -30,6 +30,8 @@ fn free(p: *mut u8) {
 
 #[test]
 fn refusals_walk_only_when_a_stock_may_hold_the_tenant() {
+    // The idle thread's stock must stay as it is until a refusal finds it.
+    slabcg::accounting::hooks::set_idle_decay(false);
     const MAX: u64 = 1 << 20;
     let t = Tenant::new("refusals");
     t.set_max(MAX);

@@ -29,7 +29,8 @@
 //! and the no-`Drop` stock is freed only with the thread's TLS block after all of them.
 
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use crate::charge::release;
 use crate::stock::{Stock, EXITED, NR_SLOTS, REGISTERED, STOCK};
@@ -64,6 +65,89 @@ pub(crate) fn drain_unless_clean(stocked: u64) {
         return;
     }
     drain_all();
+}
+
+/// Registered stocks (threads that have charged something and not exited).
+static REGISTERED_STOCKS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the idle-stock decay is worth running: more threads hold stocks than a few per
+/// CPU, so what they pre-charge is no longer bounded by the CPUs. User context (the CPU
+/// count is read once, which may allocate).
+pub(crate) fn decay_wanted() -> bool {
+    if !DECAY_ON.load(Ordering::Relaxed) {
+        return false;
+    }
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    REGISTERED_STOCKS.load(Ordering::Relaxed) > DECAY_THREADS_PER_CPU * cpus
+}
+
+/// Whether the idle-stock decay may run (`hooks::set_idle_decay`).
+static DECAY_ON: AtomicBool = AtomicBool::new(true);
+
+pub(crate) fn set_decay(on: bool) {
+    DECAY_ON.store(on, Ordering::Relaxed);
+}
+
+/// Threads per CPU with stocks above which idle ones are given back in the background.
+const DECAY_THREADS_PER_CPU: usize = 4;
+
+/// The idle-stock decay: gives back the stocks of threads whose slow paths have not used
+/// them since the previous call (their `clock` did not move), as jemalloc and mimalloc
+/// decay idle thread caches. Called every `oom::DECAY_INTERVAL` by the background thread,
+/// so an idle thread's pre-charged bytes go back within two intervals and what stocks hold
+/// is bounded by the threads that were busy lately, not by all of them. A thread that keeps
+/// working but only on its fast paths looks idle too: it is drained and refills at its next
+/// charge, one slow path per interval. The same protocol as `drain_all`, for the chosen
+/// stocks only; without a process-wide barrier it does nothing. Returns how many stocks it
+/// gave back.
+pub(crate) fn drain_idle() -> usize {
+    if !DECAY_ON.load(Ordering::Relaxed) {
+        return 0;
+    }
+    let own = STOCK.with(|s| s as *const Stock);
+    let _g = lock();
+    let mut chosen = 0;
+    let mut p = HEAD.load(Ordering::Relaxed);
+    while !p.is_null() {
+        // SAFETY (here and below): registered stocks stay valid while we hold the lock.
+        let s = unsafe { &*p };
+        let clock = s.clock();
+        let idle =
+            !core::ptr::eq(p, own) && clock == s.seen.load(Ordering::Relaxed) && s.holds_any();
+        s.seen.store(clock, Ordering::Relaxed);
+        if idle {
+            s.idle.store(true, Ordering::Relaxed);
+            s.steal.store(true, Ordering::SeqCst);
+            chosen += 1;
+        }
+        p = s.next.load(Ordering::Relaxed);
+    }
+    if chosen == 0 {
+        return 0;
+    }
+    let remote = sys::remote_barrier();
+    let mut p = HEAD.load(Ordering::Relaxed);
+    while !p.is_null() {
+        // SAFETY: as above.
+        let s = unsafe { &*p };
+        if s.idle.swap(false, Ordering::Relaxed) {
+            if remote {
+                wait_out(&s.in_cs);
+                let taken: [_; NR_SLOTS] = s.take_all();
+                s.steal.store(false, Ordering::Release);
+                taken.iter().for_each(release);
+            } else {
+                s.steal.store(false, Ordering::Release);
+            }
+        }
+        p = s.next.load(Ordering::Relaxed);
+    }
+    if remote {
+        chosen
+    } else {
+        0
+    }
 }
 
 /// How many drains walked every thread so far (tests).
@@ -135,6 +219,7 @@ pub(crate) fn register(s: &Stock) -> bool {
         .store(HEAD.load(Ordering::Relaxed), Ordering::Relaxed);
     HEAD.store(s as *const Stock as *mut Stock, Ordering::Relaxed);
     s.set_flags(REGISTERED, 0);
+    REGISTERED_STOCKS.fetch_add(1, Ordering::Relaxed);
     true
 }
 
@@ -176,6 +261,7 @@ fn exit(s: &Stock) {
         }
         if cur == me {
             link.store(s.next.load(Ordering::Relaxed), Ordering::Relaxed);
+            REGISTERED_STOCKS.fetch_sub(1, Ordering::Relaxed);
             break;
         }
         // SAFETY: `cur` is a registered stock; stocks are unlinked only under the lock we
@@ -269,6 +355,7 @@ pub fn fork_child() {
         if own_registered { own } else { null_mut() },
         Ordering::Relaxed,
     );
+    REGISTERED_STOCKS.store(usize::from(own_registered), Ordering::Relaxed);
     LOCK.store(false, Ordering::Release);
 }
 

@@ -252,6 +252,16 @@ pub unsafe fn note_object_stock(id: ObjCgId) {
     }
 }
 
+/// Switches the idle-stock decay on (the default) or off. With more threads holding stocks
+/// than four per CPU, a background thread gives back, every 100 ms, the stocks of threads
+/// whose slow paths have not run since the previous pass, so that what stocks hold
+/// pre-charged follows the threads that are busy, not all of them. Off, stocks of idle
+/// threads keep their bytes until a drain (a refused charge, `current_exact()`, `stat()`).
+/// Tests that look at idle threads' stocks switch it off.
+pub fn set_idle_decay(on: bool) {
+    crate::drain::set_decay(on);
+}
+
 /// Drains of every stock that walked the threads so far (tests: a refusal that needed no
 /// drain does not walk them).
 #[doc(hidden)]

@@ -467,7 +467,7 @@ fn ensure_reaper() {
         return;
     }
     let spawned = std::thread::Builder::new()
-        .name("slabcg-reaper".into())
+        .name("slabcg-bg".into())
         .spawn(reaper_main);
     // If the OS refuses a thread, the next registration tries again; until then kills
     // are seen at the victims' next polls only.
@@ -481,13 +481,48 @@ fn ensure_reaper() {
     }
 }
 
+/// How often the background thread gives idle threads' stocks back, once there are more
+/// threads with stocks than a few per CPU (`drain::decay_wanted`).
+pub(crate) const DECAY_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Set once the idle-stock decay was asked for (`housekeeping`); reset in a fork child.
+static DECAYING: AtomicBool = AtomicBool::new(false);
+
+/// The background thread: wakes killed tenants' futures when asked, and, once many threads
+/// hold stocks, gives idle threads' stocks back every `DECAY_INTERVAL`.
 fn reaper_main() {
     let _root = scope::unscoped();
+    let mut last_decay = Instant::now();
     loop {
-        while !WAKE_PENDING.swap(false, Ordering::SeqCst) {
+        if WAKE_PENDING.swap(false, Ordering::SeqCst) {
+            wake_killed();
+            continue;
+        }
+        if DECAYING.load(Ordering::Relaxed) {
+            std::thread::park_timeout(DECAY_INTERVAL);
+            if last_decay.elapsed() >= DECAY_INTERVAL {
+                crate::drain::drain_idle();
+                last_decay = Instant::now();
+            }
+        } else {
             std::thread::park();
         }
-        wake_killed();
+    }
+}
+
+/// User context (tenant creation, `current()`, stats): starts the idle-stock decay, and the
+/// background thread for it, once more threads hold stocks than a few per CPU. One relaxed
+/// load when there is nothing to do.
+pub(crate) fn housekeeping() {
+    if DECAYING.load(Ordering::Relaxed) || !crate::drain::decay_wanted() {
+        return;
+    }
+    DECAYING.store(true, Ordering::Relaxed);
+    ensure_reaper();
+    let r = REAPER.load(Ordering::Acquire);
+    // SAFETY: a published reaper is never freed.
+    if let Some(r) = unsafe { r.as_ref() } {
+        r.thread.unpark();
     }
 }
 
@@ -495,6 +530,7 @@ fn reaper_main() {
 /// spawns a new one. The old one's handle is leaked (a few bytes per fork).
 pub(crate) fn fork_child() {
     REAPER.store(core::ptr::null_mut(), Ordering::Relaxed);
+    DECAYING.store(false, Ordering::Relaxed);
 }
 
 /// The work of a killed tenant, ended at a safe point: a `Scoped` future resolves to it,

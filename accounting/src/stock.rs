@@ -25,7 +25,8 @@
 //!   `steal`; `flags`, `clock`, `stamps` are owner-only.
 //! - a drainer (`drain.rs`, holding the registry lock): `steal`, reads `in_cs`, and takes
 //!   `ids`/`bytes`/`api`/`stats`/`dirty` once it saw `in_cs == 0` after setting `steal` and running
-//!   a remote barrier; `next` (the registry link).
+//!   a remote barrier; `next` (the registry link); `seen` and `idle` (the idle-stock decay,
+//!   which also reads `clock` and `ids` without the protocol, only to choose).
 //!
 //! All shared fields are atomics used with `Relaxed` loads/stores, which compile to plain
 //! moves: the fast path has no read-modify-write and touches only this thread's lines.
@@ -74,6 +75,10 @@ pub(crate) struct Stock {
     stamps: [AtomicU64; NR_SLOTS],
     /// Registry link; read and written only under the registry lock.
     pub(crate) next: AtomicPtr<Stock>,
+    /// `clock` as the idle-stock decay last saw it, and whether this pass takes the stock
+    /// (`drain::drain_idle`). Under the registry lock.
+    pub(crate) seen: AtomicU64,
+    pub(crate) idle: AtomicBool,
     stats: [[AtomicI32; NR_STAT]; NR_SLOTS],
     /// Per slot, which stat deltas may be non-zero, folded modulo 64 (module invariants):
     /// giving a slot back reads the few set ones instead of all `NR_STAT`, which a tenant
@@ -154,6 +159,8 @@ impl Stock {
             clock: AtomicU64::new(0),
             stamps: [const { AtomicU64::new(0) }; NR_SLOTS],
             next: AtomicPtr::new(core::ptr::null_mut()),
+            seen: AtomicU64::new(0),
+            idle: AtomicBool::new(false),
             stats: [const { [const { AtomicI32::new(0) }; NR_STAT] }; NR_SLOTS],
             dirty: [const { AtomicU64::new(0) }; NR_SLOTS],
         }
@@ -337,6 +344,17 @@ impl Stock {
                 }
             }
         }
+    }
+
+    /// The owner's slow-path clock (bumped whenever a slow path uses a slot), for the
+    /// idle-stock decay. A racy read from another thread: it only chooses.
+    pub(crate) fn clock(&self) -> u64 {
+        self.clock.load(Relaxed)
+    }
+
+    /// Whether any slot caches an objcg (racy from another thread, as `clock`).
+    pub(crate) fn holds_any(&self) -> bool {
+        self.ids.iter().any(|id| id.load(Relaxed) != 0)
     }
 
     /// Takes every slot. Same rules as `take`.

@@ -267,6 +267,7 @@ impl Tenant {
     pub fn try_child(&self, name: &str) -> Result<Tenant, TenantError> {
         let _root = scope::unscoped();
         free_zombies_if_due();
+        oom::housekeeping();
         // No `TREE` here: the parent cannot die meanwhile (this handle keeps it alive, so
         // `die` cannot run on it), and nothing else can see the new node, its objcg or its
         // list until this returns.
@@ -364,6 +365,7 @@ impl Tenant {
     /// Bytes charged, including bytes pre-charged into stocks. For the root: the sum of all
     /// tenants plus the allocator's unscoped usage (`hooks::set_root_usage_source`).
     pub fn current(&self) -> u64 {
+        oom::housekeeping();
         let c = self.node.counter.usage();
         if self.is_root() {
             c.saturating_add(hooks::root_usage())

@@ -16,6 +16,8 @@ fn alloc_in(global: &SlabAlloc, t: &Tenant, layout: Layout) -> *mut u8 {
 /// thread must still allocate exactly up to the limit. `global` is the test binary's global
 /// allocator.
 pub fn no_spurious_failure(global: &'static SlabAlloc) {
+    // The idle threads' stocks must stay as they are until this thread's refusals drain them.
+    slabcg::accounting::hooks::set_idle_decay(false);
     const MAX: u64 = 1 << 20;
     let t = Tenant::new("idle-stock");
     t.set_max(MAX);
