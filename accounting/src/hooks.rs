@@ -179,11 +179,12 @@ pub fn set_slab_meta(idx: StatIdx, meta: SlabMeta) -> bool {
 pub use crate::drain::{fork_parent, fork_prepare};
 
 /// Fork support, in the child after `fork`: only the forking thread survives, so every other
-/// thread's stock gives its pre-charged bytes back, and the thread that wakes killed
-/// tenants' futures is spawned again when next needed.
+/// thread's stock gives its pre-charged bytes back, the background thread is spawned again
+/// when next needed, and the objcgs forget the readers that were in flight at the fork.
 pub fn fork_child() {
     crate::drain::fork_child();
     crate::oom::fork_child();
+    crate::objcg::fork_child();
 }
 
 /// Fork support, first of all prepare handlers: takes the tenant tree's and the objcg id

@@ -426,6 +426,25 @@ pub(crate) unsafe fn for_each_allocated(mut f: impl FnMut(ObjCgId, &Node)) {
     }
 }
 
+/// Fork support, in the child (the forking thread holds the tree and id locks): a thread
+/// that was inside a read section at the fork does not exist here, so its count would make
+/// a later re-pointing wait for ever. No reader of the child's own is active now (the fork
+/// handlers run outside every read section).
+pub(crate) fn fork_child() {
+    let high = CHUNKS_HIGH.load(Ordering::Acquire);
+    for c in 0..high {
+        let chunk = chunk_ptr(c);
+        if chunk.is_null() {
+            continue;
+        }
+        for i in 0..CHUNK {
+            // SAFETY: a mapped chunk; nothing frees it while the forking thread holds the
+            // tree lock.
+            unsafe { (*chunk.add(i)).readers.store(0, Ordering::Relaxed) };
+        }
+    }
+}
+
 /// Bytes the id table holds now (chunks, directories and the free lists), for tests.
 pub(crate) fn table_bytes() -> usize {
     let a = lock();
