@@ -132,14 +132,7 @@ pub(crate) fn drain_idle() -> usize {
         // SAFETY: as above.
         let s = unsafe { &*p };
         if s.idle.swap(false, Ordering::Relaxed) {
-            if remote {
-                wait_out(&s.in_cs);
-                let taken: [_; NR_SLOTS] = s.take_all();
-                s.steal.store(false, Ordering::Release);
-                taken.iter().for_each(release);
-            } else {
-                s.steal.store(false, Ordering::Release);
-            }
+            finish_steal(s, remote);
         }
         p = s.next.load(Ordering::Relaxed);
     }
@@ -147,6 +140,20 @@ pub(crate) fn drain_idle() -> usize {
         chosen
     } else {
         0
+    }
+}
+
+/// The second half of draining `s`, whose `steal` was set before the barrier: with `take`
+/// (the barrier reached its owner), wait for the owner to leave its critical section, take
+/// the slots and give them back; else only withdraw the request. Under the registry lock.
+fn finish_steal(s: &Stock, take: bool) {
+    if take {
+        wait_out(&s.in_cs);
+        let taken: [_; NR_SLOTS] = s.take_all();
+        s.steal.store(false, Ordering::Release);
+        taken.iter().for_each(release);
+    } else {
+        s.steal.store(false, Ordering::Release);
     }
 }
 
@@ -293,14 +300,7 @@ pub(crate) fn drain_all() {
     while !p.is_null() {
         // SAFETY: as above.
         let s = unsafe { &*p };
-        if remote || core::ptr::eq(p, own) {
-            wait_out(&s.in_cs);
-            let taken: [_; NR_SLOTS] = s.take_all();
-            s.steal.store(false, Ordering::Release);
-            taken.iter().for_each(release);
-        } else {
-            s.steal.store(false, Ordering::Release);
-        }
+        finish_steal(s, remote || core::ptr::eq(p, own));
         p = s.next.load(Ordering::Relaxed);
     }
     // Without a process-wide barrier only this thread was drained (the allocator's object

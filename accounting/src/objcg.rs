@@ -408,6 +408,18 @@ pub(crate) fn recycle(ids: &[ObjCgId]) {
 /// The caller holds the tenant tree lock (no objcg is freed, re-pointed or unmapped
 /// meanwhile) and uses each node only during its call.
 pub(crate) unsafe fn for_each_allocated(mut f: impl FnMut(ObjCgId, &Node)) {
+    for_each_entry(|oc| {
+        // Acquire: `alloc` publishes `tenant` (Release) after the other fields.
+        // SAFETY: by the caller's promise the node is not released during the call.
+        if let Some(node) = unsafe { oc.tenant.load(Ordering::Acquire).as_ref() } {
+            f(oc.id, node);
+        }
+    });
+}
+
+/// Calls `f` for every entry of every mapped chunk. Under the tree lock (no chunk is freed
+/// meanwhile).
+fn for_each_entry(mut f: impl FnMut(&ObjCg)) {
     let high = CHUNKS_HIGH.load(Ordering::Acquire);
     for c in 0..high {
         let chunk = chunk_ptr(c);
@@ -416,12 +428,7 @@ pub(crate) unsafe fn for_each_allocated(mut f: impl FnMut(ObjCgId, &Node)) {
         }
         for i in 0..CHUNK {
             // SAFETY: a mapped chunk, not freed while the caller holds the tree lock.
-            let oc = unsafe { &*chunk.add(i) };
-            // Acquire: `alloc` publishes `tenant` (Release) after the other fields.
-            // SAFETY: by the caller's promise the node is not released during the call.
-            if let Some(node) = unsafe { oc.tenant.load(Ordering::Acquire).as_ref() } {
-                f(oc.id, node);
-            }
+            f(unsafe { &*chunk.add(i) });
         }
     }
 }
@@ -431,18 +438,7 @@ pub(crate) unsafe fn for_each_allocated(mut f: impl FnMut(ObjCgId, &Node)) {
 /// a later re-pointing wait for ever. No reader of the child's own is active now (the fork
 /// handlers run outside every read section).
 pub(crate) fn fork_child() {
-    let high = CHUNKS_HIGH.load(Ordering::Acquire);
-    for c in 0..high {
-        let chunk = chunk_ptr(c);
-        if chunk.is_null() {
-            continue;
-        }
-        for i in 0..CHUNK {
-            // SAFETY: a mapped chunk; nothing frees it while the forking thread holds the
-            // tree lock.
-            unsafe { (*chunk.add(i)).readers.store(0, Ordering::Relaxed) };
-        }
-    }
+    for_each_entry(|oc| oc.readers.store(0, Ordering::Relaxed));
 }
 
 /// Bytes the id table holds now (chunks, directories and the free lists), for tests.
