@@ -135,12 +135,13 @@ fn charge_direct(s: &Stock, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) -> Res
 /// Charges `batch` (if more than `n` and it fits) or exactly `n` to the objcg's tenant,
 /// running the failure ladder for `n`. Returns the bytes charged.
 fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refused> {
-    // The node to charge, held strongly for the whole ladder: the ladder takes locks, which
-    // a reader of `oc` must not (a re-pointing waits for its readers under the tree lock).
-    // If the objcg is re-pointed meanwhile (its tenant died: only a charge through a dead
-    // owner's objcg can see that), charging the old node is still right: its ancestors,
-    // which outlive it, take the charge too, and its own counter goes with it.
-    let t = {
+    // The first tries, in one short read section. The ladder below takes locks, which a
+    // reader of `oc` must not hold (a re-pointing waits for its readers under the tree lock),
+    // so each later try reads `oc` again, and the refusing node it names is kept alive by a
+    // strong reference on the node it charged (`held`). Reading again matters when the
+    // objcg's tenant dies meanwhile (a charge through a dead owner's objcg, as a realloc
+    // growing another tenant's block makes): its parent is charged then, under its limit.
+    let (mut held, stocked) = {
         // SAFETY: the caller holds refs on `oc`: an allocation's charger is in a live
         // tenant's scope (the tenant's alive ref), `Tenant::charge` is called on a live
         // handle, and a charge through an object's owner holds that object's bytes.
@@ -150,21 +151,30 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
         if batch > n && counter::try_charge(&*t, batch).is_ok() {
             return Ok(batch);
         }
-        let first = match counter::try_charge(&*t, n) {
+        let stocked = match counter::try_charge(&*t, n) {
             Ok(()) => return Ok(n),
             Err(r) => r.counter.stocked(),
         };
         match t.arc() {
-            Some(a) => (a, first),
+            Some(a) => (a, stocked),
             // A node's strong count is at least the objcg's reference while we read it.
             None => return Ok(n),
         }
     };
-    let (t, stocked) = t;
-    let try_n = || {
-        counter::try_charge(&*t, n)
-            .map(|()| n)
-            .map_err(|r| Refused(r))
+    let mut try_n = || {
+        // SAFETY: as above.
+        let Some(t) = (unsafe { oc.read() }) else {
+            return Ok(n);
+        };
+        let r = counter::try_charge(&*t, n);
+        if r.is_err() && !core::ptr::eq(&*t, &*held) {
+            // Re-pointed since: keep the node now charged (and the refusing ancestor)
+            // alive past the read section.
+            if let Some(a) = t.arc() {
+                held = a;
+            }
+        }
+        r.map(|()| n).map_err(|r| Refused(r))
     };
     // Only if some stock may hold the refusing subtree's bytes (drain.rs): a tenant refused
     // again and again with nothing put in a stock meanwhile pays no walk of the threads.
@@ -175,7 +185,8 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
     };
     let refused = if s.flags() & IN_RECLAIM == 0 {
         s.set_flags(IN_RECLAIM, 0);
-        // SAFETY: the refusing node is `t` or an ancestor of it, alive while we hold `t`.
+        // SAFETY: the refusing node is the charged node or an ancestor of it, alive while
+        // `held` is (each refusal is used before the next try, which may replace `held`).
         let ran = tenant::run_reclaim(unsafe { &*refused.0 }, n);
         s.set_flags(0, IN_RECLAIM);
         match try_n() {
@@ -185,7 +196,7 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
                 // What the callback freed can still be charged in a stock: this thread's
                 // object stock keeps a freed object of its tag charged for reuse. Drain
                 // again before refusing.
-                // SAFETY: the refusing node is `t` or an ancestor, alive while we hold `t`.
+                // SAFETY: as above.
                 drain::drain_unless_clean(unsafe { &*r.0 }.counter.stocked());
                 match try_n() {
                     Ok(got) => return Ok(got),

@@ -236,8 +236,6 @@ pub(crate) fn root_usage() -> u64 {
 /// Whether `id` is currently an allocated objcg (false once it died and was freed). For
 /// tests and debugging; not a fast path.
 pub fn objcg_live(id: ObjCgId) -> bool {
-    // Under the tree lock: an id's chunk of the table may be freed by a sweep otherwise.
-    let _tree = crate::tenant::tree_lock();
     crate::objcg::is_live(id)
 }
 

@@ -453,7 +453,10 @@ pub(crate) fn table_bytes() -> usize {
         + free
 }
 
-/// Whether `id` is currently allocated (tests and debug checks).
+/// Whether `id` is currently allocated (tests and debug checks). Under the id lock, which
+/// every freeing of a chunk holds, so an id nobody holds a ref on can be looked up safely
+/// (and no caller of this can hold it: its holders allocate as the root).
 pub(crate) fn is_live(id: ObjCgId) -> bool {
+    let _ids = lock();
     lookup(id).is_some_and(|oc| !oc.tenant.load(Ordering::Relaxed).is_null())
 }

@@ -273,8 +273,9 @@ pub(crate) fn out_of_memory(
         match choose(&tree, node) {
             Choice::Dying if !open => {}
             Choice::Victim(v) if !killed => {
-                // SAFETY: `choose` saw it alive under TREE, which we still hold (a node is
-                // released only by `free_zombies`, under TREE).
+                // SAFETY: `choose` saw it alive (handles > 0) under TREE, which we still
+                // hold: its last handle's drop runs `die`, which needs TREE, before the node
+                // can be released.
                 let v = unsafe { &*v };
                 if mark(v, BY_OOM) {
                     counter::record_event(v, Event::OomKill);

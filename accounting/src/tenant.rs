@@ -288,7 +288,13 @@ impl Tenant {
             oom: OomState::new(self.node.oom.policy()),
         });
         let raw = Arc::into_raw(node.clone());
-        let id = match objcg::alloc(raw) {
+        let id = match objcg::alloc(raw).or_else(|_| {
+            // Ids of dead tenants whose last objects are freed may wait in stocks and on
+            // the zombie list: give them back, then try once more.
+            drain::drain_all();
+            free_zombies();
+            objcg::alloc(raw)
+        }) {
             Ok(id) => id,
             Err(objcg::IdsFull) => {
                 // SAFETY: `alloc` failed, so the reference from into_raw is still ours.

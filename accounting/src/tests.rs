@@ -266,3 +266,43 @@ fn lifecycle_sweeps_zombies_without_drains() {
     assert_eq!(service.objcg_list(), vec![service.objcg_id()]);
     assert_eq!(service.current_exact(), 0);
 }
+
+/// A tenant's death re-points its objcg only once no reader of the node is left: a slow
+/// path that read the dying node finishes with it before the node can be released.
+#[test]
+fn reparenting_waits_for_the_readers_of_the_dying_node() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    let _serial = serial();
+    let p = Tenant::new("readers-parent");
+    let c = p.child("readers-child");
+    let id = c.objcg_id();
+    // Charged bytes keep the objcg alive after the tenant dies.
+    assert!(charge(id, 64, StatIdx::slab(1)));
+    let released = Arc::new(AtomicBool::new(false));
+    let (reading, read) = mpsc::channel();
+    let r2 = released.clone();
+    let reader = std::thread::spawn(move || {
+        let oc = objcg::lookup(id).unwrap();
+        // SAFETY: the 64 bytes charged above hold a ref on the objcg.
+        let node = unsafe { oc.read() }.unwrap();
+        assert_eq!(node.name(), "readers-child");
+        reading.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        r2.store(true, Ordering::SeqCst);
+        drop(node);
+    });
+    read.recv().unwrap();
+    drop(c); // dies: its objcg is re-pointed to `p`
+    assert!(
+        released.load(Ordering::SeqCst),
+        "the re-pointing did not wait for the reader"
+    );
+    reader.join().unwrap();
+    let oc = objcg::lookup(id).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { oc.read() }.unwrap().name(), "readers-parent");
+    // SAFETY: the 64 bytes charged above, given back once.
+    unsafe { hooks::uncharge(id, 64, StatIdx::slab(1)) };
+    assert_eq!(p.current_exact(), 0);
+}
