@@ -41,6 +41,15 @@
 //!   hook (`hooks::set_on_activate`) before any scope is entered, so the allocator can tell
 //!   its threads that frees may meet accounted objects.
 //!
+//! - At `max` (oom.rs): the charge ladder's last step, under the tree lock, kills a victim
+//!   under `OomPolicy::Kill` and opens the refusing tenant's overdraft window (a counter
+//!   field); killed futures (task.rs) see it through a kill epoch at their next poll and are
+//!   woken by the background thread, which also gives idle threads' stocks back
+//!   (`drain::drain_idle`) once many threads hold stocks.
+//! - Objcg readers (objcg.rs): every slow-path use of the node an objcg points at is a short
+//!   read section; a tenant's death re-points its objcgs after their readers left, then its
+//!   node is freed.
+//!
 //! Runtime paths (everything the hooks reach) never allocate through the global allocator,
 //! never panic, never unwind, and take only the registry spin lock, whose holders do
 //! bounded work. User-facing APIs may allocate.

@@ -435,7 +435,8 @@ fn wake_killed() {
     }
 }
 
-/// The reaper thread, leaked once spawned: `Thread::unpark` through it neither allocates nor
+/// The background thread ("slabcg-bg": it wakes killed futures and runs the idle-stock
+/// decay), leaked once spawned: `Thread::unpark` through it neither allocates nor
 /// locks, so the OOM path inside `alloc` can call it.
 struct Reaper {
     thread: std::thread::Thread,
@@ -446,8 +447,8 @@ static WAKE_PENDING: AtomicBool = AtomicBool::new(false);
 static SPAWN: Mutex<()> = Mutex::new(());
 
 /// Asks the reaper to wake the killed tenants' futures. Allocation-free, lock-free: called
-/// on the OOM path inside `alloc`, and by `Tenant::kill`. Without a reaper (no future ever waited) there is
-/// nothing to wake; one spawned later finds `WAKE_PENDING` set.
+/// on the OOM path inside `alloc`, and by `Tenant::kill`. Without a reaper (no future ever
+/// waited) there is nothing to wake; one spawned later finds `WAKE_PENDING` set.
 fn request_wake() {
     WAKE_PENDING.store(true, Ordering::SeqCst);
     let r = REAPER.load(Ordering::Acquire);
