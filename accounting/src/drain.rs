@@ -222,9 +222,15 @@ pub(crate) fn register(s: &Stock) -> bool {
         return false;
     }
     let _g = lock();
-    s.next
-        .store(HEAD.load(Ordering::Relaxed), Ordering::Relaxed);
-    HEAD.store(s as *const Stock as *mut Stock, Ordering::Relaxed);
+    let me = s as *const Stock as *mut Stock;
+    let head = HEAD.load(Ordering::Relaxed);
+    s.prev.store(null_mut(), Ordering::Relaxed);
+    s.next.store(head, Ordering::Relaxed);
+    // SAFETY: the head is a registered stock, valid under the lock.
+    if let Some(h) = unsafe { head.as_ref() } {
+        h.prev.store(me, Ordering::Relaxed);
+    }
+    HEAD.store(me, Ordering::Relaxed);
     s.set_flags(REGISTERED, 0);
     REGISTERED_STOCKS.fetch_add(1, Ordering::Relaxed);
     true
@@ -258,23 +264,25 @@ fn exit(s: &Stock) {
         t.iter().for_each(release);
     }
     let _g = lock();
-    let me = s as *const Stock as *mut Stock;
-    let mut link = &HEAD;
-    loop {
-        let cur = link.load(Ordering::Relaxed);
-        if cur.is_null() {
-            debug_assert!(false, "exiting stock not in registry");
-            break;
+    let (next, prev) = (
+        s.next.load(Ordering::Relaxed),
+        s.prev.load(Ordering::Relaxed),
+    );
+    // SAFETY: the neighbours are registered stocks, valid under the lock (stocks are
+    // unlinked only under it, before their TLS memory goes away).
+    unsafe {
+        match prev.as_ref() {
+            None => {
+                debug_assert!(core::ptr::eq(HEAD.load(Ordering::Relaxed), s));
+                HEAD.store(next, Ordering::Relaxed);
+            }
+            Some(p) => p.next.store(next, Ordering::Relaxed),
         }
-        if cur == me {
-            link.store(s.next.load(Ordering::Relaxed), Ordering::Relaxed);
-            REGISTERED_STOCKS.fetch_sub(1, Ordering::Relaxed);
-            break;
+        if let Some(n) = next.as_ref() {
+            n.prev.store(prev, Ordering::Relaxed);
         }
-        // SAFETY: `cur` is a registered stock; stocks are unlinked only under the lock we
-        // hold, before their TLS memory goes away.
-        link = unsafe { &(*cur).next };
     }
+    REGISTERED_STOCKS.fetch_sub(1, Ordering::Relaxed);
     s.set_flags(0, REGISTERED);
 }
 
@@ -350,6 +358,7 @@ pub fn fork_child() {
     unsafe {
         (*own).steal.store(false, Ordering::Relaxed);
         (*own).next.store(null_mut(), Ordering::Relaxed);
+        (*own).prev.store(null_mut(), Ordering::Relaxed);
     }
     HEAD.store(
         if own_registered { own } else { null_mut() },

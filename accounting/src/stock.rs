@@ -73,8 +73,10 @@ pub(crate) struct Stock {
     pub(crate) api: [AtomicU64; NR_SLOTS],
     clock: AtomicU64,
     stamps: [AtomicU64; NR_SLOTS],
-    /// Registry link; read and written only under the registry lock.
+    /// Registry links (a doubly-linked list, so that a thread's exit unlinks in O(1) among
+    /// thousands); read and written only under the registry lock.
     pub(crate) next: AtomicPtr<Stock>,
+    pub(crate) prev: AtomicPtr<Stock>,
     /// `clock` as the idle-stock decay last saw it, and whether this pass takes the stock
     /// (`drain::drain_idle`). Under the registry lock.
     pub(crate) seen: AtomicU64,
@@ -159,6 +161,7 @@ impl Stock {
             clock: AtomicU64::new(0),
             stamps: [const { AtomicU64::new(0) }; NR_SLOTS],
             next: AtomicPtr::new(core::ptr::null_mut()),
+            prev: AtomicPtr::new(core::ptr::null_mut()),
             seen: AtomicU64::new(0),
             idle: AtomicBool::new(false),
             stats: [const { [const { AtomicI32::new(0) }; NR_STAT] }; NR_SLOTS],
