@@ -105,6 +105,8 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
             } else {
                 let i = s.victim();
                 s.take_into(i, &mut victim);
+                // Recorded before the fill, inside the critical section (drain.rs).
+                note_stocked(oc);
                 s.fill(i, id, pool, left);
                 d = s.add_stat(i, idx, n as i64);
                 spare_ref = 0;
@@ -114,10 +116,6 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
             d = n as i64;
         }
         s.leave();
-        if spare_ref == 0 {
-            // A slot was made for `id` (drain.rs: recorded after the fill).
-            note_stocked(oc);
-        }
         settle(oc, direct, idx, d, spare_ref + byte_refs(pool, direct));
         release(&victim);
         Ok(())
@@ -252,6 +250,7 @@ pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
                 // Take an empty slot, but never evict on an uncharge: frees of many remote
                 // tenants would otherwise drain and refill the hot slots in a loop.
                 None => s.empty_slot().inspect(|&i| {
+                    note_stocked(oc);
                     s.fill(i, id, pool, 0);
                     spare_ref = 0;
                 }),
@@ -269,9 +268,6 @@ pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
             }
         }
         s.leave();
-        if usable && spare_ref == 0 {
-            note_stocked(oc);
-        }
         settle(oc, excess, idx, d, spare_ref + byte_refs(pool, excess));
     })
 }
@@ -318,8 +314,11 @@ fn settle(oc: &ObjCg, uncharge: u64, idx: StatIdx, d: i64, refs: u64) {
     oc.put(refs);
 }
 
-/// Records, after a stock slot was made for `oc` (or the allocator's object stock started
-/// keeping `oc`'s objects), that a stock may hold its tenant's bytes (`drain.rs`).
+/// Records that a stock may hold `oc`'s tenant's bytes (`drain.rs`): called inside the
+/// stock's critical section just before a slot is made for `oc`, or under the thread's
+/// object-stock lock just before the allocator's object stock starts keeping `oc`'s
+/// objects, so that no drain can come between the record and the fill. A few atomics, no
+/// lock, no allocation.
 pub(crate) fn note_stocked(oc: &ObjCg) {
     let generation = drain::generation();
     // SAFETY: the caller holds refs on `oc` (the slot ref, or the object stock's objects).

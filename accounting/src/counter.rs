@@ -276,17 +276,17 @@ fn underflow() {
     }
 }
 
-/// Records that a stock now holds pre-charged bytes (or objects) of `node`: `generation` (the
-/// drain generation read *after* the stock was filled) on `node` and every ancestor. Every
-/// record raises all ancestors too, so a node that already has it stops the walk.
+/// Records that a stock is about to hold pre-charged bytes (or objects) of `node`:
+/// `generation` (the drain generation read just before the fill) on `node` and every
+/// ancestor. The walk goes to the root even past nodes that have it already: a concurrent
+/// record may have raised a child and not yet its parent.
 pub(crate) fn note_stocked<N: Hierarchy>(node: &N, generation: u64) {
     let mut cur = Some(node);
     while let Some(c) = cur {
         let s = &c.counter().stocked;
-        if s.load(Relaxed) >= generation {
-            return;
+        if s.load(Relaxed) < generation {
+            s.fetch_max(generation, Ordering::SeqCst);
         }
-        s.fetch_max(generation, Ordering::SeqCst);
         cur = c.parent();
     }
 }

@@ -40,19 +40,30 @@ static HEAD: AtomicPtr<Stock> = AtomicPtr::new(null_mut());
 
 /// Drain generations. `STARTED` counts the drains begun (bumped first thing, before the
 /// allocator's object drain); `COMPLETED` is the highest generation of a drain that reached
-/// every thread (one with a process-wide barrier). A stock fill reads `STARTED` after the
-/// fill and records it on its tenant (`counter::note_stocked`). If that record is below
-/// `COMPLETED`, the fill came before that drain reached its thread (a fill after it reads
-/// the drain's generation or a later one: the drainer's release of the thread's stock, or of
-/// its object-stock lock, orders its bump before the owner's next fill), so the drain took
-/// it. A refused charge whose refusing tenant has no later record skips the drain: nothing
-/// of that subtree sits in any stock.
+/// every thread (one with a process-wide barrier) and left nothing unsettled. Before a stock
+/// is filled for a tenant (inside the stock's critical section, or under the thread's
+/// object-stock lock), the filler reads `STARTED` and records it on the tenant and its
+/// ancestors (`counter::note_stocked`). A drain either reached that thread after the fill
+/// (the drainer's steal, or the object-stock lock, orders it after the critical section) and
+/// took it, or started after the read, so its generation is above the record. Hence a
+/// record below `COMPLETED` means every fill it stands for was taken by a drain, and a
+/// refused charge whose refusing tenant has no later record skips the drain: nothing of that
+/// subtree sits in any stock. The allocator's object drain may leave a racing free's push
+/// behind for the next drain to find (object_stock.rs); it says so
+/// (`hooks::note_object_drain_unsettled`), and that drain then completes nothing.
 static STARTED: AtomicU64 = AtomicU64::new(0);
 static COMPLETED: AtomicU64 = AtomicU64::new(0);
+/// Bumped by the allocator's object drain when it left objects for the next drain: a drain
+/// during which it moved completes no generation.
+static UNSETTLED: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn note_unsettled() {
+    UNSETTLED.fetch_add(1, Ordering::SeqCst);
+}
 /// Drains that walked the threads (for tests).
 static WALKS: AtomicU64 = AtomicU64::new(0);
 
-/// The generation a stock fill records, read after the fill.
+/// The generation a stock fill records, read just before the fill.
 pub(crate) fn generation() -> u64 {
     STARTED.load(Ordering::SeqCst)
 }
@@ -291,9 +302,11 @@ fn exit(s: &Stock) {
 pub(crate) fn drain_all() {
     let generation = STARTED.fetch_add(1, Ordering::SeqCst) + 1;
     WALKS.fetch_add(1, Ordering::Relaxed);
+    let unsettled = UNSETTLED.load(Ordering::SeqCst);
     // Objects the allocator keeps pre-charged per thread go first: their uncharges land in
     // this thread's stock, which the loop below drains.
     crate::hooks::object_drain();
+    let settled = UNSETTLED.load(Ordering::SeqCst) == unsettled;
     let own = STOCK.with(|s| s as *const Stock);
     let _g = lock();
     let mut p = HEAD.load(Ordering::Relaxed);
@@ -314,7 +327,7 @@ pub(crate) fn drain_all() {
     // Without a process-wide barrier only this thread was drained (the allocator's object
     // drain uses the same barrier, so it reached every thread exactly when this one did): no
     // generation completes then.
-    if remote {
+    if remote && settled {
         COMPLETED.fetch_max(generation, Ordering::SeqCst);
     }
 }

@@ -239,9 +239,10 @@ pub fn objcg_live(id: ObjCgId) -> bool {
     crate::objcg::is_live(id)
 }
 
-/// Tells the accounting that this thread's object stock now keeps freed objects of `id`
-/// charged (it just retagged for `id`): a refused charge of that tenant must drain stocks
-/// again. Call it after the tag is set. Not a fast path; never allocates or panics.
+/// Tells the accounting that this thread's object stock is about to keep freed objects of
+/// `id` charged (it is retagging for `id`): a refused charge of that tenant must drain
+/// stocks again. Call it just before the tag is set, under the lock a drain of that object
+/// stock takes. Not a fast path; never allocates or panics.
 ///
 /// # Safety
 /// `id` is the objcg of the calling thread's current scope (its tenant is alive).
@@ -259,6 +260,14 @@ pub unsafe fn note_object_stock(id: ObjCgId) {
 /// Tests that look at idle threads' stocks switch it off.
 pub fn set_idle_decay(on: bool) {
     crate::drain::set_decay(on);
+}
+
+/// Called by the allocator's object drain (inside every drain of all stocks) when it may
+/// have left charged objects for the next drain to find: it marked a thread drained, whose
+/// racing free may still push, or it found such a push. That drain then counts as
+/// incomplete, so the next refused charge drains again instead of skipping.
+pub fn note_object_drain_unsettled() {
+    crate::drain::note_unsettled();
 }
 
 /// Drains of every stock that walked the threads so far (tests: a refusal that needed no

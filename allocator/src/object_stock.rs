@@ -185,10 +185,10 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
         // Nothing to give back (and `rec` is all zero without DRAINED): just retag. A
         // thread that works for one short-lived tenant after another (a tenant per query)
         // comes here once per tenant.
+        note_retag(cg);
         tc.tag.store(u64::from(cg), Ordering::Relaxed);
         tc.tag_misses.set(0);
         drop(d);
-        note_retag(cg);
     } else if drained || misses >= RETAG_AFTER {
         retag_giving_back(tc, d, cg);
     } else {
@@ -196,8 +196,9 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
     }
 }
 
-/// After a retag: the accounting learns that this thread may now keep `cg`'s freed objects
-/// charged, so that a refused charge of that tenant drains stocks again.
+/// Just before a retag, under the thread's `stock` lock (which a drain of this object stock
+/// takes): the accounting learns that this thread may keep `cg`'s freed objects charged, so
+/// that a refused charge of that tenant drains stocks again.
 fn note_retag(cg: ObjCgId) {
     // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
     // it), so its tenant is alive.
@@ -210,10 +211,10 @@ fn note_retag(cg: ObjCgId) {
 #[inline(never)]
 fn retag_giving_back(tc: &ThreadCache, mut d: SpinGuard<'_, Drained>, cg: ObjCgId) {
     let taken = take_bins(tc, &mut d, false);
+    note_retag(cg);
     tc.tag.store(u64::from(cg), Ordering::Relaxed);
     tc.tag_misses.set(0);
     drop(d);
-    note_retag(cg);
     give_back(&taken, GiveTo::OwnBins(tc));
 }
 
@@ -405,6 +406,9 @@ pub fn drain_all() {
                 }
                 tc.tag.store(t & !STEAL | DRAINED, Ordering::Relaxed);
                 tenant = (t & TENANT) as ObjCgId;
+                // A free that read the tag before STEAL may still push: the next drain
+                // must look again, so this one leaves its generation incomplete.
+                hooks::note_object_drain_unsettled();
             } else if t & DRAINED != 0 {
                 // Drained before: uncharge what a free racing that drain pushed since. A
                 // count below `rec` is an allocation putting its pop back; it is ignored.
@@ -414,6 +418,9 @@ pub fn drain_all() {
                         *n = now - d.rec[c];
                         d.rec[c] = now;
                     }
+                }
+                if counts.iter().any(|&n| n != 0) {
+                    hooks::note_object_drain_unsettled();
                 }
                 tenant = (t & TENANT) as ObjCgId;
             }
