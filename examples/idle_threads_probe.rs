@@ -8,10 +8,12 @@
 //! cargo run --release --example idle_threads_probe -- 1000     # THREADS
 //! ```
 
-use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use slabcg::{SlabAlloc, Tenant};
+
+#[path = "../tests/common/idle_threads.rs"]
+mod idle_threads;
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
@@ -23,26 +25,7 @@ fn main() {
         .unwrap_or(1000);
     let t = Tenant::new("pool");
     t.set_max(64 << 20);
-    let ready = Arc::new(Barrier::new(threads + 1));
-    let done = Arc::new(Barrier::new(threads + 1));
-    let hs: Vec<_> = (0..threads)
-        .map(|_| {
-            let (t, ready, done) = (t.clone(), ready.clone(), done.clone());
-            std::thread::Builder::new()
-                .stack_size(128 << 10)
-                .spawn(move || {
-                    let kept: Vec<Box<[u8; 512]>> = {
-                        let _in = t.enter();
-                        (0..8).map(|_| Box::new([1; 512])).collect()
-                    };
-                    ready.wait();
-                    done.wait();
-                    drop(kept);
-                })
-                .unwrap()
-        })
-        .collect();
-    ready.wait();
+    let idle = idle_threads::IdleThreads::start(&t, threads);
     let first = t.current();
     // Past two decay intervals, idle threads' stocks are given back in the background.
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -77,16 +60,15 @@ fn main() {
     let us = t0.elapsed().as_secs_f64() * 1e6 / 100.0;
     println!(
         "{threads} idle threads: drift {:.1} MiB as they go idle, {:.2} MiB 300 ms later \
-         (current {:.1} MiB, exact {:.1} MiB); the first refused 1 MiB charge at the limit \
+         (current {:.1} MiB, exact {:.1} MiB, {:.1} MiB of it kept by the idle threads); the \
+         first refused 1 MiB charge at the limit \
          {first_refusal:.1} us, the next 100 {us:.1} us each ({refused}/100 refused)",
         drift0 as f64 / (1 << 20) as f64,
         drift as f64 / (1 << 20) as f64,
         cur as f64 / (1 << 20) as f64,
         exact as f64 / (1 << 20) as f64,
+        (threads as u64 * idle_threads::KEPT_PER_THREAD) as f64 / (1 << 20) as f64,
     );
     drop(blocks);
-    done.wait();
-    for h in hs {
-        h.join().unwrap();
-    }
+    idle.finish();
 }
