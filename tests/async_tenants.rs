@@ -160,7 +160,7 @@ fn tasks_in_tenants_charge_exactly_whichever_worker_polls() {
     while sh.quiescent.load(Ordering::Acquire) < TASKS {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
-            "tasks did not settle"
+            "tasks did not settle (a deadline against a hang, not a speed check)"
         );
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -264,14 +264,13 @@ fn kill_wakes_a_sleeping_future_and_drops_it_inside_the_tenant() {
     }
     std::thread::sleep(Duration::from_millis(20));
     assert!(t.current_exact() >= 256 << 10);
-    let t0 = Instant::now();
     t.kill();
     let out = rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), h).await });
     let err = out
+        // Its timer is an hour: ending inside the 10 s timeout means the kill woke it.
         .expect("the killed future was not woken")
         .unwrap()
         .unwrap_err();
-    assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(err.tenant(), "sleeper");
     assert!(!err.by_oom());
     assert_eq!(seen.lock().unwrap().as_ref(), Some(&t));

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use slabcg::{checkpoint, InTenant, OomPolicy, SlabAlloc, Tenant};
 
@@ -174,7 +174,6 @@ fn under_a_shared_limit_the_biggest_child_dies_even_asleep() {
     while !ready.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(1));
     }
-    let t0 = Instant::now();
     let small_task = rt.spawn(
         async move {
             // 4 MiB: the parent's limit refuses part way, with this child the smaller one.
@@ -193,16 +192,12 @@ fn under_a_shared_limit_the_biggest_child_dies_even_asleep() {
         let b = tokio::time::timeout(Duration::from_secs(20), big_task).await;
         (b, small_task.await)
     });
-    let waited = t0.elapsed();
     let top = sampler.finish();
     let err = b
+        // Its timer is an hour: ending inside the 20 s timeout means the kill woke it.
         .expect("the sleeping victim was not woken")
         .unwrap()
         .unwrap_err();
-    assert!(
-        waited < Duration::from_secs(10),
-        "victim ended after {waited:?}"
-    );
     assert_eq!(err.tenant(), "shared/big");
     assert_eq!(s.unwrap(), Ok(2 * 64));
     assert_eq!(big.events_local().oom_kill, 1);
