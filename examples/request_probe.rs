@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo build --release --example request_probe
 //! valgrind --tool=callgrind target/release/examples/request_probe 20000   # instructions / 20,000
+//! valgrind --tool=callgrind target/release/examples/request_probe 20000 fixed  # same sizes each time
 //! target/release/examples/request_probe 200000                            # ns per request
 //! ```
 
@@ -16,6 +17,9 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
+    // "fixed": every request allocates the same 48 sizes (a service's requests of one
+    // shape); by default each request draws new ones.
+    let fixed = std::env::args().nth(2).is_some_and(|a| a == "fixed");
     let svc = Tenant::new("svc");
     let mut objs: Vec<Vec<u8>> = Vec::with_capacity(64);
     let mut seed = 1u64;
@@ -24,6 +28,9 @@ fn main() {
         let req = svc.child("req");
         {
             let _in = req.enter();
+            if fixed {
+                seed = 1;
+            }
             for _ in 0..48 {
                 seed = seed
                     .wrapping_mul(6364136223846793005)

@@ -314,6 +314,47 @@ fn settle(oc: &ObjCg, uncharge: u64, idx: StatIdx, d: i64, refs: u64) {
     oc.put(refs);
 }
 
+/// Moves charged objects from objcg `from` to objcg `to` without uncharging or charging the
+/// nodes that count them already: allowed when `to`'s tenant lies in the subtree of the node
+/// `from` points at (a request's tenant after the previous request's, both children of one
+/// customer, once the dead one was reparented to the customer; a child of `from`'s live
+/// tenant). `parts` gives the bytes per stat index. The nodes from `to`'s tenant up to, not
+/// including, `from`'s node are charged (each checking its limit) and get the stats; the
+/// bytes' refs move from `from` to `to`. False, with nothing changed, when `to` is not in
+/// that subtree or a limit in between refuses.
+///
+/// The caller holds the refs of the bytes on `from` (its objects are charged through it)
+/// and a ref on `to`.
+pub(crate) fn transfer(from: ObjCgId, to: ObjCgId, parts: &[(StatIdx, u64)]) -> bool {
+    let total = parts.iter().fold(0u64, |a, p| a.saturating_add(p.1));
+    let (Some(f), Some(t)) = (objcg::lookup(from), objcg::lookup(to)) else {
+        return false;
+    };
+    if total == 0 || from == to {
+        return from != to;
+    }
+    {
+        // SAFETY: the caller holds refs on both objcgs for the call (contract).
+        let (Some(fnode), Some(tnode)) = (unsafe { f.read() }, unsafe { t.read() }) else {
+            return false;
+        };
+        if !counter::is_ancestor_or_self(&*fnode, &*tnode)
+            || !counter::try_charge_below(&*tnode, &*fnode, total)
+        {
+            return false;
+        }
+        for &(idx, b) in parts {
+            if b != 0 {
+                stat::flush_below(&tnode, &fnode, idx.0 as usize, b as i64);
+            }
+        }
+    }
+    // The objects hold `to`'s refs before `from` loses theirs; `from` is not touched after.
+    t.get(total);
+    f.put(total);
+    true
+}
+
 /// Records that a stock may hold `oc`'s tenant's bytes (`drain.rs`): called inside the
 /// stock's critical section just before a slot is made for `oc`, or under the thread's
 /// object-stock lock just before the allocator's object stock starts keeping `oc`'s

@@ -251,6 +251,48 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
     Ok(())
 }
 
+/// Whether `a` is `node` or one of its ancestors.
+pub(crate) fn is_ancestor_or_self<N: Hierarchy>(a: &N, node: &N) -> bool {
+    let mut cur = Some(node);
+    while let Some(c) = cur {
+        if core::ptr::eq(c, a) {
+            return true;
+        }
+        cur = c.parent();
+    }
+    false
+}
+
+/// Charges `n` to `node` and its ancestors strictly below `stop`, which must be `node` or
+/// one of its ancestors ([`is_ancestor_or_self`]): bytes already counted at `stop` (and so
+/// above it) move down to `node`, and only the nodes in between see them arrive, each
+/// checking its own bound. False, with nothing left charged, when one of them refuses.
+pub(crate) fn try_charge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
+    debug_assert!(is_ancestor_or_self(stop, node));
+    let mut cur = node;
+    while !core::ptr::eq(cur, stop) {
+        if !cur.counter().try_add(n) {
+            let mut r = node;
+            while !core::ptr::eq(r, cur) {
+                r.counter().sub(n);
+                match r.parent() {
+                    Some(p) => r = p,
+                    None => break,
+                }
+            }
+            return false;
+        }
+        if cur.counter().over_high() {
+            record_event(cur, Event::High);
+        }
+        match cur.parent() {
+            Some(p) => cur = p,
+            None => break,
+        }
+    }
+    true
+}
+
 /// Set (in debug builds) once `Tenant::uncharge` was called: only it can take a counter below
 /// zero, so an underflow before that is an internal bug.
 #[cfg(debug_assertions)]

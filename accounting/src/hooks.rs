@@ -239,6 +239,35 @@ pub fn objcg_live(id: ObjCgId) -> bool {
     crate::objcg::is_live(id)
 }
 
+/// Moves free objects kept charged (an object stock's) from objcg `from` to objcg `to`
+/// without a round trip through the limits above: allowed when `to`'s tenant lies in the
+/// subtree `from` charges now (after reparenting, `from` may charge an ancestor of its
+/// dead tenant). Only the tenants from `to`'s up to that node are charged, each checking its
+/// limit, and get the stats; `parts` lists the bytes per stat index. False, with nothing
+/// changed, otherwise. Not a fast path; never allocates or panics.
+///
+/// # Safety
+/// The `parts` bytes are outstanding charges of `from` held by the caller's objects (each a
+/// ref on `from`), which afterwards the caller holds charged to `to` (it must record `to`
+/// as their owner); `to` is the calling thread's current scope, or otherwise kept alive.
+pub unsafe fn transfer_charge(from: ObjCgId, to: ObjCgId, parts: &[(StatIdx, u64)]) -> bool {
+    crate::charge::transfer(from, to, parts)
+}
+
+/// Whether the tenant objcg `id` was made for is still alive (has handles). False once it is
+/// dying or dead: no allocation will be charged to `id` again, so an object stock keeping
+/// `id`'s freed objects can give them back at once instead of waiting for them to be
+/// reused. Not a fast path (two atomic read-modify-writes on the objcg); never allocates
+/// or panics.
+///
+/// # Safety
+/// The caller holds bytes charged to `id` (a live object, or slots kept charged) for the
+/// call, so the objcg cannot be freed meanwhile.
+pub unsafe fn objcg_tenant_alive(id: ObjCgId) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { crate::objcg::creator_alive(id) }
+}
+
 /// Tells the accounting that this thread's object stock is about to keep freed objects of
 /// `id` charged (it is retagging for `id`): a refused charge of that tenant must drain
 /// stocks again. Call it just before the tag is set, under the lock a drain of that object

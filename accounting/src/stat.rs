@@ -77,6 +77,17 @@ pub(crate) fn flush(node: &Node, idx: usize, d: i64) {
     }
 }
 
+/// Adds `d` at `idx` to `node` and its ancestors strictly below `stop` (`node` or one of
+/// its ancestors): stats of bytes moving from `stop` down to `node`
+/// (`counter::try_charge_below`).
+pub(crate) fn flush_below(node: &Node, stop: &Node, idx: usize, d: i64) {
+    let mut cur = Some(node);
+    while let Some(n) = cur.filter(|n| !core::ptr::eq(*n, stop)) {
+        n.stats.add(idx, d);
+        cur = n.parent_node();
+    }
+}
+
 static CLASS_SIZES: OnceLock<&'static [u32]> = OnceLock::new();
 
 /// Names of slab stat indices that are not size classes (dedicated caches); see

@@ -109,8 +109,9 @@ pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
     }
 }
 
-/// The tagged bin held a slot of another tenant (or a drainer has been at it): put it back
-/// and charge.
+/// The tagged bin held a slot of another tenant (or a drainer has been at it): put it back,
+/// let the object stock decide on a retag first (a transfer to `cg` serves this allocation
+/// from the bins too: the first allocation of a request's new tenant), then charge.
 ///
 /// # Safety
 /// As [`ThreadCache::put_back`].
@@ -119,13 +120,34 @@ pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
 unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
     // SAFETY: caller's contract.
     thread_cache::with(|tc| unsafe { tc.put_back(c, p) });
-    alloc_small_charging(c, cg)
+    thread_cache::with(|tc| object_stock::note_miss(tc, cg));
+    match thread_cache::with(|tc| tc.tagged_pop(c, cg)) {
+        Pop::Hit(q) => return q,
+        Pop::Empty => {}
+        // SAFETY: q is what tagged_pop(c, cg) just returned as Foreign.
+        Pop::Foreign(q) => thread_cache::with(|tc| unsafe { tc.put_back(c, q) }),
+    }
+    charge_slot(c, cg)
 }
 
-/// The allocation path that charges: take bytes from the byte stock, a slot from the
-/// uncharged accounted bin, and write the owner.
+/// The allocation path that charges, after the tagged bins had nothing for `cg`.
 #[inline(never)]
 fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
+    let p = charge_slot(c, cg);
+    if !p.is_null() {
+        thread_cache::with(|tc| {
+            if tc.tag.load(Ordering::Relaxed) != u64::from(cg) {
+                object_stock::note_miss(tc, cg);
+            }
+        });
+    }
+    p
+}
+
+/// Takes bytes from the byte stock, a slot from the uncharged accounted bin, and writes the
+/// owner. Null when the charge is refused or memory is exhausted (nothing stays charged).
+#[inline(always)]
+fn charge_slot(c: usize, cg: ObjCgId) -> *mut u8 {
     let size = class_size(c);
     // SAFETY: cg is this thread's current scope (alloc_small's caller read it).
     if !unsafe { hooks::charge(cg, size, StatIdx::slab(c)) } {
@@ -142,11 +164,6 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
     }
     // SAFETY: p is a slot of the accounted cache of class c.
     unsafe { (*class_owner_word(p, c)).store(cg, Ordering::Relaxed) };
-    thread_cache::with(|tc| {
-        if tc.tag.load(Ordering::Relaxed) != u64::from(cg) {
-            object_stock::note_miss(tc, cg);
-        }
-    });
     p
 }
 

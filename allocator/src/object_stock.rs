@@ -91,6 +91,9 @@ const TENANT: u64 = u32::MAX as u64;
 /// tagged objects back and starts caching for the new tenant).
 const RETAG_AFTER: u32 = 64;
 
+/// Most slots a retag hands to the next tenant in place ([`transfer_bins`]).
+const TRANSFER_MAX: u32 = 512;
+
 /// Capacity of the tagged bin of class `c`: half a plain bin, at most 64 KiB (one object
 /// for classes above that).
 pub fn tagged_max(c: usize) -> u32 {
@@ -169,19 +172,33 @@ pub enum Pop {
 }
 
 /// Called after an allocation under `cg` missed the tagged bins: settle if a drainer has
-/// been here, then start caching for `cg` when the bins are empty, or after `RETAG_AFTER`
-/// misses give the cached objects back.
+/// been here, then start caching for `cg` when the bins are empty or the tag's tenant has
+/// died (a tenant per request: the last request's objects will never be reused), or after
+/// `RETAG_AFTER` misses give the cached objects back. The misses in between (a thread
+/// interleaving live tenants) cost a counter update: no lock, no scan.
 #[cold]
 #[inline(never)]
 pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
-    if !thread_cache::is_live(tc) || tc.tag.load(Ordering::Relaxed) == u64::from(cg) {
+    if !thread_cache::is_live(tc) {
+        return;
+    }
+    // A racy read: a drainer may set STEAL or DRAINED at any time, and the next miss (or
+    // the next slow path's settle) sees it; only the owner changes the tenant bits.
+    let t = tc.tag.load(Ordering::Relaxed);
+    if t == u64::from(cg) {
+        return;
+    }
+    let misses = tc.tag_misses.get() + 1;
+    let new_cg = tc.miss_cg.replace(cg) != cg;
+    if !new_cg && misses < RETAG_AFTER && t & (STEAL | DRAINED) == 0 {
+        tc.tag_misses.set(misses);
         return;
     }
     let d = tc.stock.lock();
     let t = tc.tag.load(Ordering::Relaxed);
-    let misses = tc.tag_misses.get() + 1;
     let drained = t & (STEAL | DRAINED) != 0;
-    if !drained && tc.bins.iter().all(|b| b.tagged.count() == 0) {
+    let empty = !drained && tc.bins.iter().all(|b| b.tagged.count() == 0);
+    if empty {
         // Nothing to give back (and `rec` is all zero without DRAINED): just retag. A
         // thread that works for one short-lived tenant after another (a tenant per query)
         // comes here once per tenant.
@@ -189,11 +206,21 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
         tc.tag.store(u64::from(cg), Ordering::Relaxed);
         tc.tag_misses.set(0);
         drop(d);
-    } else if drained || misses >= RETAG_AFTER {
+    } else if drained || misses >= RETAG_AFTER || (new_cg && !tag_alive(t)) {
         retag_giving_back(tc, d, cg);
     } else {
         tc.tag_misses.set(misses);
     }
+}
+
+/// Whether the tenant of tag `t` (untouched by a drainer, with objects in the tagged bins)
+/// is alive. Under the thread's `stock` lock.
+fn tag_alive(t: u64) -> bool {
+    debug_assert!(t & (NO_TAG | STEAL | DRAINED) == 0);
+    // SAFETY: the tagged bins hold slots charged to the tag's objcg, and no drainer can
+    // uncharge them while this thread holds its `stock` lock: those bytes' refs keep the
+    // objcg alive for the call.
+    unsafe { hooks::objcg_tenant_alive((t & TENANT) as ObjCgId) }
 }
 
 /// Just before a retag, under the thread's `stock` lock (which a drain of this object stock
@@ -210,12 +237,64 @@ fn note_retag(cg: ObjCgId) {
 #[cold]
 #[inline(never)]
 fn retag_giving_back(tc: &ThreadCache, mut d: SpinGuard<'_, Drained>, cg: ObjCgId) {
+    if transfer_bins(tc, cg) {
+        note_retag(cg);
+        tc.tag.store(u64::from(cg), Ordering::Relaxed);
+        tc.tag_misses.set(0);
+        return;
+    }
     let taken = take_bins(tc, &mut d, false);
     note_retag(cg);
     tc.tag.store(u64::from(cg), Ordering::Relaxed);
     tc.tag_misses.set(0);
     drop(d);
     give_back(&taken, GiveTo::OwnBins(tc));
+}
+
+/// Hands the tagged objects to `cg` in place when `cg`'s tenant lies in the subtree the
+/// tag's objcg charges (`hooks::transfer_charge`): the next request's tenant after a dead
+/// one's, both children of one customer, or a child of the tag's tenant. Their charge moves
+/// down the tree without passing a limit above, their owner words become `cg`, and they stay
+/// in the tagged bins, so `cg`'s allocations take them without charging: a tenant per
+/// request pays one transfer per request instead of a charge per object. False, with
+/// nothing changed, when the tag is not such a tenant, a drainer has been here, or a limit
+/// on the way down refuses. Under the thread's `stock` lock.
+fn transfer_bins(tc: &ThreadCache, cg: ObjCgId) -> bool {
+    let t = tc.tag.load(Ordering::Relaxed);
+    if t & (NO_TAG | STEAL | DRAINED) != 0 {
+        return false;
+    }
+    let mut parts = [(StatIdx::slab(0), 0u64); NUM_CLASSES];
+    let mut slots = 0;
+    for (c, p) in parts.iter_mut().enumerate() {
+        let n = tc.bins[c].tagged.count();
+        slots += n;
+        *p = (StatIdx::slab(c), u64::from(n) * class_size(c) as u64);
+    }
+    // The owner words are rewritten one by one: past this many slots (objects the tenants
+    // before did not reuse pile up), give them all back instead, which empties the bins.
+    if slots > TRANSFER_MAX {
+        return false;
+    }
+    // SAFETY: with no drainer's bit in the tag, and this thread holding `stock`, every slot
+    // of the tagged bins is charged to the tag's objcg with its class size (module
+    // invariants), holding those bytes' refs; `cg` is the current scope. On success the
+    // owner words are rewritten to `cg` below, before anything reads them.
+    if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts) } {
+        return false;
+    }
+    for (c, b) in tc.bins.iter().enumerate() {
+        let mut o = b.tagged.head();
+        while !o.is_null() {
+            // SAFETY: o is a free slot of class c's accounted cache on this thread's own
+            // tagged bin, whose links the owner alone follows and writes.
+            unsafe {
+                (*crate::charge::class_owner_word(o as *mut u8, c)).store(cg, Ordering::Relaxed);
+                o = (*o).next;
+            }
+        }
+    }
+    true
 }
 
 /// What an owner took from its tagged bins: their tag, the chains per class (head, count),

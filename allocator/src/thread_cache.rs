@@ -175,6 +175,12 @@ impl Bin {
         (head, n)
     }
 
+    /// The first free slot of the list (null when empty), for the owner's walks of its
+    /// own bins.
+    pub(crate) fn head(&self) -> *mut FreeObj {
+        self.head.load(Ordering::Relaxed)
+    }
+
     /// Number of slots held (may be read by any thread; racy but never torn).
     pub fn count(&self) -> u32 {
         self.count.load(Ordering::Relaxed)
@@ -250,6 +256,9 @@ pub struct ThreadCache {
     /// "this slot is accounted", and no global is read through the GOT.
     pub(crate) acct_mask: AtomicUsize,
     pub(crate) tag_misses: Cell<u32>,
+    /// The tenant of the latest allocation that missed the tagged bins (`note_miss`), so
+    /// that the first miss under each new tenant can look at whether the tag's tenant died.
+    pub(crate) miss_cg: Cell<u32>,
     /// Frees sent home per class while this thread had not yet allocated from the class
     /// (see `free_slow`).
     home_frees: [Cell<u8>; NUM_CLASSES],
@@ -267,6 +276,7 @@ impl ThreadCache {
             stock: SpinLock::new(crate::object_stock::Drained::NONE),
             acct_mask: AtomicUsize::new(0),
             tag_misses: Cell::new(0),
+            miss_cg: Cell::new(0),
             home_frees: [const { Cell::new(0) }; NUM_CLASSES],
             state: Cell::new(UNINIT),
             next: AtomicPtr::new(ptr::null_mut()),
