@@ -1,8 +1,9 @@
 //! A tenant per request hands the previous request's freed objects to the next one in place
 //! (the object stock's transfer, `object_stock::transfer_bins`): the charge moves from the
-//! dead request (reparented to its customer) down to the new one. Whatever the transfers
-//! do, the counts stay exact: each request's tenant counts exactly its live objects after a
-//! drain, the customer exactly what requests left alive, and a request's own limit still
+//! dead request (reparented to its customer) to the new one, below their common ancestor
+//! (the customer, or the parent of two customers). Whatever the transfers do, the counts
+//! stay exact: each request's tenant counts exactly its live objects after a drain, each
+//! customer exactly what its requests left alive, and a limit on the receiving side still
 //! refuses.
 
 use slabcg::{SlabAlloc, Tenant};
@@ -140,4 +141,41 @@ fn transfer_between_siblings_on_many_threads() {
     assert_eq!(customer.current_exact(), 4 * 10 * 1024);
     drop(kept);
     assert_eq!(customer.current_exact(), 0);
+}
+
+#[test]
+fn customers_in_turn_on_one_thread() {
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let tenants = Tenant::new("transfer-tenants");
+    let customers: Vec<Tenant> = (0..3).map(|i| tenants.child(&format!("c{i}"))).collect();
+    customers[2].set_max(4 << 10);
+    let mut left: Vec<Vec<Vec<u8>>> = (0..3).map(|_| Vec::with_capacity(100)).collect();
+    for i in 0..1_500usize {
+        let c = i % 3;
+        let req = customers[c].child("request");
+        let _in = req.enter();
+        if c == 2 {
+            // The small customer cannot take over what the others freed: refused, charged
+            // one by one instead, and its own limit still holds.
+            let mut v: Vec<u8> = Vec::new();
+            assert!(v.try_reserve_exact(16 << 10).is_err(), "request {i}");
+            let o = vec![2u8; 1024];
+            assert!(customers[2].current_exact() <= 4 << 10);
+            drop(o);
+            continue;
+        }
+        let set = working_set(1 + i % 4, c as u8);
+        if i % 30 == c {
+            left[c].push(vec![c as u8; 64]);
+        }
+        drop(set);
+    }
+    for (c, l) in left.iter().enumerate() {
+        assert_eq!(customers[c].current_exact(), 64 * l.len() as u64, "customer {c}");
+    }
+    drop(left);
+    for c in &customers {
+        assert_eq!(c.current_exact(), 0);
+    }
+    assert_eq!(tenants.current_exact(), 0);
 }

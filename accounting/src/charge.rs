@@ -314,38 +314,41 @@ fn settle(oc: &ObjCg, uncharge: u64, idx: StatIdx, d: i64, refs: u64) {
     oc.put(refs);
 }
 
-/// Moves charged objects from objcg `from` to objcg `to` without uncharging or charging the
-/// nodes that count them already: allowed when `to`'s tenant lies in the subtree of the node
-/// `from` points at (a request's tenant after the previous request's, both children of one
-/// customer, once the dead one was reparented to the customer; a child of `from`'s live
-/// tenant). `parts` gives the bytes per stat index. The nodes from `to`'s tenant up to, not
-/// including, `from`'s node are charged (each checking its limit) and get the stats; the
-/// bytes' refs move from `from` to `to`. False, with nothing changed, when `to` is not in
-/// that subtree or a limit in between refuses.
+/// Moves charged objects from objcg `from` to objcg `to` without a round trip through the
+/// nodes that count them either way: below the lowest common ancestor of `from`'s node and
+/// `to`'s, the `to` side is charged (each node checking its limit) and the `from` side
+/// uncharged; that ancestor and everything above count the bytes before and after and are
+/// not touched. `parts` gives the bytes per stat index; the stats move the same way, and the
+/// bytes' refs move from `from` to `to`. False, with nothing changed, when a limit on the
+/// `to` side refuses.
 ///
 /// The caller holds the refs of the bytes on `from` (its objects are charged through it)
 /// and a ref on `to`.
 pub(crate) fn transfer(from: ObjCgId, to: ObjCgId, parts: &[(StatIdx, u64)]) -> bool {
     let total = parts.iter().fold(0u64, |a, p| a.saturating_add(p.1));
-    let (Some(f), Some(t)) = (objcg::lookup(from), objcg::lookup(to)) else {
-        return false;
-    };
     if total == 0 || from == to {
         return from != to;
     }
+    let (Some(f), Some(t)) = (objcg::lookup(from), objcg::lookup(to)) else {
+        return false;
+    };
     {
         // SAFETY: the caller holds refs on both objcgs for the call (contract).
         let (Some(fnode), Some(tnode)) = (unsafe { f.read() }, unsafe { t.read() }) else {
             return false;
         };
-        if !counter::is_ancestor_or_self(&*fnode, &*tnode)
-            || !counter::try_charge_below(&*tnode, &*fnode, total)
-        {
+        let Some(lca) = counter::common_ancestor(&*fnode, &*tnode) else {
+            return false;
+        };
+        if !counter::try_charge_below(&*tnode, lca, total) {
             return false;
         }
+        counter::uncharge_below(&*fnode, lca, total);
         for &(idx, b) in parts {
             if b != 0 {
-                stat::flush_below(&tnode, &fnode, idx.0 as usize, b as i64);
+                let (k, d) = (idx.0 as usize, b as i64);
+                stat::flush_below(&tnode, lca, k, d);
+                stat::flush_below(&fnode, lca, k, -d);
             }
         }
     }

@@ -251,8 +251,38 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
     Ok(())
 }
 
+/// The lowest common ancestor of `a` and `b` (one of them, when it is the other's ancestor;
+/// the root at worst). None only for nodes of different trees.
+pub(crate) fn common_ancestor<'a, N: Hierarchy>(a: &'a N, b: &'a N) -> Option<&'a N> {
+    fn depth<N: Hierarchy>(n: &N) -> usize {
+        let mut d = 0;
+        let mut cur = n.parent();
+        while let Some(c) = cur {
+            d += 1;
+            cur = c.parent();
+        }
+        d
+    }
+    let (mut a, mut b) = (a, b);
+    let (mut da, mut db) = (depth(a), depth(b));
+    while da > db {
+        a = a.parent()?;
+        da -= 1;
+    }
+    while db > da {
+        b = b.parent()?;
+        db -= 1;
+    }
+    while !core::ptr::eq(a, b) {
+        a = a.parent()?;
+        b = b.parent()?;
+    }
+    Some(a)
+}
+
 /// Whether `a` is `node` or one of its ancestors.
-pub(crate) fn is_ancestor_or_self<N: Hierarchy>(a: &N, node: &N) -> bool {
+#[cfg(debug_assertions)]
+fn is_ancestor_or_self<N: Hierarchy>(a: &N, node: &N) -> bool {
     let mut cur = Some(node);
     while let Some(c) = cur {
         if core::ptr::eq(c, a) {
@@ -263,11 +293,27 @@ pub(crate) fn is_ancestor_or_self<N: Hierarchy>(a: &N, node: &N) -> bool {
     false
 }
 
+/// Removes `n` from `node` and its ancestors strictly below `stop` (`node` or one of its
+/// ancestors): bytes leaving `node`'s branch for another branch under `stop`.
+pub(crate) fn uncharge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) {
+    #[cfg(debug_assertions)]
+    debug_assert!(is_ancestor_or_self(stop, node));
+    let mut cur = node;
+    while !core::ptr::eq(cur, stop) {
+        cur.counter().sub(n);
+        match cur.parent() {
+            Some(p) => cur = p,
+            None => break,
+        }
+    }
+}
+
 /// Charges `n` to `node` and its ancestors strictly below `stop`, which must be `node` or
-/// one of its ancestors ([`is_ancestor_or_self`]): bytes already counted at `stop` (and so
-/// above it) move down to `node`, and only the nodes in between see them arrive, each
-/// checking its own bound. False, with nothing left charged, when one of them refuses.
+/// one of its ancestors: bytes already counted at `stop` (and so above it) move down to
+/// `node`, and only the nodes in between see them arrive, each checking its own bound.
+/// False, with nothing left charged, when one of them refuses.
 pub(crate) fn try_charge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
+    #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node));
     let mut cur = node;
     while !core::ptr::eq(cur, stop) {

@@ -240,11 +240,10 @@ pub fn objcg_live(id: ObjCgId) -> bool {
 }
 
 /// Moves free objects kept charged (an object stock's) from objcg `from` to objcg `to`
-/// without a round trip through the limits above: allowed when `to`'s tenant lies in the
-/// subtree `from` charges now (after reparenting, `from` may charge an ancestor of its
-/// dead tenant). Only the tenants from `to`'s up to that node are charged, each checking its
-/// limit, and get the stats; `parts` lists the bytes per stat index. False, with nothing
-/// changed, otherwise. Not a fast path; never allocates or panics.
+/// without a round trip through every level: only the tenants below the two sides' lowest
+/// common ancestor change, the `to` side checking its limits. `parts` lists the bytes per
+/// stat index. False, with nothing changed, when a limit refuses. Not a fast path (a few
+/// atomics per tenant and stat index moved); never allocates or panics.
 ///
 /// # Safety
 /// The `parts` bytes are outstanding charges of `from` held by the caller's objects (each a

@@ -251,14 +251,13 @@ fn retag_giving_back(tc: &ThreadCache, mut d: SpinGuard<'_, Drained>, cg: ObjCgI
     give_back(&taken, GiveTo::OwnBins(tc));
 }
 
-/// Hands the tagged objects to `cg` in place when `cg`'s tenant lies in the subtree the
-/// tag's objcg charges (`hooks::transfer_charge`): the next request's tenant after a dead
-/// one's, both children of one customer, or a child of the tag's tenant. Their charge moves
-/// down the tree without passing a limit above, their owner words become `cg`, and they stay
-/// in the tagged bins, so `cg`'s allocations take them without charging: a tenant per
-/// request pays one transfer per request instead of a charge per object. False, with
-/// nothing changed, when the tag is not such a tenant, a drainer has been here, or a limit
-/// on the way down refuses. Under the thread's `stock` lock.
+/// Hands the tagged objects to `cg` in place (`hooks::transfer_charge`): their charge moves
+/// from the tag's tenant (for a dead request, the customer it was reparented to) to `cg`'s
+/// below the two's common ancestor, their owner words become `cg`, and they stay in the
+/// tagged bins, so `cg`'s allocations take them without charging: a tenant per request pays
+/// one transfer per request instead of a charge per object. False, with nothing changed,
+/// when a drainer has been here, the bins hold too many slots, or a limit on `cg`'s side
+/// refuses. Under the thread's `stock` lock.
 fn transfer_bins(tc: &ThreadCache, cg: ObjCgId) -> bool {
     let t = tc.tag.load(Ordering::Relaxed);
     if t & (NO_TAG | STEAL | DRAINED) != 0 {
