@@ -171,7 +171,11 @@ fn customers_in_turn_on_one_thread() {
         drop(set);
     }
     for (c, l) in left.iter().enumerate() {
-        assert_eq!(customers[c].current_exact(), 64 * l.len() as u64, "customer {c}");
+        assert_eq!(
+            customers[c].current_exact(),
+            64 * l.len() as u64,
+            "customer {c}"
+        );
     }
     drop(left);
     for c in &customers {

@@ -79,12 +79,8 @@ pub(crate) unsafe fn class_owner_word(p: *mut u8, c: usize) -> *const AtomicU32 
     thread_cache::with(|tc| {
         // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
         let g = unsafe { &tc.bins.get_unchecked(c).owner };
-        let in_slab = p as usize & g.slab_mask;
-        let idx = ((in_slab as u64 * g.recip) >> 40) as usize;
-        // SAFETY: p is a slot of an accounted segment of class c, whose slabs are aligned to
-        // their size; for a slot start the owner word lies inside p's slab
-        // (slab.rs: `metadata_fits_where_promised`).
-        let w = unsafe { (p.sub(in_slab).add(g.meta_offset) as *const AtomicU32).add(idx) };
+        // SAFETY: p is a slot of the accounted cache of class c (caller's contract).
+        let w = unsafe { g.word(p) };
         // Checked against the header only where there is one of this class to read: an
         // invalid free (foreign pointer, wrong layout) must reach the fatal checks, not panic.
         debug_assert!(

@@ -73,7 +73,7 @@ use crate::classes;
 use crate::lock::SpinGuard;
 use crate::segment::FreeObj;
 use crate::size_class::{class_size, NUM_CLASSES};
-use crate::thread_cache::{self, bin_max, ThreadCache};
+use crate::thread_cache::{self, ThreadCache};
 
 /// `tag` when the tagged bins hold nothing. Above every u32, so no owner word (a real objcg
 /// id, or garbage read for an invalid free) ever equals it and gets kept in an untagged bin.
@@ -92,12 +92,17 @@ const TENANT: u64 = u32::MAX as u64;
 const RETAG_AFTER: u32 = 64;
 
 /// Most slots a retag hands to the next tenant in place ([`transfer_bins`]).
-const TRANSFER_MAX: u32 = 512;
+const TRANSFER_MAX: u32 = 2048;
 
-/// Capacity of the tagged bin of class `c`: half a plain bin, at most 64 KiB (one object
-/// for classes above that).
+/// Bytes a tagged bin may hold.
+const TAGGED_BYTES: usize = 64 << 10;
+
+/// Capacity of the tagged bin of class `c`: 64 KiB, at most 1,024 objects (one object for
+/// the classes above 64 KiB). Small classes get more slots than a plain bin: a request's
+/// working set is mostly small strings (a map of 80 records frees 240 objects of 8 bytes),
+/// and every object that does not fit is uncharged on free and charged again on reuse.
 pub fn tagged_max(c: usize) -> u32 {
-    (bin_max(c) / 2).max(1)
+    (TAGGED_BYTES / class_size(c)).clamp(1, 1024) as u32
 }
 
 /// What a drainer uncharged from a thread's tagged bins, per class (meaningful while `tag`
@@ -282,13 +287,13 @@ fn transfer_bins(tc: &ThreadCache, cg: ObjCgId) -> bool {
     if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts) } {
         return false;
     }
-    for (c, b) in tc.bins.iter().enumerate() {
+    for b in &tc.bins {
         let mut o = b.tagged.head();
         while !o.is_null() {
-            // SAFETY: o is a free slot of class c's accounted cache on this thread's own
+            // SAFETY: o is a free slot of this class's accounted cache on this thread's own
             // tagged bin, whose links the owner alone follows and writes.
             unsafe {
-                (*crate::charge::class_owner_word(o as *mut u8, c)).store(cg, Ordering::Relaxed);
+                (*b.owner.word(o as *mut u8)).store(cg, Ordering::Relaxed);
                 o = (*o).next;
             }
         }

@@ -212,6 +212,24 @@ pub(crate) struct OwnerGeom {
     pub(crate) meta_offset: usize,
 }
 
+impl OwnerGeom {
+    /// The owner word of slot `p`.
+    ///
+    /// # Safety
+    /// `p` must be a slot of the accounted cache these are the geometry of.
+    #[inline(always)]
+    pub(crate) unsafe fn word(&self, p: *mut u8) -> *const core::sync::atomic::AtomicU32 {
+        let in_slab = p as usize & self.slab_mask;
+        let idx = ((in_slab as u64 * self.recip) >> 40) as usize;
+        // SAFETY: p is a slot of an accounted segment of this class, whose slabs are aligned
+        // to their size; for a slot start the owner word lies inside p's slab
+        // (slab.rs: `metadata_fits_where_promised`).
+        unsafe {
+            (p.sub(in_slab).add(self.meta_offset) as *const core::sync::atomic::AtomicU32).add(idx)
+        }
+    }
+}
+
 impl ClassBins {
     const fn new(c: usize) -> ClassBins {
         let l = classes::class_layout(c, true);
