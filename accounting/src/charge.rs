@@ -236,6 +236,44 @@ pub(crate) fn uncharge(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
 #[inline(never)]
 pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
     let Some(oc) = objcg::lookup(id) else { return };
+    if let Pool::Objects = pool {
+        if let Some((to, to_oc)) = live_target(oc, id, n) {
+            // The freed object's bytes now hold `to`'s refs, taken by live_target: they go
+            // through `to`'s stock slot like a free of `to`'s own object, and the dead
+            // objcg loses the refs it held for them.
+            if !crate::stock::refill(to, pool, n, idx) {
+                uncharge_slow_in(to, to_oc, pool, n, idx);
+            }
+            oc.put(n);
+            return;
+        }
+    }
+    uncharge_slow_in(id, oc, pool, n, idx);
+}
+
+/// When objcg `id` belongs to a dead tenant and now charges a live ancestor (reparenting),
+/// that ancestor's objcg with `n` refs taken on it: the free of a dead tenant's object (a
+/// request's result freed after the request) is then a free of the ancestor's, which has a
+/// stock slot on the threads that free many of them, instead of a walk of the counters and
+/// stats for every object (each dead tenant has an objcg of its own, which no stock caches).
+fn live_target(oc: &ObjCg, id: ObjCgId, n: u64) -> Option<(ObjCgId, &'static ObjCg)> {
+    // SAFETY: the caller's bytes hold refs on `oc`.
+    let t = unsafe { oc.read() }?;
+    let to = t.objcg();
+    if to == id || to == 0 || !t.is_alive() {
+        return None;
+    }
+    let to_oc = objcg::lookup(to)?;
+    // While this read section lasts, `oc` points at `t`, so `t`'s death cannot have dropped
+    // its objcg's alive ref: `die` re-points every objcg that points at `t` (waiting for
+    // this reader) before it drops that ref. So `to_oc` is allocated and the refs are safe
+    // to take.
+    to_oc.get(n);
+    Some((to, to_oc))
+}
+
+/// [`uncharge_slow`] for the objcg `oc` (of id `id`) the bytes are uncharged through.
+fn uncharge_slow_in(id: ObjCgId, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) {
     STOCK.with(|s| {
         let usable = usable(s);
         if usable {
@@ -356,6 +394,25 @@ pub(crate) fn transfer(from: ObjCgId, to: ObjCgId, parts: &[(StatIdx, u64)]) -> 
     t.get(total);
     f.put(total);
     true
+}
+
+/// Gives back this thread's stock slot for `id`, if it has one: for a tenant that just died
+/// on this thread (a request), whose slot would otherwise wait for an eviction while the
+/// frees of its objects, sent to its parent ([`live_target`]), look for a slot.
+pub(crate) fn release_own_slot(id: ObjCgId) {
+    let mut c = Contents::EMPTY;
+    STOCK.with(|s| {
+        if s.flags() & (REGISTERED | EXITED) != REGISTERED {
+            return;
+        }
+        if s.enter() {
+            if let Some(i) = s.find(id) {
+                s.take_into(i, &mut c);
+            }
+        }
+        s.leave();
+    });
+    release(&c);
 }
 
 /// Records that a stock may hold `oc`'s tenant's bytes (`drain.rs`): called inside the

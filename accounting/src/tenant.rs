@@ -663,6 +663,7 @@ impl Drop for Tenant {
             fence(Ordering::Acquire);
             let _root = scope::unscoped();
             die(&self.node);
+            charge::release_own_slot(self.node.objcg());
             free_zombies_if_due();
         }
     }

@@ -93,6 +93,9 @@ const RETAG_AFTER: u32 = 64;
 
 /// Most slots a retag hands to the next tenant in place ([`transfer_bins`]).
 const TRANSFER_MAX: u32 = 2048;
+/// Fewest: a tenant that frees a few objects (a query's scratch buffer) leaves them for the
+/// usual retag after `RETAG_AFTER` misses, which costs less than a transfer per tenant.
+const TRANSFER_MIN: u32 = 8;
 
 /// Bytes a tagged bin may hold.
 const TAGGED_BYTES: usize = 64 << 10;
@@ -211,7 +214,10 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
         tc.tag.store(u64::from(cg), Ordering::Relaxed);
         tc.tag_misses.set(0);
         drop(d);
-    } else if drained || misses >= RETAG_AFTER || (new_cg && !tag_alive(t)) {
+    } else if drained
+        || misses >= RETAG_AFTER
+        || (new_cg && tagged_slots(tc) >= TRANSFER_MIN && !tag_alive(t))
+    {
         retag_giving_back(tc, d, cg);
     } else {
         tc.tag_misses.set(misses);
@@ -268,26 +274,34 @@ fn transfer_bins(tc: &ThreadCache, cg: ObjCgId) -> bool {
     if t & (NO_TAG | STEAL | DRAINED) != 0 {
         return false;
     }
+    // The classes that hold slots, and their bytes (most bins are empty).
     let mut parts = [(StatIdx::slab(0), 0u64); NUM_CLASSES];
-    let mut slots = 0;
-    for (c, p) in parts.iter_mut().enumerate() {
-        let n = tc.bins[c].tagged.count();
-        slots += n;
-        *p = (StatIdx::slab(c), u64::from(n) * class_size(c) as u64);
+    let mut classes = [0u8; NUM_CLASSES];
+    let (mut k, mut slots) = (0, 0);
+    for (c, b) in tc.bins.iter().enumerate() {
+        let n = b.tagged.count();
+        if n != 0 {
+            parts[k] = (StatIdx::slab(c), u64::from(n) * class_size(c) as u64);
+            classes[k] = c as u8;
+            k += 1;
+            slots += n;
+        }
     }
     // The owner words are rewritten one by one: past this many slots (objects the tenants
     // before did not reuse pile up), give them all back instead, which empties the bins.
-    if slots > TRANSFER_MAX {
+    // Below TRANSFER_MIN, the transfer's fixed cost is more than charging the few objects.
+    if !(TRANSFER_MIN..=TRANSFER_MAX).contains(&slots) {
         return false;
     }
     // SAFETY: with no drainer's bit in the tag, and this thread holding `stock`, every slot
     // of the tagged bins is charged to the tag's objcg with its class size (module
     // invariants), holding those bytes' refs; `cg` is the current scope. On success the
     // owner words are rewritten to `cg` below, before anything reads them.
-    if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts) } {
+    if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
         return false;
     }
-    for b in &tc.bins {
+    for &c in &classes[..k] {
+        let b = &tc.bins[c as usize];
         let mut o = b.tagged.head();
         while !o.is_null() {
             // SAFETY: o is a free slot of this class's accounted cache on this thread's own
@@ -299,6 +313,11 @@ fn transfer_bins(tc: &ThreadCache, cg: ObjCgId) -> bool {
         }
     }
     true
+}
+
+/// Slots in this thread's tagged bins (the owner's count).
+fn tagged_slots(tc: &ThreadCache) -> u32 {
+    tc.bins.iter().map(|b| b.tagged.count()).sum()
 }
 
 /// What an owner took from its tagged bins: their tag, the chains per class (head, count),

@@ -21,7 +21,17 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Name of the global allocator this build uses.
-#[cfg(feature = "slabcg")]
+#[cfg(feature = "slabcg-request")]
+pub const ALLOCATOR: &str = "slabcg-request";
+/// Name of the global allocator this build uses.
+#[cfg(all(feature = "slabcg-tenant", not(feature = "slabcg-request")))]
+pub const ALLOCATOR: &str = "slabcg-tenant";
+/// Name of the global allocator this build uses.
+#[cfg(all(
+    feature = "slabcg",
+    not(feature = "slabcg-tenant"),
+    not(feature = "slabcg-request")
+))]
 pub const ALLOCATOR: &str = "slabcg";
 /// Name of the global allocator this build uses.
 #[cfg(all(feature = "jemalloc", not(feature = "slabcg")))]

@@ -63,7 +63,14 @@ pub fn run_workers(
     let mut corrupt = 0;
     std::thread::scope(|s| {
         let worker = &worker;
-        let hs: Vec<_> = (0..threads).map(|t| s.spawn(move || worker(t))).collect();
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let _tenant = crate::tenancy::worker();
+                    worker(t)
+                })
+            })
+            .collect();
         join_workers(name, hs, &mut total, &mut corrupt);
     });
     (total, corrupt)

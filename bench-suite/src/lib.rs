@@ -7,12 +7,14 @@
 //! stamps every object it allocates and checks the stamp before freeing it ([`block`]), counts
 //! allocations and frees, and fails when anything does not add up.
 //!
-//! The global allocator is chosen by cargo feature in [`alloc_select`] (none = system).
+//! The global allocator is chosen by cargo feature in [`alloc_select`] (none = system); the
+//! accounted variants `slabcg-tenant` and `slabcg-request` add tenants ([`tenancy`]).
 
 pub mod alloc_select;
 pub mod block;
 pub mod cli;
 pub mod rng;
+pub mod tenancy;
 pub mod workloads;
 
 pub use alloc_select::ALLOCATOR;

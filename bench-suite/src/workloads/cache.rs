@@ -94,6 +94,7 @@ pub fn run(cfg: &Config) -> WorkResult {
             let first = h.take();
             let barrier = &barrier;
             hs.push(s.spawn(move || {
+                let _tenant = crate::tenancy::worker();
                 let mut o = Outcome::default();
                 let mut bad = 0u64;
                 barrier.wait();

@@ -59,9 +59,18 @@ enum Step {
     Done(Lane),
 }
 
+/// Replacements per request of the `slabcg-request` build.
+const PER_REQUEST: usize = 64;
+
 fn run_thread(mut lane: Lane, round: usize, cfg: Config) -> Step {
+    let _tenant = crate::tenancy::worker();
+    let mut request = crate::tenancy::request();
     let n = lane.objs.len();
-    for _ in 0..cfg.per_round {
+    for k in 0..cfg.per_round {
+        if k % PER_REQUEST == PER_REQUEST - 1 {
+            drop(request);
+            request = crate::tenancy::request();
+        }
         let i = lane.rng.below(n);
         let size = lane.rng.range(cfg.min_size, cfg.max_size);
         let t = super::tag(&mut lane.rng);
@@ -72,6 +81,7 @@ fn run_thread(mut lane: Lane, round: usize, cfg: Config) -> Step {
             lane.corrupt += 1;
         }
     }
+    drop(request);
     if round + 1 < cfg.rounds {
         Step::Next(std::thread::spawn(move || run_thread(lane, round + 1, cfg)))
     } else {

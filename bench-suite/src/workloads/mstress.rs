@@ -127,7 +127,10 @@ pub fn run(cfg: &Config) -> WorkResult {
         std::thread::scope(|s| {
             for t in 0..cfg.threads {
                 let sh = &sh;
-                s.spawn(move || worker(sh, cfg, round, t));
+                s.spawn(move || {
+                    let _tenant = crate::tenancy::worker();
+                    worker(sh, cfg, round, t)
+                });
             }
         });
     }

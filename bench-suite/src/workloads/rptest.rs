@@ -77,6 +77,7 @@ pub fn run(cfg: &Config) -> WorkResult {
         let n = (t + 1) % cfg.threads;
         let next = &inboxes[n];
         for _ in 0..cfg.loops {
+            let _request = crate::tenancy::request();
             for _ in 0..cfg.batch {
                 let i = rng.below(ws.len());
                 let nb = Block::new(table.pick(&mut rng), super::tag(&mut rng));

@@ -55,9 +55,11 @@ pub fn run(cfg: &Config) -> WorkResult {
             let (tx, rx) = sync_channel::<Vec<Block>>(cfg.queue_depth);
             let cfg = cfg.clone();
             handles.push(s.spawn(move || {
+                let _tenant = crate::tenancy::worker();
                 let mut rng = XorShift::new(cfg.seed + t as u64);
                 let mut made = 0;
                 while made < cfg.per_producer {
+                    let _request = crate::tenancy::request();
                     let n = cfg.batch.min(cfg.per_producer - made);
                     let mut v = Vec::with_capacity(n);
                     for _ in 0..n {
@@ -76,6 +78,7 @@ pub fn run(cfg: &Config) -> WorkResult {
                 )
             }));
             handles.push(s.spawn(move || {
+                let _tenant = crate::tenancy::worker();
                 let mut o = Outcome::default();
                 let mut bad = 0u64;
                 for v in rx {
