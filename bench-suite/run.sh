@@ -4,8 +4,9 @@
 #
 # usage: bench-suite/run.sh [options]
 #   --reps N          repetitions of every (workload, allocator) (default 3)
-#   --allocs "A B"    allocators (default "mimalloc jemalloc system slabcg"; mimalloc is the
-#                     reference of every ratio, keep it in)
+#   --allocs "A B"    allocators (default "mimalloc jemalloc system slabcg slabcg-tenant
+#                     slabcg-request"; mimalloc is the reference of every ratio, keep it in;
+#                     the slabcg-* builds run with accounting on, src/tenancy.rs)
 #   --workloads "W"   workloads (default: all ten)
 #   --threads N       pass N threads to every workload (default: each program's default)
 #   --scale-pct P     scale every workload's default size knob by P percent (default 100)
@@ -24,7 +25,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
 REPS=3
-ALLOCS="mimalloc jemalloc system slabcg"
+ALLOCS="mimalloc jemalloc system slabcg slabcg-tenant slabcg-request"
 WORKLOADS="larson xmalloc cache_scratch cache_thrash mstress rptest alloc_test glibc_simple glibc_thread malloc_large"
 THREADS=""
 SCALE=100

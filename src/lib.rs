@@ -47,8 +47,8 @@
 //! (`slabcg-accounting`); see their crate docs for the design.
 
 pub use slabcg_accounting::{
-    checkpoint, current_tenant, drain_all_stocks, ChargeError, Events, InTenant, Killed, OomPolicy,
-    ScopeGuard, Scoped, StatItem, Tenant, TenantError, TenantStat,
+    checkpoint, current_tenant, drain_all_stocks, ChargeError, Events, InFlight, InTenant, Killed,
+    OomPolicy, ScopeGuard, Scoped, StatItem, Tenant, TenantError, TenantStat,
 };
 pub use slabcg_allocator::{
     stats, trim, AllocStats, Cache, CacheBuilder, CacheError, CacheInfo, ClassStats, MetaPlacement,

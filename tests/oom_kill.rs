@@ -336,6 +336,35 @@ fn a_victim_that_frees_nothing_does_not_stop_the_next_kill() {
     assert_eq!(p.current_exact(), 0);
 }
 
+/// The same, but the first victim's memory is being freed outside its futures under a
+/// `work_in_flight` guard (a service freeing a killed request's working set in slices): the
+/// next refusal waits for it instead of killing the next victim, and fails as under Fail.
+#[test]
+fn work_in_flight_holds_off_the_next_kill() {
+    const MIB: u64 = 1 << 20;
+    let p = Tenant::new("in-flight");
+    p.set_max(4 * MIB);
+    p.set_overdraft(MIB);
+    p.set_oom_policy(OomPolicy::Kill);
+    let cache = p.child("cache");
+    cache.charge(3 * MIB, slabcg::StatItem::Sock).unwrap();
+    let freeing = cache.work_in_flight();
+    let runaway = p.child("runaway");
+    let mut chunks = Vec::with_capacity(1000);
+    let stopped = fill(&runaway, &mut chunks, 1000);
+    assert!(cache.is_killed(), "the biggest was the first victim");
+    assert!(
+        !stopped && !runaway.is_killed(),
+        "no second victim while the first one's work is in flight"
+    );
+    assert_eq!(p.events().oom_kill, 1);
+    assert!(p.peak() <= 5 * MIB, "peak {}", p.peak());
+    drop(chunks);
+    cache.uncharge(3 * MIB, slabcg::StatItem::Sock);
+    drop(freeing);
+    assert_eq!(p.current_exact(), 0);
+}
+
 /// With no overdraft a charge kills at most one victim (and, the victim's memory being held
 /// elsewhere, fails); `events.max` counts the refused charge once.
 #[test]

@@ -6,6 +6,9 @@
 //! customer exactly what its requests left alive, and a limit on the receiving side still
 //! refuses.
 
+use std::alloc::{alloc, dealloc, Layout};
+
+use slabcg::accounting::hooks;
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]
@@ -182,4 +185,264 @@ fn customers_in_turn_on_one_thread() {
         assert_eq!(c.current_exact(), 0);
     }
     assert_eq!(tenants.current_exact(), 0);
+}
+
+const N: usize = 20;
+const SZ: usize = 256;
+
+/// `N` objects of `SZ` bytes allocated and freed in the current scope (no other allocation).
+fn churn() {
+    let l = Layout::from_size_align(SZ, 8).unwrap();
+    let mut ps = [core::ptr::null_mut(); N];
+    for p in ps.iter_mut() {
+        *p = std::hint::black_box(unsafe { alloc(l) });
+        assert!(!p.is_null());
+    }
+    for &p in ps.iter() {
+        unsafe { dealloc(p, l) };
+    }
+}
+
+/// The transfer happens at all: the next request's objects come from the previous one's
+/// freed objects, charged once (no byte-stock batch). Fails if transfer_bins returns false.
+#[test]
+fn the_next_request_takes_over_without_charging() {
+    hooks::set_idle_decay(false);
+    let customer = Tenant::new("review-happens");
+    {
+        let r1 = customer.child("r1");
+        let _in = r1.enter();
+        churn();
+    }
+    let r2 = customer.child("r2");
+    let l = Layout::from_size_align(SZ, 8).unwrap();
+    let p = {
+        let _in = r2.enter();
+        std::hint::black_box(unsafe { alloc(l) })
+    };
+    // Transferred: r2 counts exactly the N objects (one of them live); without the
+    // transfer it would hold a 64 KiB byte-stock batch.
+    assert_eq!(
+        r2.current(),
+        (N * SZ) as u64,
+        "r2 took over r1's freed objects"
+    );
+    // The stats moved with the charge: after a drain r2 counts exactly its live object.
+    let s = r2.stat();
+    assert_eq!(
+        (s.current, s.slab),
+        (SZ as u64, SZ as u64),
+        "r2's counter and slab stat"
+    );
+    assert_eq!(
+        customer.stat().slab,
+        customer.current(),
+        "the customer's slab stat"
+    );
+    unsafe { dealloc(p, l) };
+    drop(r2);
+    assert_eq!(customer.current_exact(), 0);
+}
+
+/// A transfer refused by an ancestor's max must not leave a High event on the nodes below
+/// it (counter::try_charge_below records events before the walk succeeded).
+#[test]
+fn a_refused_transfer_records_no_high_event() {
+    hooks::set_idle_decay(false);
+    let top = Tenant::new("review-events");
+    let c0 = top.child("c0");
+    let c1 = top.child("c1");
+    c1.set_max(2048);
+    {
+        let r1 = c0.child("r1");
+        let _in = r1.enter();
+        churn(); // 5 KiB freed, kept in the tagged bins for r1
+    }
+    let r2 = c1.child("r2");
+    r2.set_high(4096);
+    {
+        let _in = r2.enter();
+        // The transfer (5 KiB: above r2's high, refused by c1's max) is tried here.
+        let v = vec![1u8; 16];
+        drop(v);
+    }
+    assert_eq!(r2.events().high, 0, "r2 never went above its high");
+    assert_eq!(c1.events().high, 0, "nothing in c1 went above its high");
+    drop(r2);
+    assert_eq!(top.current_exact(), 0);
+}
+
+/// Across customers: each customer's counter and slab stat go back to exactly zero, and so
+/// does the common ancestor's.
+#[test]
+fn stats_stay_exact_across_customers() {
+    hooks::set_idle_decay(false);
+    let top = Tenant::new("review-stats");
+    let cs: Vec<Tenant> = (0..3).map(|i| top.child(&format!("c{i}"))).collect();
+    let mut kept: Vec<Vec<u8>> = Vec::new();
+    for i in 0..600usize {
+        let c = &cs[i % 3];
+        let r = c.child("r");
+        let _in = r.enter();
+        churn();
+        if i % 50 == 0 {
+            kept.push(vec![0u8; 64]);
+        }
+        // Mid-way, without a drain: the other customers are not charged with this
+        // request's objects beyond the byte-stock slack.
+        if i % 97 == 0 {
+            for (j, o) in cs.iter().enumerate() {
+                if j != i % 3 {
+                    let s = o.stat();
+                    assert!(
+                        s.slab <= s.current + (64 << 10),
+                        "c{j}: slab {} current {}",
+                        s.slab,
+                        s.current
+                    );
+                }
+            }
+        }
+    }
+    drop(kept);
+    slabcg::drain_all_stocks();
+    for (j, c) in cs.iter().enumerate() {
+        let s = c.stat();
+        assert_eq!(s.current, 0, "c{j} current");
+        assert_eq!(s.slab, 0, "c{j} slab stat");
+    }
+    assert_eq!(top.stat().slab, 0);
+    assert_eq!(top.current_exact(), 0);
+}
+
+/// Refs move with the charge: the dead requests' objcgs are freed once nothing holds them.
+#[test]
+fn dead_requests_objcgs_are_freed() {
+    hooks::set_idle_decay(false);
+    let customer = Tenant::new("review-refs");
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let r = customer.child("r");
+        ids.push(r.objcg_id());
+        let _in = r.enter();
+        churn();
+    }
+    slabcg::drain_all_stocks();
+    for id in ids {
+        assert!(
+            !hooks::objcg_live(id),
+            "objcg {id} of a dead request still allocated"
+        );
+    }
+    assert_eq!(customer.current_exact(), 0);
+}
+
+/// Transfers while the tag's tenant dies on another thread and drains run.
+#[test]
+fn transfer_races_death_and_drains() {
+    hooks::set_idle_decay(false);
+    let customer = Tenant::new("review-race");
+    let other = Tenant::new("review-race-other");
+    let (tx, rx) = std::sync::mpsc::channel::<Tenant>();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dropper = std::thread::spawn(move || {
+        for t in rx {
+            std::thread::yield_now();
+            drop(t);
+        }
+    });
+    let s2 = stop.clone();
+    let drainer = std::thread::spawn(move || {
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            slabcg::drain_all_stocks();
+            std::thread::yield_now();
+        }
+    });
+    let mut kept = Vec::new();
+    for i in 0..3000usize {
+        let r = if i % 2 == 0 {
+            customer.child("r")
+        } else {
+            other.child("r")
+        };
+        {
+            let _in = r.enter();
+            churn();
+            let v = vec![i as u8; 48];
+            drop(_in);
+            if i % 100 == 0 {
+                kept.push(v);
+            }
+        }
+        tx.send(r).unwrap();
+    }
+    drop(tx);
+    dropper.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drainer.join().unwrap();
+    // i % 100 == 0 is even: all kept objects are the customer's.
+    let (a, b) = (48 * kept.len() as u64, 0u64);
+    assert_eq!(customer.current_exact(), a);
+    assert_eq!(other.current_exact(), b);
+    drop(kept);
+    assert_eq!(customer.current_exact(), 0);
+    assert_eq!(other.current_exact(), 0);
+    assert_eq!(customer.stat().slab, 0);
+    assert_eq!(other.stat().slab, 0);
+}
+
+/// The OOM killer's overdraft window is a grant to the work in flight: a transfer of free
+/// objects from another customer must not spend it (try_charge_below's try_add allows
+/// `max + allowance`).
+#[test]
+fn a_transfer_does_not_spend_the_overdraft() {
+    use slabcg::{OomPolicy, StatItem};
+    hooks::set_idle_decay(false);
+    const K: u64 = 1 << 10;
+    let top = Tenant::new("review-overdraft");
+    let c0 = top.child("c0");
+    let c1 = top.child("c1");
+    c1.set_max(64 * K);
+    c1.set_overdraft(64 * K);
+    c1.set_oom_policy(OomPolicy::Kill);
+    let victim = c1.child("victim");
+    victim.set_oom_policy(OomPolicy::Kill);
+    victim.charge(60 * K, StatItem::Slab).unwrap();
+    // A charge of c1's subtree refused by c1: the victim is killed and c1's window opens.
+    let w = c1.child("w");
+    w.set_oom_policy(OomPolicy::Kill);
+    let mut held: Vec<u8> = Vec::new();
+    {
+        let _in = w.enter();
+        held.try_reserve_exact(16 * K as usize).unwrap();
+    }
+    assert!(victim.is_killed());
+    let before = c1.current();
+    // Another customer's request frees 40 KiB on this thread, and dies.
+    {
+        let r1 = c0.child("r1");
+        let _in = r1.enter();
+        let l = Layout::from_size_align(2048, 8).unwrap();
+        let mut ps = [core::ptr::null_mut(); 20];
+        for p in ps.iter_mut() {
+            *p = std::hint::black_box(unsafe { alloc(l) });
+        }
+        for &p in ps.iter() {
+            unsafe { dealloc(p, l) };
+        }
+    }
+    // c1's next request allocates 16 bytes.
+    let r2 = c1.child("r2");
+    {
+        let _in = r2.enter();
+        drop(std::hint::black_box(vec![1u8; 16]));
+    }
+    assert!(
+        c1.current() <= before + 4 * K,
+        "c1 took {} bytes of free objects through its overdraft window",
+        c1.current() - before
+    );
+    drop(held);
+    victim.uncharge(60 * K, StatItem::Slab);
+    drop(r2);
 }

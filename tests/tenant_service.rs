@@ -114,6 +114,19 @@ fn customers_are_served_while_a_runaway_is_killed() {
         let runaway = tokio::spawn(async move {
             get(&c2, format!("{b2}/work?kb=1000000"), Some("mallory")).await
         });
+        // Mallory's ordinary requests run beside the runaway: the runaway is the only
+        // victim (the kill waits while its working set is freed), and these are served.
+        for i in 0..12usize {
+            let (client, base) = (client.clone(), base.clone());
+            let kb = kbs[i % kbs.len()];
+            normal.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(5 * i as u64)).await;
+                (
+                    kb,
+                    get(&client, format!("{base}/work?kb={kb}"), Some("mallory")).await,
+                )
+            }));
+        }
         for h in normal {
             let (kb, (status, body)) = h.await.unwrap();
             assert_eq!(status, 200, "{body}");

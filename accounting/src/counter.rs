@@ -152,6 +152,45 @@ impl Counter {
         true
     }
 
+    /// Adds `n` for bytes that move here from another branch of the tree (free objects an
+    /// object stock hands to the next tenant, `charge::transfer`). Stricter than
+    /// [`try_add`](Self::try_add): never through an overdraft window (the OOM killer's grant
+    /// to the work in flight) and only into at most half of the room left below the lower
+    /// of `max` and `high`, so that objects this tenant did not allocate neither raise its
+    /// events nor eat the room its own work needs. `peak` counts them, as it counts bytes in
+    /// stocks.
+    fn try_add_moved(&self, n: u64) -> bool {
+        let bound = self.max.load(Relaxed).min(self.high.load(Relaxed));
+        let new = if bound == u64::MAX {
+            let old = self.usage.fetch_add(n, Relaxed);
+            match old.checked_add(n) {
+                Some(new) => new,
+                None => {
+                    self.usage.fetch_sub(n, Relaxed);
+                    return false;
+                }
+            }
+        } else {
+            let mut cur = self.usage.load(Relaxed);
+            loop {
+                if n > bound.saturating_sub(cur) / 2 {
+                    return false;
+                }
+                match self
+                    .usage
+                    .compare_exchange_weak(cur, cur + n, Relaxed, Relaxed)
+                {
+                    Ok(_) => break cur + n,
+                    Err(seen) => cur = seen,
+                }
+            }
+        };
+        if new > self.peak.load(Relaxed) {
+            self.peak.fetch_max(new, Relaxed);
+        }
+        true
+    }
+
     /// Removes `n` from this node only; clears `pressure` once usage is back to `high`.
     /// Usage stops at 0: only a caller that uncharges more than it charged
     /// (`Tenant::uncharge`) gets there, and a wrapped counter would refuse every charge.
@@ -309,15 +348,18 @@ pub(crate) fn uncharge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) {
 }
 
 /// Charges `n` to `node` and its ancestors strictly below `stop`, which must be `node` or
-/// one of its ancestors: bytes already counted at `stop` (and so above it) move down to
-/// `node`, and only the nodes in between see them arrive, each checking its own bound.
-/// False, with nothing left charged, when one of them refuses.
+/// one of its ancestors: bytes counted at `stop` (and so above it) move down to `node`, and
+/// only the nodes in between see them arrive, each with the strict bound of
+/// [`Counter::try_add_moved`] (no overdraft, half the room below `max` and `high`), so that
+/// no event is due. False, with nothing left charged, when one of them refuses. (Should
+/// `stop` not be an ancestor, a release build charges up to the root: still balanced,
+/// since [`uncharge_below`] walks the same way.)
 pub(crate) fn try_charge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
     #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node));
     let mut cur = node;
     while !core::ptr::eq(cur, stop) {
-        if !cur.counter().try_add(n) {
+        if !cur.counter().try_add_moved(n) {
             let mut r = node;
             while !core::ptr::eq(r, cur) {
                 r.counter().sub(n);
@@ -327,9 +369,6 @@ pub(crate) fn try_charge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool
                 }
             }
             return false;
-        }
-        if cur.counter().over_high() {
-            record_event(cur, Event::High);
         }
         match cur.parent() {
             Some(p) => cur = p,

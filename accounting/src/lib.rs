@@ -71,7 +71,7 @@ pub use drain::drain_all_stocks;
 pub use oom::{Killed, OomPolicy};
 pub use scope::{current_tenant, ScopeGuard};
 pub use stat::{StatItem, TenantStat};
-pub use task::{checkpoint, InTenant, Scoped};
+pub use task::{checkpoint, InFlight, InTenant, Scoped};
 pub use tenant::{ChargeError, Events, Tenant, TenantError};
 
 #[cfg(test)]

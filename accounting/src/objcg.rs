@@ -453,9 +453,6 @@ pub(crate) fn table_bytes() -> usize {
         + free
 }
 
-/// Whether `id` is currently allocated (tests and debug checks). Under the id lock, which
-/// every freeing of a chunk holds, so an id nobody holds a ref on can be looked up safely
-/// (and no caller of this can hold it: its holders allocate as the root).
 /// Whether the tenant `id` was made for still has handles: false once it is dying or dead
 /// (then `id` points at an ancestor, or is about to). Lock-free: one reader section.
 ///
@@ -467,6 +464,9 @@ pub(crate) unsafe fn creator_alive(id: ObjCgId) -> bool {
         .is_some_and(|oc| unsafe { oc.read() }.is_some_and(|n| n.objcg() == id && n.is_alive()))
 }
 
+/// Whether `id` is currently allocated (tests and debug checks). Under the id lock, which
+/// every freeing of a chunk holds, so an id nobody holds a ref on can be looked up safely
+/// (and no caller of this can hold it: its holders allocate as the root).
 pub(crate) fn is_live(id: ObjCgId) -> bool {
     let _ids = lock();
     lookup(id).is_some_and(|oc| !oc.tenant.load(Ordering::Relaxed).is_null())

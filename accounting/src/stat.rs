@@ -78,8 +78,8 @@ pub(crate) fn flush(node: &Node, idx: usize, d: i64) {
 }
 
 /// Adds `d` at `idx` to `node` and its ancestors strictly below `stop` (`node` or one of
-/// its ancestors): stats of bytes moving from `stop` down to `node`
-/// (`counter::try_charge_below`).
+/// its ancestors): the stats of bytes moving between branches (`charge::transfer`), `d > 0`
+/// on the receiving side, `d < 0` on the giving side.
 pub(crate) fn flush_below(node: &Node, stop: &Node, idx: usize, d: i64) {
     let mut cur = Some(node);
     while let Some(n) = cur.filter(|n| !core::ptr::eq(*n, stop)) {

@@ -253,6 +253,40 @@ impl Tenant {
             f()
         }
     }
+
+    /// Counts work of this tenant in flight until the guard drops, as a [`Scoped`] future
+    /// or a [`wrap`](Tenant::wrap)ped closure does. After a kill, the OOM killer picks no new
+    /// victim in the refusing subtree (for up to a second) while the killed tenant still has
+    /// work in flight: that work is winding down and freeing. Hold one while a killed
+    /// request's memory that lives outside its future is freed, so that the next refusal
+    /// waits for it instead of killing another victim.
+    ///
+    /// ```
+    /// use slabcg_accounting::Tenant;
+    /// let request = Tenant::new("request");
+    /// let working_set: Vec<String> = Vec::new();
+    /// let freeing = request.work_in_flight();
+    /// drop(working_set); // freed in slices, with yields, in a real service
+    /// drop(freeing);
+    /// ```
+    pub fn work_in_flight(&self) -> InFlight {
+        self.node().oom.start_work();
+        InFlight {
+            tenant: self.clone(),
+        }
+    }
+}
+
+/// Work of a tenant in flight, from [`Tenant::work_in_flight`] until dropped.
+#[must_use = "the work ends when the guard drops"]
+pub struct InFlight {
+    tenant: Tenant,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.tenant.node().oom.end_work();
+    }
 }
 
 /// A safe point for synchronous code: `Err(Killed)` once the tenant this thread is in now,

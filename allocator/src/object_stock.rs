@@ -10,8 +10,8 @@
 //!
 //! Accounting consequences, the same as for the byte stocks:
 //! - objects in tagged bins count in their tenant's `current` and slab stats (pre-charged);
-//!   at most `tagged_max(c)` per class per thread (at most 64 KiB per class per thread, or
-//!   one object for the classes above 64 KiB);
+//!   at most `tagged_max(c)` per class per thread (64 KiB or 1,024 objects, one object for
+//!   the classes above 64 KiB);
 //! - every drain of all stocks first uncharges every thread's tagged bins (idle threads
 //!   included; [`drain_all`], registered with the accounting), so `current_exact()` is exact
 //!   and no charge fails while other threads sit on such objects.
@@ -24,7 +24,11 @@
 //!   slot back when `tag` is not its tenant.
 //!
 //! Every other change of `tag` or of the tagged bins (retagging, giving back, a drainer's
-//! work) happens under the thread's `stock` lock.
+//! work) happens under the thread's `stock` lock. A retag either gives the tagged objects
+//! back (uncharged, to the owner's accounted bins or their slabs) or hands them to the new
+//! tenant in place ([`transfer_bins`]: their charge moves below the two tenants' common
+//! ancestor, and their owner words are rewritten before the lock is released; inside that
+//! critical section the owner words lag the charge, which nobody else reads).
 //!
 //! A drainer never touches another thread's bins and never waits for their owner, who may be
 //! idle or preempted. It only uncharges what the bins hold and writes down how much. Per
@@ -87,12 +91,14 @@ pub const DRAINED: u64 = 1 << 34;
 /// The bits of `tag` that name the tenant.
 const TENANT: u64 = u32::MAX as u64;
 
-/// Consecutive allocations under another tenant after which a thread retags (gives its
-/// tagged objects back and starts caching for the new tenant).
+/// Allocations under other tenants than the tag (since the last retag) after which a thread
+/// retags: hands its tagged objects to the new tenant ([`transfer_bins`]) or gives them
+/// back, and starts caching for it.
 const RETAG_AFTER: u32 = 64;
 
-/// Most slots a retag hands to the next tenant in place ([`transfer_bins`]).
-const TRANSFER_MAX: u32 = 2048;
+/// Most slots a retag hands to the next tenant in place ([`transfer_bins`]): their owner
+/// words are rewritten under the `stock` lock, which a drainer may be waiting for.
+const TRANSFER_MAX: u32 = 1024;
 /// Fewest: a tenant that frees a few objects (a query's scratch buffer) leaves them for the
 /// usual retag after `RETAG_AFTER` misses, which costs less than a transfer per tenant.
 const TRANSFER_MIN: u32 = 8;
@@ -179,10 +185,11 @@ pub enum Pop {
     Foreign(*mut u8),
 }
 
-/// Called after an allocation under `cg` missed the tagged bins: settle if a drainer has
-/// been here, then start caching for `cg` when the bins are empty or the tag's tenant has
-/// died (a tenant per request: the last request's objects will never be reused), or after
-/// `RETAG_AFTER` misses give the cached objects back. The misses in between (a thread
+/// Called after an allocation under `cg` missed the tagged bins. Retags for `cg` (under the
+/// `stock` lock) when a drainer has been here or the bins were given back, on the first
+/// miss under a new tenant when the bins are empty or hold at least `TRANSFER_MIN` objects
+/// of a tenant that died (a tenant per request: the last request's objects will never be
+/// reused by it), and after `RETAG_AFTER` misses. The misses in between (a thread
 /// interleaving live tenants) cost a counter update: no lock, no scan.
 #[cold]
 #[inline(never)]
@@ -198,7 +205,9 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
     }
     let misses = tc.tag_misses.get() + 1;
     let new_cg = tc.miss_cg.replace(cg) != cg;
-    if !new_cg && misses < RETAG_AFTER && t & (STEAL | DRAINED) == 0 {
+    // NO_TAG (the bins were given back: this thread's own drain, `trim`, a settle) retags at
+    // once below, as do a drainer's bits.
+    if !new_cg && misses < RETAG_AFTER && t & (NO_TAG | STEAL | DRAINED) == 0 {
         tc.tag_misses.set(misses);
         return;
     }
@@ -307,7 +316,9 @@ fn transfer_bins(tc: &ThreadCache, cg: ObjCgId) -> bool {
             // SAFETY: o is a free slot of this class's accounted cache on this thread's own
             // tagged bin, whose links the owner alone follows and writes.
             unsafe {
-                (*b.owner.word(o as *mut u8)).store(cg, Ordering::Relaxed);
+                let w = b.owner.word(o as *mut u8);
+                debug_assert!(core::ptr::eq(w, crate::charge::owner_word(o as *mut u8)));
+                (*w).store(cg, Ordering::Relaxed);
                 o = (*o).next;
             }
         }
@@ -455,7 +466,8 @@ pub fn give_back_own(tc: &ThreadCache) {
 
 /// In a fork child: uncharges the tagged objects of a thread that did not survive the fork.
 /// A cache whose owner held its `stock` lock at the fork may be half-updated and is left
-/// alone (its charges stay, a bounded inexactness of the child). A fast path stopped by
+/// alone (its charges stay, a bounded inexactness of the child; a transfer stopped half
+/// way leaves up to `TRANSFER_MAX` objects' charge half moved between two tenants). A fast path stopped by
 /// the fork may have left a bin's `count` off by one, so the lists are counted by walking
 /// them. A slot whose pop or push had not yet stored `head` is given back if it is still on
 /// the list; one that is off the list stays charged, as the live object it was or was about

@@ -212,10 +212,13 @@ async fn work(
     // own, so a runaway request dies and the customer's other requests go on.
     let request = customer.child("request");
     // The working set lives here, outside the request's future, so that a kill (which drops
-    // that future at once) leaves it to be freed in slices.
+    // that future at once) leaves it to be freed in slices; the request counts as work in
+    // flight until then, so the OOM killer waits for those frees before it kills again.
     let mut set = WorkingSet::new();
+    let in_flight = request.work_in_flight();
     let outcome = build(q.kb, &mut set).in_tenant(&request).await;
     release(set).await;
+    drop(in_flight);
     match outcome {
         Ok(sum) => json(
             StatusCode::OK,

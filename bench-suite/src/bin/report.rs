@@ -20,7 +20,18 @@ const TIME_MARK: f64 = 1.1;
 const RSS_MARK: f64 = 1.2;
 const REFERENCE: &str = "mimalloc";
 /// Column order; allocators not listed come after, in order of appearance.
-const ORDER: [&str; 4] = ["mimalloc", "jemalloc", "system", "slabcg"];
+const ORDER: [&str; 6] = [
+    "mimalloc",
+    "jemalloc",
+    "system",
+    "slabcg",
+    "slabcg-tenant",
+    "slabcg-request",
+];
+/// The unaccounted build that the accounted variants (`slabcg-*`) are compared with.
+const UNACCOUNTED: &str = "slabcg";
+/// The accounted variants' target: within this factor of the unaccounted build (issue 20).
+const ACCOUNTED_MARK: f64 = 1.1;
 
 struct Run {
     workload: String,
@@ -161,14 +172,80 @@ impl Table {
         Some(f(a)? / f(REFERENCE)?)
     }
 
+    /// Time of `a` over the unaccounted slabcg's.
+    fn accounted_ratio(&self, w: &str, a: &str) -> Option<f64> {
+        Some(self.time(w, a)? / self.time(w, UNACCOUNTED)?)
+    }
+
     fn geomean(&self, a: &str, rss: bool) -> Option<f64> {
         let v: Vec<f64> = self
             .workloads
             .iter()
             .filter_map(|w| self.ratio(&w.0, a, rss))
             .collect();
+        Self::geo(&v)
+    }
+
+    fn accounted_geomean(&self, a: &str) -> Option<f64> {
+        let v: Vec<f64> = self
+            .workloads
+            .iter()
+            .filter_map(|w| self.accounted_ratio(&w.0, a))
+            .collect();
+        Self::geo(&v)
+    }
+
+    fn geo(v: &[f64]) -> Option<f64> {
         (!v.is_empty()).then(|| (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp())
     }
+}
+
+/// The accounted variants' time against the unaccounted build, when the run has both.
+fn accounting_section(t: &Table) -> String {
+    let variants: Vec<&String> = t
+        .allocators
+        .iter()
+        .filter(|a| a.starts_with("slabcg-"))
+        .collect();
+    let mut s = String::new();
+    if variants.is_empty() || !t.allocators.iter().any(|a| a == UNACCOUNTED) {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "## Accounting cost\n\nTime of the accounted builds over unaccounted {UNACCOUNTED}'s \
+         (`slabcg-tenant`: every worker thread in a tenant of its own; `slabcg-request`: also a \
+         child tenant per request or round, `bench-suite/src/tenancy.rs`); **bold** = above \
+         {ACCOUNTED_MARK}x.\n"
+    );
+    let mut head = "| workload |".to_string();
+    let mut sep = "|---|".to_string();
+    for a in &variants {
+        let _ = write!(head, " {a} / {UNACCOUNTED} |");
+        sep.push_str("---:|");
+    }
+    let _ = writeln!(s, "{head}\n{sep}");
+    for (w, _, _) in &t.workloads {
+        let _ = write!(s, "| {w} |");
+        for a in &variants {
+            let _ = write!(
+                s,
+                " {} |",
+                fmt_ratio(t.accounted_ratio(w, a), ACCOUNTED_MARK)
+            );
+        }
+        let _ = writeln!(s);
+    }
+    let _ = write!(s, "| *geometric mean* |");
+    for a in &variants {
+        let _ = write!(
+            s,
+            " {} |",
+            fmt_ratio(t.accounted_geomean(a), ACCOUNTED_MARK)
+        );
+    }
+    let _ = writeln!(s, "\n");
+    s
 }
 
 fn fmt_ratio(r: Option<f64>, mark: f64) -> String {
@@ -258,6 +335,7 @@ fn markdown(t: &Table, meta: Option<String>, seeds: &str, chart: Option<&str>) -
     if let Some(c) = chart {
         let _ = writeln!(s, "![time ratio vs {REFERENCE}]({c})\n");
     }
+    s.push_str(&accounting_section(t));
     let failures: Vec<String> = t
         .cells
         .iter()
@@ -379,6 +457,8 @@ fn load_font() -> Result<(), String> {
 fn color(a: &str, i: usize) -> RGBColor {
     match a {
         "slabcg" => RGBColor(214, 39, 40),
+        "slabcg-tenant" => RGBColor(255, 127, 14),
+        "slabcg-request" => RGBColor(227, 119, 194),
         "jemalloc" => RGBColor(31, 119, 180),
         "system" => RGBColor(127, 127, 127),
         "mimalloc" => RGBColor(44, 160, 44),
