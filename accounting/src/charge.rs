@@ -83,14 +83,15 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
         // the thread charges the counters directly until a share is free (what all stocks
         // hold for one objcg stays within the budget, objcg.rs). `find` outside the CS is
         // a hint (a drainer may empty the slot meanwhile): the CS decides below.
+        let has_slot = s.find(id).is_some();
         let mut share = false;
-        if s.find(id).is_none() {
+        if !has_slot {
             share = oc.try_hold();
             if share && !s.listed() {
                 drain::join(s);
             }
         }
-        let batch = if share || s.find(id).is_some() {
+        let batch = if share || has_slot {
             n.div_ceil(CHARGE_BATCH)
                 .saturating_mul(CHARGE_BATCH)
                 .max(CHARGE_BATCH)
