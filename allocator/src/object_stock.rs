@@ -211,7 +211,11 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
 /// caches as the budget has slots, and a refusal's drain visits those, not every thread.
 fn note_retag(cg: ObjCgId) {
     thread_cache::with(|tc| {
-        let caching = hooks::stock_holds(cg);
+        // Tagged bins that still hold objects at a retag (both retags here empty them
+        // first; one that handed the objects over in place would not) hold charged objects
+        // of `cg` from now on, which drains must find: then the thread keeps caching and
+        // is armed whatever the budget says. The scan only runs past the budget.
+        let caching = hooks::stock_holds(cg) || tc.bins.iter().any(|b| b.tagged.count() != 0);
         set_caching(tc, caching);
         // On the armed list first, then the record: a refusal's drain that missed this
         // thread (it took the list before we joined it) started before the record's read,
@@ -446,10 +450,11 @@ fn push_armed(a: &mut ArmedList, tc: &ThreadCache) {
 }
 
 /// Gives this thread's tagged bins their capacity (`caching`), or none. Under the thread's
-/// `stock` lock, at a retag, when the tagged bins are empty (both retags empty them first);
-/// a store per class only when the state changes.
+/// `stock` lock, at a retag; without capacity only when the tagged bins are empty (so
+/// `caching == false  =>  every tagged bin is empty`, as pushes then fail); a store per
+/// class only when the state changes.
 fn set_caching(tc: &ThreadCache, caching: bool) {
-    debug_assert!(tc.bins.iter().all(|b| b.tagged.count() == 0));
+    debug_assert!(caching || tc.bins.iter().all(|b| b.tagged.count() == 0));
     if tc.caching.load(Ordering::Relaxed) == caching {
         return;
     }
