@@ -14,6 +14,14 @@ use slabcg::{SlabAlloc, Tenant};
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
+/// The tests of this file run one at a time: one of them checks that dead objcgs are freed,
+/// which a test creating tenants meanwhile could hide by taking a freed id.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Sizes that are size classes, so that the charged bytes equal the requested ones.
 const SIZES: [usize; 6] = [16, 64, 256, 1024, 4096, 48];
 
@@ -34,6 +42,7 @@ fn bytes(k: usize) -> u64 {
 
 #[test]
 fn requests_in_turn_stay_exact() {
+    let _one = one_at_a_time();
     slabcg::accounting::hooks::set_idle_decay(false);
     let customer = Tenant::new("transfer-customer");
     let mut left: Vec<Vec<u8>> = Vec::new();
@@ -91,6 +100,7 @@ fn requests_in_turn_stay_exact() {
 
 #[test]
 fn a_requests_limit_still_refuses() {
+    let _one = one_at_a_time();
     slabcg::accounting::hooks::set_idle_decay(false);
     let customer = Tenant::new("transfer-limited");
     // A big request fills this thread's object stock with the customer's subtree's objects.
@@ -120,6 +130,7 @@ fn a_requests_limit_still_refuses() {
 
 #[test]
 fn transfer_between_siblings_on_many_threads() {
+    let _one = one_at_a_time();
     slabcg::accounting::hooks::set_idle_decay(false);
     let customer = Tenant::new("transfer-threads");
     let threads: Vec<_> = (0..4)
@@ -148,6 +159,7 @@ fn transfer_between_siblings_on_many_threads() {
 
 #[test]
 fn customers_in_turn_on_one_thread() {
+    let _one = one_at_a_time();
     slabcg::accounting::hooks::set_idle_decay(false);
     let tenants = Tenant::new("transfer-tenants");
     let customers: Vec<Tenant> = (0..3).map(|i| tenants.child(&format!("c{i}"))).collect();
@@ -207,6 +219,7 @@ fn churn() {
 /// freed objects, charged once (no byte-stock batch). Fails if transfer_bins returns false.
 #[test]
 fn the_next_request_takes_over_without_charging() {
+    let _one = one_at_a_time();
     hooks::set_idle_decay(false);
     let customer = Tenant::new("review-happens");
     {
@@ -248,6 +261,7 @@ fn the_next_request_takes_over_without_charging() {
 /// it (counter::try_charge_below records events before the walk succeeded).
 #[test]
 fn a_refused_transfer_records_no_high_event() {
+    let _one = one_at_a_time();
     hooks::set_idle_decay(false);
     let top = Tenant::new("review-events");
     let c0 = top.child("c0");
@@ -276,6 +290,7 @@ fn a_refused_transfer_records_no_high_event() {
 /// does the common ancestor's.
 #[test]
 fn stats_stay_exact_across_customers() {
+    let _one = one_at_a_time();
     hooks::set_idle_decay(false);
     let top = Tenant::new("review-stats");
     let cs: Vec<Tenant> = (0..3).map(|i| top.child(&format!("c{i}"))).collect();
@@ -318,6 +333,7 @@ fn stats_stay_exact_across_customers() {
 /// Refs move with the charge: the dead requests' objcgs are freed once nothing holds them.
 #[test]
 fn dead_requests_objcgs_are_freed() {
+    let _one = one_at_a_time();
     hooks::set_idle_decay(false);
     let customer = Tenant::new("review-refs");
     let mut ids = Vec::new();
@@ -340,6 +356,7 @@ fn dead_requests_objcgs_are_freed() {
 /// Transfers while the tag's tenant dies on another thread and drains run.
 #[test]
 fn transfer_races_death_and_drains() {
+    let _one = one_at_a_time();
     hooks::set_idle_decay(false);
     let customer = Tenant::new("review-race");
     let other = Tenant::new("review-race-other");
@@ -396,6 +413,7 @@ fn transfer_races_death_and_drains() {
 /// `max + allowance`).
 #[test]
 fn a_transfer_does_not_spend_the_overdraft() {
+    let _one = one_at_a_time();
     use slabcg::{OomPolicy, StatItem};
     hooks::set_idle_decay(false);
     const K: u64 = 1 << 10;

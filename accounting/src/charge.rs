@@ -77,12 +77,36 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
             flush_stat(oc, idx, d);
             return Ok(());
         }
-        // 2. Refill: charge a batch (or exactly n near the limit) to the counter.
-        let batch = n
-            .div_ceil(CHARGE_BATCH)
-            .saturating_mul(CHARGE_BATCH)
-            .max(CHARGE_BATCH);
-        let got = charge_counter(s, oc, n, batch)?;
+        // 2. Refill: charge a batch (or exactly n near the limit) to the counter. A new slot
+        // needs a share of the objcg's stock budget and a place on the holding list
+        // (drain.rs), both taken before the CS; without a share only `n` is charged, and
+        // the thread charges the counters directly until a share is free (what all stocks
+        // hold for one objcg stays within the budget, objcg.rs). `find` outside the CS is
+        // a hint (a drainer may empty the slot meanwhile): the CS decides below.
+        let has_slot = s.find(id).is_some();
+        let mut share = false;
+        if !has_slot {
+            share = oc.try_hold();
+            if share && !s.listed() {
+                drain::join(s);
+            }
+        }
+        let batch = if share || has_slot {
+            n.div_ceil(CHARGE_BATCH)
+                .saturating_mul(CHARGE_BATCH)
+                .max(CHARGE_BATCH)
+        } else {
+            n
+        };
+        let got = match charge_counter(s, oc, n, batch) {
+            Ok(got) => got,
+            Err(r) => {
+                if share {
+                    oc.release_hold();
+                }
+                return Err(r);
+            }
+        };
         oc.get(byte_refs(pool, got) + 1); // the bytes, and a slot ref in case we fill a new slot
         let left = got - n;
         let mut spare_ref = 1;
@@ -102,7 +126,7 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
                 s.pool(i, pool).store(b, Relaxed);
                 d = s.add_stat(i, idx, n as i64);
                 s.touch(i);
-            } else {
+            } else if share && s.listed() {
                 let i = s.victim();
                 s.take_into(i, &mut victim);
                 // Recorded before the fill, inside the critical section (drain.rs).
@@ -110,12 +134,21 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
                 s.fill(i, id, pool, left);
                 d = s.add_stat(i, idx, n as i64);
                 spare_ref = 0;
+                share = false;
+            } else {
+                // No share of the budget, or a drainer took the stock off the holding list
+                // since we joined it: no new slot.
+                direct = left;
+                d = n as i64;
             }
         } else {
             direct = left;
             d = n as i64;
         }
         s.leave();
+        if share {
+            oc.release_hold();
+        }
         settle(oc, direct, idx, d, spare_ref + byte_refs(pool, direct));
         release(&victim);
         Ok(())
@@ -279,6 +312,15 @@ fn uncharge_slow_in(id: ObjCgId, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) {
         if usable {
             oc.get(1); // a slot ref in case we fill a new slot
         }
+        // A share of the budget and a place on the holding list in case we fill a new slot,
+        // as in `charge_slow`; only when an empty slot can take it (hints, decided in the CS).
+        let mut share = false;
+        if usable && s.find(id).is_none() && s.empty_slot().is_some() {
+            share = oc.try_hold();
+            if share && !s.listed() {
+                drain::join(s);
+            }
+        }
         let mut spare_ref = u64::from(usable);
         let mut excess = n;
         let mut d = -(n as i64);
@@ -287,11 +329,13 @@ fn uncharge_slow_in(id: ObjCgId, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) {
                 Some(i) => Some(i),
                 // Take an empty slot, but never evict on an uncharge: frees of many remote
                 // tenants would otherwise drain and refill the hot slots in a loop.
-                None => s.empty_slot().inspect(|&i| {
+                None if share && s.listed() => s.empty_slot().inspect(|&i| {
                     note_stocked(oc);
                     s.fill(i, id, pool, 0);
                     spare_ref = 0;
+                    share = false;
                 }),
+                None => None,
             };
             if let Some(i) = slot {
                 let mut b = s.pool(i, pool).load(Relaxed).saturating_add(n);
@@ -306,6 +350,9 @@ fn uncharge_slow_in(id: ObjCgId, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) {
             }
         }
         s.leave();
+        if share {
+            oc.release_hold();
+        }
         settle(oc, excess, idx, d, spare_ref + byte_refs(pool, excess));
     })
 }
@@ -446,6 +493,8 @@ pub(crate) fn release(c: &Contents) {
     let Some(oc) = objcg::lookup(c.id) else {
         return;
     };
+    // The slot's share of the budget, before its ref (objcg.rs).
+    oc.release_hold();
     // SAFETY: the slot ref we drop last keeps the objcg alive.
     if let Some(t) = unsafe { oc.read() } {
         if c.bytes + c.api != 0 {

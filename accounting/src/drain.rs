@@ -20,23 +20,47 @@
 //! `steal` load above the `in_cs` store; the CPU reordering is what membarrier covers.
 //! Without a usable membarrier (see `sys.rs`) a drainer drains only its own thread's stock.
 //!
-//! ## The registry
+//! ## The registry and the holding list
 //!
-//! An intrusive singly-linked list of `Stock`s (which live in thread-local storage) behind a
-//! spin lock. Held by `register` (O(1)), thread exit (unlink, O(threads)) and `drain_all`
-//! (one membarrier plus O(threads x slots) atomic work, no allocation, no callbacks). A
-//! stock's TLS memory outlives its unlinking: it is unlinked from a thread-local destructor,
-//! and the no-`Drop` stock is freed only with the thread's TLS block after all of them.
+//! Two intrusive doubly-linked lists of `Stock`s (which live in thread-local storage)
+//! behind one spin lock. The registry has every stock whose thread arms the exit hooks
+//! (`register`; thread exit unlinks, O(1)); fork uses it. The holding list has the stocks
+//! that may hold something (`Stock::listed`): an owner joins it (O(1), under the lock)
+//! before it makes a slot in an empty stock, and a drainer that took every slot of a stock
+//! unlinks it. A stock off it holds nothing (stock.rs), so every drain walks the holding
+//! list only: one membarrier plus O(holding stocks x slots) atomic work, no allocation, no
+//! callbacks. With the stock budget (`objcg::hold_budget`: 4 slots per CPU for one objcg,
+//! all threads together) and the idle-stock decay, that list follows the CPUs and the
+//! threads busy lately, not every thread that ever charged: 4,000 idle threads that
+//! charged one tenant leave at most 4 per CPU on it, and none once the decay has passed.
+//! A stock's TLS memory outlives its unlinking: it is unlinked from a thread-local
+//! destructor, and the no-`Drop` stock is freed only with the thread's TLS block after all
+//! of them.
+//!
+//! Joining, and why a drain never misses a slot: the owner joins under the lock, then opens
+//! its CS and makes the slot only if it still reads `listed` there. A drainer unlinks only
+//! a stock it holds through the steal protocol (after `in_cs == 0` with `steal` set), and
+//! clears `listed` before its Release store of `steal = 0`. So inside an owner's CS,
+//! `listed` cannot change, and a slot is made only in a stock the next drain will walk:
+//! one that is on the list when the drain takes the lock, or one that joins after it, whose
+//! fill then reads a `STARTED` generation at least this drain's (see below).
 
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::charge::release;
+use crate::hooks::ObjectDrain;
 use crate::stock::{Stock, EXITED, NR_SLOTS, REGISTERED, STOCK};
 use crate::sys;
 
 static HEAD: AtomicPtr<Stock> = AtomicPtr::new(null_mut());
+/// The holding list (module docs), and its length. Under the registry lock.
+static HOLD_HEAD: AtomicPtr<Stock> = AtomicPtr::new(null_mut());
+static HOLDING: AtomicUsize = AtomicUsize::new(0);
+/// Stocks drains walked so far (tests: a refusal walks the stocks that hold something,
+/// not every thread).
+static VISITS: AtomicU64 = AtomicU64::new(0);
 
 /// Drain generations. `STARTED` counts the drains begun (bumped first thing, before the
 /// allocator's object drain); `COMPLETED` is the highest generation of a drain that reached
@@ -75,7 +99,7 @@ pub(crate) fn drain_unless_clean(stocked: u64) {
     if stocked < COMPLETED.load(Ordering::SeqCst) {
         return;
     }
-    drain_all();
+    drain(ObjectDrain::Armed);
 }
 
 /// Registered stocks (threads that have charged something and not exited).
@@ -116,12 +140,17 @@ pub(crate) fn drain_idle() -> usize {
     if !DECAY_ON.load(Ordering::Relaxed) {
         return 0;
     }
+    // The objects idle threads keep charged in the allocator's object stocks first, outside
+    // the lock: their uncharges may make a slot in this thread's stock, which joins the
+    // holding list under it.
+    crate::hooks::object_drain(ObjectDrain::Idle);
     let own = STOCK.with(|s| s as *const Stock);
     let _g = lock();
     let mut chosen = 0;
-    let mut p = HEAD.load(Ordering::Relaxed);
+    let mut p = HOLD_HEAD.load(Ordering::Relaxed);
     while !p.is_null() {
-        // SAFETY (here and below): registered stocks stay valid while we hold the lock.
+        // SAFETY (here and below): listed stocks are registered, valid while we hold the
+        // lock.
         let s = unsafe { &*p };
         let clock = s.clock();
         let idle =
@@ -132,20 +161,21 @@ pub(crate) fn drain_idle() -> usize {
             s.steal.store(true, Ordering::SeqCst);
             chosen += 1;
         }
-        p = s.next.load(Ordering::Relaxed);
+        p = s.hnext.load(Ordering::Relaxed);
     }
     if chosen == 0 {
         return 0;
     }
     let remote = sys::remote_barrier();
-    let mut p = HEAD.load(Ordering::Relaxed);
+    let mut p = HOLD_HEAD.load(Ordering::Relaxed);
     while !p.is_null() {
         // SAFETY: as above.
         let s = unsafe { &*p };
+        // Read first: finishing the steal may unlink `s`.
+        p = s.hnext.load(Ordering::Relaxed);
         if s.idle.swap(false, Ordering::Relaxed) {
             finish_steal(s, remote);
         }
-        p = s.next.load(Ordering::Relaxed);
     }
     if remote {
         chosen
@@ -157,10 +187,14 @@ pub(crate) fn drain_idle() -> usize {
 /// The second half of draining `s`, whose `steal` was set before the barrier: with `take`
 /// (the barrier reached its owner), wait for the owner to leave its critical section, take
 /// the slots and give them back; else only withdraw the request. Under the registry lock.
+/// Every slot taken, `s` leaves the holding list, before the Release clear of `steal`
+/// publishes that to its owner (module docs).
 fn finish_steal(s: &Stock, take: bool) {
+    VISITS.fetch_add(1, Ordering::Relaxed);
     if take {
         wait_out(&s.in_cs);
         let taken: [_; NR_SLOTS] = s.take_all();
+        unlist(s);
         s.steal.store(false, Ordering::Release);
         taken.iter().for_each(release);
     } else {
@@ -168,9 +202,68 @@ fn finish_steal(s: &Stock, take: bool) {
     }
 }
 
-/// How many drains walked every thread so far (tests).
+/// Puts this thread's stock on the holding list, before the caller makes a slot in it
+/// (module docs). Slow path: one lock hold, after each drain that emptied the stock.
+pub(crate) fn join(s: &Stock) {
+    let _g = lock();
+    if s.listed() || s.flags() & REGISTERED == 0 {
+        return;
+    }
+    let me = s as *const Stock as *mut Stock;
+    let head = HOLD_HEAD.load(Ordering::Relaxed);
+    s.hprev.store(null_mut(), Ordering::Relaxed);
+    s.hnext.store(head, Ordering::Relaxed);
+    // SAFETY: the head is a listed stock, valid under the lock.
+    if let Some(h) = unsafe { head.as_ref() } {
+        h.hprev.store(me, Ordering::Relaxed);
+    }
+    HOLD_HEAD.store(me, Ordering::Relaxed);
+    s.listed.store(true, Ordering::Relaxed);
+    HOLDING.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Takes `s` off the holding list if it is on it. Under the registry lock, by a drainer
+/// holding `s` (steal protocol) or by its exiting owner, with every slot empty.
+fn unlist(s: &Stock) {
+    if !s.listed() {
+        return;
+    }
+    debug_assert!(
+        !s.holds_any(),
+        "a stock leaves the holding list with a slot"
+    );
+    let (next, prev) = (
+        s.hnext.load(Ordering::Relaxed),
+        s.hprev.load(Ordering::Relaxed),
+    );
+    // SAFETY: the neighbours are listed stocks, valid under the lock.
+    unsafe {
+        match prev.as_ref() {
+            None => {
+                debug_assert!(core::ptr::eq(HOLD_HEAD.load(Ordering::Relaxed), s));
+                HOLD_HEAD.store(next, Ordering::Relaxed);
+            }
+            Some(p) => p.hnext.store(next, Ordering::Relaxed),
+        }
+        if let Some(n) = next.as_ref() {
+            n.hprev.store(prev, Ordering::Relaxed);
+        }
+    }
+    s.listed.store(false, Ordering::Relaxed);
+    HOLDING.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// How many drains walked the stocks so far (tests).
 pub(crate) fn walks() -> u64 {
     WALKS.load(Ordering::Relaxed)
+}
+
+/// How many stocks drains walked so far, and how many are on the holding list now (tests).
+pub(crate) fn visits() -> (u64, usize) {
+    (
+        VISITS.load(Ordering::Relaxed),
+        HOLDING.load(Ordering::Relaxed),
+    )
 }
 static LOCK: AtomicBool = AtomicBool::new(false);
 
@@ -275,6 +368,8 @@ fn exit(s: &Stock) {
         t.iter().for_each(release);
     }
     let _g = lock();
+    // Empty now: a stealing drainer took the slots under the lock we hold.
+    unlist(s);
     let (next, prev) = (
         s.next.load(Ordering::Relaxed),
         s.prev.load(Ordering::Relaxed),
@@ -297,32 +392,46 @@ fn exit(s: &Stock) {
     s.set_flags(0, REGISTERED);
 }
 
-/// Drains every registered stock (idle threads included) back to the counters and the
-/// shared stats. Runtime-safe: no allocation, no callbacks, no panics.
+/// Drains every stock (idle threads included) back to the counters and the shared stats,
+/// and has the allocator drain every thread's object stock. Runtime-safe: no allocation, no
+/// callbacks, no panics.
 pub(crate) fn drain_all() {
+    drain(ObjectDrain::All);
+}
+
+/// Drains every stock that holds something (the holding list: every stock that holds
+/// anything is on it), after the allocator's object drain over `objects`.
+fn drain(objects: ObjectDrain) {
     let generation = STARTED.fetch_add(1, Ordering::SeqCst) + 1;
     WALKS.fetch_add(1, Ordering::Relaxed);
     let unsettled = UNSETTLED.load(Ordering::SeqCst);
     // Objects the allocator keeps pre-charged per thread go first: their uncharges land in
     // this thread's stock, which the loop below drains.
-    crate::hooks::object_drain();
+    crate::hooks::object_drain(objects);
     let settled = UNSETTLED.load(Ordering::SeqCst) == unsettled;
     let own = STOCK.with(|s| s as *const Stock);
     let _g = lock();
-    let mut p = HEAD.load(Ordering::Relaxed);
+    let mut others = 0usize;
+    let mut p = HOLD_HEAD.load(Ordering::Relaxed);
     while !p.is_null() {
-        // SAFETY (here and below): registered stocks stay valid while we hold the lock.
+        // SAFETY (here and below): listed stocks are registered, valid while we hold the
+        // lock.
         let s = unsafe { &*p };
         s.steal.store(true, Ordering::SeqCst);
-        p = s.next.load(Ordering::Relaxed);
+        others += usize::from(!core::ptr::eq(s, own));
+        p = s.hnext.load(Ordering::Relaxed);
     }
-    let remote = sys::remote_barrier();
-    let mut p = HEAD.load(Ordering::Relaxed);
+    // No other stock holds anything (stocks off the list are empty): no barrier needed to
+    // reach them, and the drain is complete without one. A stock that joins the list after
+    // we took the lock records this generation or a later one for its fill.
+    let remote = others == 0 || sys::remote_barrier();
+    let mut p = HOLD_HEAD.load(Ordering::Relaxed);
     while !p.is_null() {
         // SAFETY: as above.
         let s = unsafe { &*p };
-        finish_steal(s, remote || core::ptr::eq(p, own));
-        p = s.next.load(Ordering::Relaxed);
+        // Read first: finishing the steal unlinks `s`.
+        p = s.hnext.load(Ordering::Relaxed);
+        finish_steal(s, remote || core::ptr::eq(s, own));
     }
     // Without a process-wide barrier only this thread was drained (the allocator's object
     // drain uses the same barrier, so it reached every thread exactly when this one did): no
@@ -368,16 +477,23 @@ pub fn fork_child() {
         p = next;
     }
     // SAFETY: as above.
-    unsafe {
+    let own_listed = unsafe {
         (*own).steal.store(false, Ordering::Relaxed);
         (*own).next.store(null_mut(), Ordering::Relaxed);
         (*own).prev.store(null_mut(), Ordering::Relaxed);
-    }
+        (*own).hnext.store(null_mut(), Ordering::Relaxed);
+        (*own).hprev.store(null_mut(), Ordering::Relaxed);
+        (*own).listed()
+    };
     HEAD.store(
         if own_registered { own } else { null_mut() },
         Ordering::Relaxed,
     );
     REGISTERED_STOCKS.store(usize::from(own_registered), Ordering::Relaxed);
+    // The other stocks are gone with their threads; this one stays on the holding list if
+    // it was (it may hold slots).
+    HOLD_HEAD.store(if own_listed { own } else { null_mut() }, Ordering::Relaxed);
+    HOLDING.store(usize::from(own_listed), Ordering::Relaxed);
     LOCK.store(false, Ordering::Release);
 }
 

@@ -207,7 +207,26 @@ pub fn fork_release_tenants() {
 // wins). Reading a `OnceLock` is one acquire load; neither reading nor setting allocates.
 static ROOT_SOURCE: OnceLock<fn() -> Unscoped> = OnceLock::new();
 static ON_ACTIVATE: OnceLock<fn()> = OnceLock::new();
-static OBJECT_DRAIN: OnceLock<fn()> = OnceLock::new();
+static OBJECT_DRAIN: OnceLock<fn(ObjectDrain)> = OnceLock::new();
+
+/// Which threads' object stocks a drain asks the allocator to drain ([`set_object_drain`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectDrain {
+    /// Every thread's (`current_exact()`, `stat()`, `drain_all_stocks()`): after it, every
+    /// tenant is exact.
+    All,
+    /// Those that may hold charged objects (a refused charge): the threads whose object
+    /// stock was tagged for a tenant since a drain last found it settled, which the
+    /// allocator keeps on a list of its own. Enough for every object that a drain can ever
+    /// find with certainty; the one it may miss, a free preempted between its read of the
+    /// tag and its push across two barriers, [`ObjectDrain::All`] still finds.
+    Armed,
+    /// Those of [`ObjectDrain::Armed`] that stayed armed without a retag since the previous
+    /// call (the idle-stock decay, every 100 ms once many threads hold stocks): the charged
+    /// objects of threads that went idle go back within two passes, as their byte stocks
+    /// do. A busy thread that never retags is drained too, and settles once per two passes.
+    Idle,
+}
 
 /// Bytes the allocator holds for the program outside every tenant scope, by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -280,6 +299,13 @@ pub unsafe fn note_object_stock(id: ObjCgId) {
     }
 }
 
+/// Whether this thread's stock holds a slot for `id` now (a share of the stock budget for
+/// it): the allocator's object stock keeps a tenant's freed objects only then, so that it
+/// follows the same budget. A plain read of this thread's stock; never allocates.
+pub fn stock_holds(id: ObjCgId) -> bool {
+    crate::stock::holds(id)
+}
+
 /// Switches the idle-stock decay on (the default) or off. With more threads holding stocks
 /// than four per CPU, a background thread gives back, every 100 ms, the stocks of threads
 /// whose slow paths have not run since the previous pass, so that what stocks hold
@@ -303,6 +329,20 @@ pub fn note_object_drain_unsettled() {
 #[doc(hidden)]
 pub fn drain_walks() -> u64 {
     crate::drain::walks()
+}
+
+/// Stocks that drains walked so far, and how many stocks are on the list of those that
+/// may hold something now (tests: a refused charge walks those, not every thread).
+#[doc(hidden)]
+pub fn drain_visits() -> (u64, usize) {
+    crate::drain::visits()
+}
+
+/// Stock slots, all threads together, that may cache one tenant's objcg at once (4 per
+/// CPU): what stocks pre-charge for it stays under that times 256 KiB (tests).
+#[doc(hidden)]
+pub fn stock_budget_slots() -> u32 {
+    crate::objcg::hold_budget()
 }
 
 /// Bytes the objcg id table holds now (its chunks, directories and free lists): what dead
@@ -330,16 +370,17 @@ pub(crate) fn on_activate() {
 
 /// Registers the allocator's drain of pre-charged objects it caches per thread (objects
 /// kept charged to a tenant between a free and the next allocation, an object stock). Every
-/// drain of all stocks (`current_exact`, `drain_all_stocks`, a charge about to fail) calls it
-/// first, so those bytes are given back before the byte stocks are drained. The function must
+/// drain of the stocks (`current_exact`, `drain_all_stocks`, a charge about to fail, the
+/// idle-stock decay) calls it first, saying which threads' object stocks it needs
+/// ([`ObjectDrain`]), so those bytes are given back before the byte stocks are drained. The function must
 /// follow the hooks' rules: no allocation, no panic; it may call `uncharge`.
-pub fn set_object_drain(f: fn()) {
+pub fn set_object_drain(f: fn(ObjectDrain)) {
     let _ = OBJECT_DRAIN.set(f);
 }
 
-pub(crate) fn object_drain() {
+pub(crate) fn object_drain(which: ObjectDrain) {
     if let Some(f) = OBJECT_DRAIN.get() {
-        f();
+        f(which);
     }
 }
 

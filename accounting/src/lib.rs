@@ -17,10 +17,14 @@
 //!     bytes[i] >= n && stat delta stays small -> bytes[i] -= n; stats[i][idx] += n
 //!     in_cs = 0
 //!   miss -> charge::charge_slow                  #[cold] #[inline(never)]
+//!     a new slot takes a share of the objcg's stock budget (objcg::try_hold, 4 slots per
+//!     CPU for one objcg) and a place on the holding list (drain::join); without a share
+//!     only n is charged, straight to the counters;
 //!     refill a batch from counter::try_charge (CAS walk up the ancestors), evict LRU slot,
-//!     failure ladder: exact n -> drain::drain_all -> retry -> reclaim callback -> retry
-//!     -> (if a callback ran) drain::drain_all -> retry
-//!     (drain_all first calls the allocator's object drain, `hooks::set_object_drain`)
+//!     failure ladder: exact n -> drain (unless clean) -> retry -> reclaim callback -> retry
+//!     -> (if a callback ran) drain (unless clean) -> retry
+//!     (a drain walks the holding list, after the allocator's object drain of the threads
+//!     on its armed list, `hooks::set_object_drain`)
 //! hooks::uncharge(id, n, idx): the mirror image (stock::refill / charge::uncharge_slow).
 //! Tenant::charge / uncharge: the same paths on the slot's API pool, whose bytes hold no
 //! objcg refs (stock.rs).
@@ -31,6 +35,8 @@
 //!   membarrier handshake (drain.rs). Owner never uses atomic RMW on it.
 //! - `Counter` (counter.rs) and `Stats` (stat.rs) of a node: any thread, atomics, slow
 //!   paths only (batch refills, trims, flushes, drains).
+//! - An objcg's stock budget count (objcg.rs): any thread, one atomic when a stock slot is
+//!   made for it or taken; the holding list of stocks (drain.rs): under the registry lock.
 //! - `ObjCg` (objcg.rs): refs by any slow path; `tenant` written only in user context under
 //!   the tree lock (reparenting), read lock-free by slow paths that hold a ref.
 //! - Tree structure, names, objcg lists, reclaim callbacks (tenant.rs): user context only.

@@ -56,6 +56,12 @@ pub(crate) struct ObjCg {
     /// The node charged through this objcg (its creator, or an ancestor after reparenting),
     /// holding one strong reference on it.
     tenant: AtomicPtr<Node>,
+    /// Two uses that never overlap in time: while the objcg lives, the stock slots (any
+    /// thread) caching this id, each holding a share of the budget for what all stocks
+    /// together may pre-charge for it ([`ObjCg::try_hold`]); once it is a zombie (refs 0,
+    /// so no slot is left: a slot holds a ref, dropped after its share), the next id on the
+    /// zombie list. One field for both keeps a dead tenant's objcg at 32 bytes.
+    /// `holders <= hold_budget()` except for a moment inside `try_hold`.
     next_zombie: AtomicU32,
     /// Where this id sits in the `objcgs` list of the node `tenant` points at, so that
     /// freeing it does not search that list (a service whose dead queries' results are still
@@ -220,6 +226,8 @@ pub(crate) fn alloc(node: *const Node) -> Result<ObjCgId, IdsFull> {
     let oc = lookup(id).expect("the chunk was just mapped");
     oc.refs.store(1, Ordering::Relaxed);
     oc.readers.store(0, Ordering::Relaxed);
+    // The zombie link of the id's previous life: no slot holds the new objcg yet.
+    oc.next_zombie.store(0, Ordering::Relaxed);
     // Release: a thread that learns the id through a later synchronising operation sees the
     // fields above.
     oc.tenant.store(node as *mut Node, Ordering::Release);
@@ -325,8 +333,47 @@ impl ObjCg {
         }
     }
 
+    /// Takes one share of the stock budget for a new stock slot caching this id (`stock.rs`):
+    /// false, taking nothing, when `hold_budget()` slots (all threads together) hold it
+    /// already; the caller then charges the counters directly. The caller holds a ref on
+    /// the objcg. One atomic on the objcg's line, which the slot's ref takes anyway, on the
+    /// slow path that makes a slot.
+    pub(crate) fn try_hold(&self) -> bool {
+        // Relaxed: the count bounds how many slots exist, it orders nothing; a slot's bytes
+        // are published by the stock protocol (drain.rs). A plain load first: threads past
+        // the budget try on every charge, and would otherwise bounce the line with two
+        // read-modify-writes each.
+        if self.next_zombie.load(Ordering::Relaxed) >= hold_budget() {
+            return false;
+        }
+        let old = self.next_zombie.fetch_add(1, Ordering::Relaxed);
+        if old < hold_budget() {
+            return true;
+        }
+        self.next_zombie.fetch_sub(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Gives back the share of a slot that no longer caches this id (it was taken by its
+    /// owner, a drainer or the thread's exit). Before the slot's ref is put.
+    pub(crate) fn release_hold(&self) {
+        let old = self.next_zombie.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(old != 0, "objcg {} holders underflow", self.id);
+    }
+
+    /// Slots holding a share now (tests).
+    #[cfg(test)]
+    pub(crate) fn holders(&self) -> u32 {
+        self.next_zombie.load(Ordering::Relaxed)
+    }
+
     #[cold]
     fn push_zombie(&self) {
+        debug_assert_eq!(
+            self.next_zombie.load(Ordering::Relaxed),
+            0,
+            "a zombie held by a slot"
+        );
         let mut old = ZOMBIES.load(Ordering::Relaxed);
         loop {
             self.next_zombie.store(old as u32, Ordering::Relaxed);
@@ -355,6 +402,15 @@ impl ObjCg {
     pub(crate) fn refs(&self) -> u64 {
         self.refs.load(Ordering::Relaxed)
     }
+}
+
+/// Stock slots that may cache one objcg at once, all threads together: 4 per CPU. A slot
+/// holds at most `STOCK_HIGH` bytes in each of its two pools (`stock.rs`), 256 KiB, so what
+/// all stocks pre-charge for one objcg stays within 1 MiB per CPU however many threads
+/// there are, as the kernel's per-CPU stocks bound it by the CPUs (there: 64 pages per slot
+/// and CPU). Threads past the budget charge the counters directly (`charge.rs`).
+pub(crate) fn hold_budget() -> u32 {
+    4 * crate::sys::cpus()
 }
 
 /// Takes the whole zombie list. For each dead objcg calls `f(id, tenant, list_index)`

@@ -27,6 +27,14 @@
 //!   `ids`/`bytes`/`api`/`stats`/`dirty` once it saw `in_cs == 0` after setting `steal` and running
 //!   a remote barrier; `next` (the registry link); `seen` and `idle` (the idle-stock decay,
 //!   which also reads `clock` and `ids` without the protocol, only to choose).
+//! - `listed`, `hnext`, `hprev` (the list of stocks that may hold something, `drain.rs`):
+//!   written under the registry lock, by the owner when it joins the list before making a
+//!   slot, by a drainer when it leaves a stock empty (then within the steal protocol, so
+//!   an owner reads a stable `listed` inside its CS).
+//!
+//! And: `listed == false  =>  ids[i] == 0` for every `i`, whenever `in_cs == 0`. A slot is
+//! made only inside a CS that saw `listed` (`charge.rs`), and only a drainer that emptied
+//! every slot clears it, so the stocks off that list hold nothing and no drain visits them.
 //!
 //! All shared fields are atomics used with `Relaxed` loads/stores, which compile to plain
 //! moves: the fast path has no read-modify-write and touches only this thread's lines.
@@ -81,6 +89,10 @@ pub(crate) struct Stock {
     /// (`drain::drain_idle`). Under the registry lock.
     pub(crate) seen: AtomicU64,
     pub(crate) idle: AtomicBool,
+    /// On the list of stocks that may hold something, with its links (module docs).
+    pub(crate) listed: AtomicBool,
+    pub(crate) hnext: AtomicPtr<Stock>,
+    pub(crate) hprev: AtomicPtr<Stock>,
     stats: [[AtomicI32; NR_STAT]; NR_SLOTS],
     /// Per slot, which stat deltas may be non-zero, folded modulo 64 (module invariants):
     /// giving a slot back reads the few set ones instead of all `NR_STAT`, which a tenant
@@ -164,6 +176,9 @@ impl Stock {
             prev: AtomicPtr::new(core::ptr::null_mut()),
             seen: AtomicU64::new(0),
             idle: AtomicBool::new(false),
+            listed: AtomicBool::new(false),
+            hnext: AtomicPtr::new(core::ptr::null_mut()),
+            hprev: AtomicPtr::new(core::ptr::null_mut()),
             stats: [const { [const { AtomicI32::new(0) }; NR_STAT] }; NR_SLOTS],
             dirty: [const { AtomicU64::new(0) }; NR_SLOTS],
         }
@@ -355,6 +370,12 @@ impl Stock {
         self.clock.load(Relaxed)
     }
 
+    /// Whether this stock is on the list of stocks that may hold something: stable inside
+    /// the owner's CS, a hint outside it (module docs).
+    pub(crate) fn listed(&self) -> bool {
+        self.listed.load(Relaxed)
+    }
+
     /// Whether any slot caches an objcg (racy from another thread, as `clock`).
     pub(crate) fn holds_any(&self) -> bool {
         self.ids.iter().any(|id| id.load(Relaxed) != 0)
@@ -373,6 +394,8 @@ impl Stock {
                 && self.bytes[i].load(Relaxed) == 0
                 && self.api[i].load(Relaxed) == 0
         );
+        // Only a stock on the holding list gets a slot (module invariants).
+        debug_assert!(self.listed());
         self.ids[i].store(id, Relaxed);
         self.pool(i, pool).store(bytes, Relaxed);
         self.touch(i);
@@ -454,4 +477,10 @@ pub(crate) fn consume(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> bool {
 #[inline(always)]
 pub(crate) fn refill(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> bool {
     with_slot(id, |s, i| s.try_give(i, pool, n, idx))
+}
+
+/// Whether this thread's stock has a slot for `id` (outside the CS: a drainer may empty it
+/// meanwhile, so a hint).
+pub(crate) fn holds(id: ObjCgId) -> bool {
+    id != 0 && with_stock(|s| s.find(id).is_some())
 }

@@ -359,3 +359,37 @@ pub(crate) fn on_thread_exit(
 ) -> bool {
     false
 }
+
+/// The CPUs this process may run on (its affinity mask when it was first read), at least
+/// one. Read once with `sched_getaffinity` into a mask on the stack: no allocation, so the
+/// charge slow path may call it (`std::thread::available_parallelism` may allocate). A
+/// racing first call reads the same mask again.
+pub(crate) fn cpus() -> u32 {
+    use core::sync::atomic::AtomicU32;
+    static CPUS: AtomicU32 = AtomicU32::new(0);
+    let n = CPUS.load(Ordering::Relaxed);
+    if n != 0 {
+        return n;
+    }
+    let n = read_cpus().max(1);
+    CPUS.store(n, Ordering::Relaxed);
+    n
+}
+
+#[cfg(all(target_os = "linux", not(miri)))]
+fn read_cpus() -> u32 {
+    // SAFETY: `cpu_set_t` is plain bits, valid when zeroed; the call writes at most
+    // `size_of::<cpu_set_t>()` bytes into it and reads nothing else.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        if libc::sched_getaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set) as u32
+    }
+}
+
+#[cfg(not(all(target_os = "linux", not(miri))))]
+fn read_cpus() -> u32 {
+    1
+}

@@ -306,3 +306,58 @@ fn reparenting_waits_for_the_readers_of_the_dying_node() {
     unsafe { hooks::uncharge(id, 64, StatIdx::slab(1)) };
     assert_eq!(p.current_exact(), 0);
 }
+
+/// The stock budget: however many threads charge one tenant, at most `hold_budget()` stock
+/// slots cache its objcg (the others charge the counters directly), the holding list has
+/// only stocks that hold something, and a drain gives every share back.
+#[test]
+fn stock_budget_bounds_the_slots_of_one_tenant() {
+    let _serial = serial();
+    hooks::set_idle_decay(false);
+    let t = Tenant::new("budget");
+    let id = t.objcg_id();
+    let oc = objcg::lookup(id).unwrap();
+    let budget = objcg::hold_budget();
+    let threads = budget as usize * 3;
+    let charged = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
+    let done = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let (t, charged, done) = (t.clone(), charged.clone(), done.clone());
+            std::thread::spawn(move || {
+                for _ in 0..4 {
+                    assert!(charge(t.objcg_id(), 100, StatIdx::slab(0)));
+                }
+                charged.wait();
+                done.wait();
+                // The share goes back when the thread exits (the exit hooks).
+            })
+        })
+        .collect();
+    charged.wait();
+    // Every thread charged; `budget` of them cache the objcg, the others charged directly.
+    assert_eq!(oc.holders(), budget);
+    let (_, holding) = hooks::drain_visits();
+    assert!(
+        holding >= budget as usize,
+        "the holders are on the holding list"
+    );
+    assert!(t.current() <= threads as u64 * 400 + u64::from(budget) * 2 * STOCK_HIGH);
+    done.wait();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert_eq!(oc.holders(), 0, "exited threads gave their shares back");
+    assert_eq!(t.current(), threads as u64 * 400);
+    // Slots on this thread, then a drain: the share comes back with the slot.
+    assert!(charge(id, 100, StatIdx::slab(0)));
+    assert_eq!(oc.holders(), 1);
+    drain_all();
+    assert_eq!(oc.holders(), 0);
+    assert_eq!(t.current(), threads as u64 * 400 + 100);
+    // SAFETY: uncharges exactly what this test charged to the id above.
+    unsafe { hooks::uncharge(id, threads * 400 + 100, StatIdx::slab(0)) };
+    drain_all();
+    assert_eq!(t.current(), 0);
+    hooks::set_idle_decay(true);
+}

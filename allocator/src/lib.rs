@@ -25,6 +25,9 @@
 //! - a thread's [`thread_cache`] bins: only that thread (bin counts are read racily by
 //!   stats); a drainer also reads its tagged bins' counts and, under the thread's `stock`
 //!   lock, writes its tag (the object-stock protocol, [`object_stock`]);
+//! - the armed list of thread caches whose object stock may hold charged objects
+//!   (`object_stock::ArmedList`): its lock; a thread joins when it retags, a drainer takes
+//!   the list and puts back those still armed;
 //! - a cache's lists, transfer cache and slab descriptors: any thread, under the cache's
 //!   spin lock;
 //! - segment headers: written once at creation, read by any thread;

@@ -11,10 +11,13 @@
 //! Accounting consequences, the same as for the byte stocks:
 //! - objects in tagged bins count in their tenant's `current` and slab stats (pre-charged);
 //!   at most `tagged_max(c)` per class per thread (64 KiB or 1,024 objects, one object for
-//!   the classes above 64 KiB);
-//! - every drain of all stocks first uncharges every thread's tagged bins (idle threads
-//!   included; [`drain_all`], registered with the accounting), so `current_exact()` is exact
-//!   and no charge fails while other threads sit on such objects.
+//!   the classes above 64 KiB), and only in threads whose byte stock had a slot for the
+//!   tenant when they retagged (its stock budget, [`note_retag`]);
+//! - every drain of the stocks first uncharges the tagged bins of the threads that may hold
+//!   charged objects (the armed list, [`ArmedList`]; every thread for `current_exact()`,
+//!   idle threads included; [`drain_all`], registered with the accounting), so
+//!   `current_exact()` is exact and no charge fails while other threads sit on such
+//!   objects.
 //!
 //! Protocol. `tag` holds the tenant whose objects the tagged bins hold (low 32 bits), or
 //! `NO_TAG` (bins empty), with a drainer's `STEAL` or `DRAINED` bit. The owner's fast paths
@@ -74,7 +77,7 @@ use core::sync::atomic::Ordering;
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
 use crate::classes;
-use crate::lock::SpinGuard;
+use crate::lock::{SpinGuard, SpinLock};
 use crate::segment::FreeObj;
 use crate::size_class::{class_size, NUM_CLASSES};
 use crate::thread_cache::{self, ThreadCache};
@@ -246,7 +249,29 @@ fn tag_alive(t: u64) -> bool {
 /// Just before a retag, under the thread's `stock` lock (which a drain of this object stock
 /// takes): the accounting learns that this thread may keep `cg`'s freed objects charged, so
 /// that a refused charge of that tenant drains stocks again.
+///
+/// The object stock follows the byte stock's budget (the accounting's stock budget: 4
+/// slots per CPU for one tenant, all threads together): a thread keeps `cg`'s freed objects
+/// only if its byte stock holds a slot for `cg` now (it just charged the allocation that
+/// missed). Else its tagged bins get no capacity until the next retag, and it stays off the
+/// armed list: so thousands of threads that served one tenant leave about as many armed
+/// caches as the budget has slots, and a refusal's drain visits those, not every thread.
 fn note_retag(cg: ObjCgId) {
+    thread_cache::with(|tc| {
+        // Tagged bins that still hold objects at a retag (both retags here empty them
+        // first; one that handed the objects over in place would not) hold charged objects
+        // of `cg` from now on, which drains must find: then the thread keeps caching and
+        // is armed whatever the budget says. The scan only runs past the budget.
+        let caching = hooks::stock_holds(cg) || tc.bins.iter().any(|b| b.tagged.count() != 0);
+        set_caching(tc, caching);
+        // On the armed list first, then the record: a refusal's drain that missed this
+        // thread (it took the list before we joined it) started before the record's read,
+        // so the record is at least its generation and it completes nothing for `cg` (see
+        // `ArmedList`).
+        if caching {
+            arm(tc);
+        }
+    });
     // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
     // it), so its tenant is alive.
     unsafe { hooks::note_object_stock(cg) };
@@ -481,14 +506,241 @@ pub fn give_back_orphan(tc: &ThreadCache) {
     give_back(&taken, GiveTo::Slabs);
 }
 
-/// Uncharges every thread's tagged objects (idle threads included) without touching their
-/// bins (module docs). Registered with the accounting, which calls it at the start of every
-/// drain of all stocks.
-pub fn drain_all() {
+/// `ThreadCache::armed`: off the armed list.
+pub const UNARMED: u8 = 0;
+/// On the armed list.
+const LISTED: u8 = 1;
+/// Taken off it by the drainer now at work, which puts it back or leaves it off.
+const HELD: u8 = 2;
+
+/// The armed list: the thread caches whose object stock may hold charged objects, so that a
+/// refused charge drains those (`ObjectDrain::Armed`) instead of every thread's, which costs
+/// a lock and a read of 52 bins per thread (1 ms at 4,000 idle threads).
+///
+/// A thread joins when it retags (`note_retag`, under its `stock` lock, before the tag is
+/// set and before the accounting records the retag). A drain takes the whole list (`HELD`),
+/// and after its passes puts back, each under its `stock` lock, those that may still hold
+/// charged objects: a tag without `DRAINED` (bins that a free may push to), or `DRAINED`
+/// with a racing push found in the last pass. It leaves off those untagged and those
+/// `DRAINED` that a pass after a second barrier found settled: their bins hold no charged
+/// object, and no free pushes to them (their tag has `DRAINED`) until the owner settles and
+/// retags, which arms it again.
+///
+/// What this gives up: a free that read the tag before a drain's `STEAL`, and was
+/// preempted before its push across both barriers of that drain, pushes a charged object
+/// to a thread off the list. The refusal path's drains then miss that object until the
+/// owner settles (its next allocation or free off the fast path); `ObjectDrain::All`
+/// (`current_exact()`, `stat()`, `drain_all_stocks()`) still re-reads every `DRAINED`
+/// thread and finds it. The drain generations tolerated the same window before (a drain
+/// that found no growth completed, and later refusals skipped every walk).
+///
+/// Invariant (under the list's lock): `armed == LISTED` exactly for the caches linked from
+/// `head` through `anext` (with `aprev` the reverse links); `armed == HELD` only while the
+/// drainer that took them holds the thread registry's lock, so no `HELD` cache exits.
+/// Lock order: thread registry, then a thread's `stock`, then this list.
+struct ArmedList {
+    head: *mut ThreadCache,
+}
+
+// SAFETY: the pointers name live threads' caches (a cache leaves the list before its thread
+// exits, `disarm`), followed only under the list's lock or by the drainer holding them.
+unsafe impl Send for ArmedList {}
+
+static ARMED: SpinLock<ArmedList> = SpinLock::new(ArmedList {
+    head: core::ptr::null_mut(),
+});
+
+/// Links `tc` at the head of the list, as `LISTED`. Under the list's lock (`a`).
+fn push_armed(a: &mut ArmedList, tc: &ThreadCache) {
+    let me = tc as *const ThreadCache as *mut ThreadCache;
+    tc.aprev.store(core::ptr::null_mut(), Ordering::Relaxed);
+    tc.anext.store(a.head, Ordering::Relaxed);
+    // SAFETY: the head is a listed cache, valid under the lock (list invariant).
+    if let Some(h) = unsafe { a.head.as_ref() } {
+        h.aprev.store(me, Ordering::Relaxed);
+    }
+    a.head = me;
+    tc.armed.store(LISTED, Ordering::Relaxed);
+}
+
+/// Gives this thread's tagged bins their capacity (`caching`), or none. Under the thread's
+/// `stock` lock, at a retag; without capacity only when the tagged bins are empty (so
+/// `caching == false  =>  every tagged bin is empty`, as pushes then fail); a store per
+/// class only when the state changes.
+fn set_caching(tc: &ThreadCache, caching: bool) {
+    debug_assert!(caching || tc.bins.iter().all(|b| b.tagged.count() == 0));
+    if tc.caching.load(Ordering::Relaxed) == caching {
+        return;
+    }
+    tc.caching.store(caching, Ordering::Relaxed);
+    for (c, b) in tc.bins.iter().enumerate() {
+        b.tagged
+            .set_capacity(if caching { tagged_max(c) } else { 0 });
+    }
+}
+
+/// Puts this thread's cache on the armed list unless it is on it, or held by a drainer
+/// (which decides under the `stock` lock that the caller holds, so after this retag).
+///
+/// A retag is activity: the idle decay leaves this cache for two more of its passes. A
+/// thread that retags often (a tenant per request) finds itself on the list and takes no
+/// lock: the read of `armed` under the caller's `stock` lock is exact enough, since every
+/// change to `UNARMED` is made under that lock too, and a stale `LISTED` is a cache that a
+/// drainer holds and decides on under that lock, after this retag.
+fn arm(tc: &ThreadCache) {
+    if tc.aged.load(Ordering::Relaxed) {
+        tc.aged.store(false, Ordering::Relaxed);
+    }
+    if tc.armed.load(Ordering::Relaxed) != UNARMED {
+        return;
+    }
+    let mut a = ARMED.lock();
+    if tc.armed.load(Ordering::Relaxed) == UNARMED {
+        push_armed(&mut a, tc);
+    }
+}
+
+/// Takes `tc` off the armed list (thread exit), under the thread registry's lock, so no
+/// drainer holds it.
+pub(crate) fn disarm(tc: &ThreadCache) {
+    let mut a = ARMED.lock();
+    debug_assert!(tc.armed.load(Ordering::Relaxed) != HELD);
+    if tc.armed.load(Ordering::Relaxed) == LISTED {
+        let (next, prev) = (
+            tc.anext.load(Ordering::Relaxed),
+            tc.aprev.load(Ordering::Relaxed),
+        );
+        // SAFETY: the neighbours are listed caches, valid under the lock.
+        unsafe {
+            match prev.as_ref() {
+                None => a.head = next,
+                Some(p) => p.anext.store(next, Ordering::Relaxed),
+            }
+            if let Some(n) = next.as_ref() {
+                n.aprev.store(prev, Ordering::Relaxed);
+            }
+        }
+    }
+    tc.armed.store(UNARMED, Ordering::Relaxed);
+}
+
+/// Fork support: the armed list's lock is held across `fork` (after the thread registry's).
+pub(crate) fn fork_prepare_armed() {
+    ARMED.lock_raw();
+}
+
+/// Fork support, parent side.
+///
+/// # Safety
+/// After [`fork_prepare_armed`] in this thread.
+pub(crate) unsafe fn fork_parent_armed() {
+    // SAFETY: forwarded contract.
+    unsafe { ARMED.unlock_raw() };
+}
+
+/// Fork support, child side: the list keeps only the forking thread's cache (`own`), if it
+/// is live and tagged.
+///
+/// # Safety
+/// After [`fork_prepare_armed`], in the child (single-threaded).
+pub(crate) unsafe fn fork_child_armed(own: &ThreadCache, live: bool) {
+    // SAFETY: forwarded contract.
+    unsafe { ARMED.unlock_raw() };
+    let mut a = ARMED.lock();
+    a.head = core::ptr::null_mut();
+    own.armed.store(UNARMED, Ordering::Relaxed);
+    if live && own.tag.load(Ordering::Relaxed) & NO_TAG == 0 {
+        push_armed(&mut a, own);
+    }
+}
+
+/// Takes the whole armed list for a drain: every cache on it becomes `HELD`, and the chain
+/// keeps its `anext` links. Under the thread registry's lock.
+fn take_armed(_threads: &thread_cache::Threads) -> *mut ThreadCache {
+    let mut a = ARMED.lock();
+    let head = core::mem::replace(&mut a.head, core::ptr::null_mut());
+    let mut p = head;
+    // SAFETY: listed caches are valid under the lock.
+    while let Some(tc) = unsafe { p.as_ref() } {
+        tc.armed.store(HELD, Ordering::Relaxed);
+        p = tc.anext.load(Ordering::Relaxed);
+    }
+    head
+}
+
+/// The idle decay's choice from a chain of held caches: those it saw at its previous pass
+/// with no retag since (`aged`), in a chain of their own, still held. The others are marked
+/// and put back on the list.
+fn take_aged(held: *mut ThreadCache) -> *mut ThreadCache {
+    let mut chosen: *mut ThreadCache = core::ptr::null_mut();
+    for_each_held(held, |tc| {
+        if tc.aged.load(Ordering::Relaxed) {
+            tc.anext.store(chosen, Ordering::Relaxed);
+            chosen = tc as *const ThreadCache as *mut ThreadCache;
+        } else {
+            tc.aged.store(true, Ordering::Relaxed);
+            push_armed(&mut ARMED.lock(), tc);
+        }
+    });
+    chosen
+}
+
+/// Calls `f` on each cache of a chain from [`take_armed`]; `f` may relink the cache it is
+/// given (its link is read first).
+fn for_each_held(head: *mut ThreadCache, mut f: impl FnMut(&ThreadCache)) {
+    let mut p = head;
+    // SAFETY: held caches cannot exit while the caller holds the thread registry's lock,
+    // and only this drainer follows or changes their links until it puts them back.
+    while let Some(tc) = unsafe { p.as_ref() } {
+        p = tc.anext.load(Ordering::Relaxed);
+        f(tc);
+    }
+}
+
+/// Uncharges the tagged objects of every thread (`ObjectDrain::All`, idle threads included)
+/// or of those on the armed list (`ObjectDrain::Armed`), without touching their bins
+/// (module docs). Registered with the accounting, which calls it at the start of every
+/// drain of the stocks. Three passes over the chosen threads, each under the thread's
+/// `stock` lock:
+/// 1. `STEAL` on the tagged ones;
+/// 2. after a barrier: uncharge what their bins count and set `DRAINED` (or, for a thread
+///    drained before, uncharge what a racing free pushed since);
+/// 3. after a second barrier (only if some thread is `DRAINED`): the same re-read for the
+///    `DRAINED` ones, which settles them: a free that read the tag before `STEAL` and was
+///    running has pushed by then. Growth found here leaves this drain incomplete
+///    (`hooks::note_object_drain_unsettled`), as the next one must look again. The armed
+///    list is rebuilt in this pass (`ArmedList`).
+pub fn drain_all(which: hooks::ObjectDrain) {
     let own = thread_cache::with(|tc| tc as *const ThreadCache);
-    // One registry lock hold for both passes: no thread joins or leaves in between.
+    // One registry lock hold for every pass: no thread joins or leaves in between.
     let threads = thread_cache::Threads::lock();
-    threads.for_each(|tc| {
+    let mut held = take_armed(&threads);
+    if which == hooks::ObjectDrain::Idle {
+        held = take_aged(held);
+    }
+    let walk = |f: &mut dyn FnMut(&ThreadCache)| match which {
+        hooks::ObjectDrain::All => threads.for_each(f),
+        hooks::ObjectDrain::Armed | hooks::ObjectDrain::Idle => for_each_held(held, f),
+    };
+    // This thread is here, not in a fast path: it gives its own objects back directly.
+    // SAFETY: `own` is this thread's cache, which outlives the call.
+    let own_tc = unsafe { &*own };
+    if thread_cache::is_live(own_tc) {
+        give_back_own(own_tc);
+    }
+    let only_own = held.is_null()
+        || (core::ptr::eq(held, own) && own_tc.anext.load(Ordering::Relaxed).is_null());
+    if which != hooks::ObjectDrain::All && only_own {
+        // Nothing armed but this thread's own cache, given back above (untagged): it leaves
+        // the list, and no barrier is needed.
+        if !held.is_null() {
+            debug_assert!(own_tc.tag.load(Ordering::Relaxed) & NO_TAG != 0);
+            let _a = ARMED.lock();
+            own_tc.armed.store(UNARMED, Ordering::Relaxed);
+        }
+        return;
+    }
+    walk(&mut |tc| {
         if core::ptr::eq(tc, own) {
             return;
         }
@@ -499,10 +751,9 @@ pub fn drain_all() {
         }
     });
     let remote = hooks::remote_barrier();
-    threads.for_each(|tc| {
+    let mut drained = false;
+    walk(&mut |tc| {
         if core::ptr::eq(tc, own) {
-            // Not in a fast path: this thread is here.
-            give_back_own(tc);
             return;
         }
         let mut tenant = 0;
@@ -520,35 +771,100 @@ pub fn drain_all() {
                 }
                 tc.tag.store(t & !STEAL | DRAINED, Ordering::Relaxed);
                 tenant = (t & TENANT) as ObjCgId;
-                // A free that read the tag before STEAL may still push: the next drain
-                // must look again, so this one leaves its generation incomplete.
-                hooks::note_object_drain_unsettled();
+                // A free that read the tag before STEAL may still push: pass 3 looks again.
+                drained = true;
             } else if t & DRAINED != 0 {
-                // Drained before: uncharge what a free racing that drain pushed since. A
-                // count below `rec` is an allocation putting its pop back; it is ignored.
-                for (c, n) in counts.iter_mut().enumerate() {
-                    let now = tc.bins[c].tagged.count();
-                    if now > d.rec[c] {
-                        *n = now - d.rec[c];
-                        d.rec[c] = now;
-                    }
-                }
-                if counts.iter().any(|&n| n != 0) {
-                    hooks::note_object_drain_unsettled();
-                }
-                tenant = (t & TENANT) as ObjCgId;
+                tenant = regrown(tc, &mut d, &mut counts);
+                drained = true;
             }
         }
-        if tenant != 0 {
-            for (c, &n) in counts.iter().enumerate() {
-                if n > 0 {
-                    // SAFETY: the n slots counted in the owner's tagged bin are charged to
-                    // the tag's tenant, and no one else uncharges them (module docs).
-                    unsafe {
-                        hooks::uncharge(tenant, n as usize * class_size(c), StatIdx::slab(c))
-                    };
-                }
-            }
-        }
+        uncharge_counts(tenant, &counts);
     });
+    // Pass 3 re-reads only after a second barrier; without one, a `DRAINED` thread is
+    // not known settled, and this drain completes nothing.
+    let recheck = drained && remote && hooks::remote_barrier();
+    if drained && !recheck {
+        hooks::note_object_drain_unsettled();
+    }
+    let mut pass3 = |tc: &ThreadCache| {
+        // Without the lock: only a drainer (this one, under the registry lock) sets
+        // `DRAINED` or `HELD`, so a thread that has neither now has nothing for this pass.
+        if tc.armed.load(Ordering::Relaxed) != HELD && tc.tag.load(Ordering::Relaxed) & DRAINED == 0
+        {
+            return;
+        }
+        let mut tenant = 0;
+        let mut counts = [0u32; NUM_CLASSES];
+        {
+            let mut d = tc.stock.lock();
+            let t = tc.tag.load(Ordering::Relaxed);
+            let mut settled = true;
+            if recheck && t & DRAINED != 0 && !core::ptr::eq(tc, own) {
+                tenant = regrown(tc, &mut d, &mut counts);
+                if tenant != 0 {
+                    hooks::note_object_drain_unsettled();
+                    settled = false;
+                }
+            } else if t & DRAINED != 0 {
+                settled = false;
+            }
+            if tc.armed.load(Ordering::Relaxed) == HELD {
+                // Off the list: untagged, without capacity (its bins stay empty), or
+                // `DRAINED` and settled (`ArmedList`).
+                let keep = t & NO_TAG == 0
+                    && tc.caching.load(Ordering::Relaxed)
+                    && (t & DRAINED == 0 || !settled);
+                let mut a = ARMED.lock();
+                if keep {
+                    push_armed(&mut a, tc);
+                } else {
+                    tc.armed.store(UNARMED, Ordering::Relaxed);
+                }
+            }
+        }
+        uncharge_counts(tenant, &counts);
+    };
+    match which {
+        hooks::ObjectDrain::All => {
+            threads.for_each(&mut pass3);
+            // Held caches not registered cannot be: a cache leaves the list before the
+            // registry (`disarm`), so every one was visited above.
+        }
+        hooks::ObjectDrain::Armed | hooks::ObjectDrain::Idle => for_each_held(held, pass3),
+    }
+}
+
+/// For a `DRAINED` thread, under its `stock` lock (`d`): the growth of each tagged bin since
+/// the drainer's record (a free racing that drain pushed), recorded in `d.rec`, into
+/// `counts`. Returns the tag's tenant if anything grew, else 0. A count below `rec` is an
+/// allocation putting its pop back; it is ignored.
+fn regrown(tc: &ThreadCache, d: &mut Drained, counts: &mut [u32; NUM_CLASSES]) -> ObjCgId {
+    let mut grew = false;
+    for (c, n) in counts.iter_mut().enumerate() {
+        let now = tc.bins[c].tagged.count();
+        if now > d.rec[c] {
+            *n = now - d.rec[c];
+            d.rec[c] = now;
+            grew = true;
+        }
+    }
+    if grew {
+        (tc.tag.load(Ordering::Relaxed) & TENANT) as ObjCgId
+    } else {
+        0
+    }
+}
+
+/// Uncharges `counts[c]` objects of each class `c` from `tenant` (nothing when 0).
+fn uncharge_counts(tenant: ObjCgId, counts: &[u32; NUM_CLASSES]) {
+    if tenant == 0 {
+        return;
+    }
+    for (c, &n) in counts.iter().enumerate() {
+        if n > 0 {
+            // SAFETY: the n slots counted in the owner's tagged bin are charged to the tag's
+            // tenant, and no one else uncharges them (module docs).
+            unsafe { hooks::uncharge(tenant, n as usize * class_size(c), StatIdx::slab(c)) };
+        }
+    }
 }

@@ -19,7 +19,9 @@
 
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 use crate::cache::CacheCore;
 use crate::classes;
@@ -60,6 +62,11 @@ impl Bin {
             count: AtomicU32::new(0),
             max: Cell::new(0),
         }
+    }
+
+    /// Sets how many slots the bin may hold (its owner thread, off the fast paths).
+    pub(crate) fn set_capacity(&self, n: u32) {
+        self.max.set(n);
     }
 
     /// Pops a slot, or returns null when the bin is empty.
@@ -283,6 +290,18 @@ pub struct ThreadCache {
     state: Cell<u8>,
     next: AtomicPtr<ThreadCache>,
     prev: AtomicPtr<ThreadCache>,
+    /// The list of thread caches whose object stock may hold charged objects, and where this
+    /// one is on it (`object_stock::Armed`): under that list's lock.
+    pub(crate) armed: AtomicU8,
+    /// Whether the idle decay saw this cache on the armed list at its previous pass with no
+    /// retag since (`object_stock::drain_all`, `ObjectDrain::Idle`).
+    pub(crate) aged: AtomicBool,
+    /// Whether the tagged bins may hold objects (their capacity is `tagged_max`, else 0):
+    /// false while the thread's tag is a tenant whose stock budget it has no share of
+    /// (`object_stock::note_retag`). Written by the owner under `stock`.
+    pub(crate) caching: AtomicBool,
+    pub(crate) anext: AtomicPtr<ThreadCache>,
+    pub(crate) aprev: AtomicPtr<ThreadCache>,
 }
 
 impl ThreadCache {
@@ -299,6 +318,11 @@ impl ThreadCache {
             state: Cell::new(UNINIT),
             next: AtomicPtr::new(ptr::null_mut()),
             prev: AtomicPtr::new(ptr::null_mut()),
+            armed: AtomicU8::new(crate::object_stock::UNARMED),
+            aged: AtomicBool::new(false),
+            caching: AtomicBool::new(true),
+            anext: AtomicPtr::new(ptr::null_mut()),
+            aprev: AtomicPtr::new(ptr::null_mut()),
         }
     }
 
@@ -575,6 +599,8 @@ fn registry_insert(tc: &ThreadCache) {
 
 fn registry_remove(tc: &ThreadCache) {
     let mut r = REGISTRY.lock();
+    // Under the registry lock, so no drainer holds it off the armed list.
+    crate::object_stock::disarm(tc);
     let next = tc.next.load(Ordering::Relaxed);
     let prev = tc.prev.load(Ordering::Relaxed);
     // SAFETY: neighbours are live registered caches (under the lock).
@@ -646,6 +672,7 @@ pub fn for_each_bin_count(mut f: impl FnMut(usize, bool, u32)) {
 /// Fork support: hold the registry lock across `fork`.
 pub fn fork_prepare() {
     REGISTRY.lock_raw();
+    crate::object_stock::fork_prepare_armed();
 }
 
 /// Fork support, parent side.
@@ -654,7 +681,10 @@ pub fn fork_prepare() {
 /// After [`fork_prepare`] in this thread.
 pub unsafe fn fork_parent() {
     // SAFETY: forwarded contract.
-    unsafe { REGISTRY.unlock_raw() };
+    unsafe {
+        crate::object_stock::fork_parent_armed();
+        REGISTRY.unlock_raw()
+    };
 }
 
 /// Fork support, child side: only the forking thread survives, so the registry is reduced to
@@ -682,6 +712,8 @@ pub unsafe fn fork_child() {
     r.head = ptr::null_mut();
     drop(r);
     with(|tc| {
+        // SAFETY: after fork_prepare, in the child, as this function requires.
+        unsafe { crate::object_stock::fork_child_armed(tc, tc.state.get() == LIVE) };
         if tc.state.get() == LIVE {
             registry_insert(tc);
         }
