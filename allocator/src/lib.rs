@@ -42,6 +42,7 @@ pub mod global;
 pub mod large;
 pub mod lock;
 pub mod object_stock;
+pub mod raw;
 pub mod segment;
 pub mod size_class;
 pub mod slab;
