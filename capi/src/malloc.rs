@@ -155,7 +155,10 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 /// `out` must be null or valid for a pointer write.
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    if out.is_null() || !align.is_power_of_two() || align % core::mem::size_of::<usize>() != 0 {
+    if out.is_null()
+        || !align.is_power_of_two()
+        || !align.is_multiple_of(core::mem::size_of::<usize>())
+    {
         return libc::EINVAL;
     }
     let p = if align <= 16 {

@@ -401,9 +401,11 @@ pub unsafe extern "C" fn slabcg_enter(t: *const CTenant, out: *mut *mut CScope) 
 /// The first charge or uncharge on a thread registers its stock for thread exit, which goes
 /// through the C runtime's `__cxa_thread_atexit_impl` and `pthread_setspecific`: both may
 /// call `calloc`, which in this library is slabcg's. Done from inside a tenant's charge,
-/// that `calloc` would charge the same tenant and re-enter the registration. An uncharge of
-/// 0 bytes here registers the stock first, its `calloc` going to the root; it changes no
-/// counter.
+/// that `calloc` would charge the same tenant and re-enter the registration, without end (a
+/// thread whose first act is `slabcg_enter` then `malloc` died of a stack overflow before
+/// this). An uncharge of 0 bytes here registers the stock first, its `calloc` going to the
+/// root; it changes no counter. Threads that only free charged blocks register from the
+/// root scope anyway.
 fn prepare_thread(t: &Tenant) {
     use core::cell::Cell;
     thread_local! {
