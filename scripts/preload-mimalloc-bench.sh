@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The C workloads of mimalloc-bench under LD_PRELOAD: slabcg against Debian's mimalloc and
+# jemalloc (and glibc's malloc, "sys"), runs alternated, medians of time and peak RSS.
+#
+#   scripts/preload-mimalloc-bench.sh /path/to/mimalloc-bench [ROUNDS] [TEST...]
+#
+# The checkout is not part of this repository (get it from github.com/daanx/mimalloc-bench);
+# only its bench/ sources are used, built here with gcc/g++ as its CMakeLists.txt does.
+# Each program's exit status must be 0, and the deterministic ones (cfrac, espresso, barnes)
+# must print what they print with glibc's malloc (espresso prints nothing: exit status only). Prints a markdown table: the score is the
+# wall time, or for the fixed-duration benchmarks mimalloc-bench's "relative time" from the
+# program's own throughput (larson, rptest, xmalloc-test, glibc-thread); lower is better.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+mb="${1:?usage: $0 MIMALLOC_BENCH_CHECKOUT [ROUNDS] [TEST...]}"
+mb="$(cd "$mb" && pwd)"
+rounds="${2:-3}"
+shift $(( $# >= 2 ? 2 : 1 ))
+procs="$(nproc)"
+lib_mi=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2
+lib_je=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+if [ ! -e "$lib_mi" ] || [ ! -e "$lib_je" ] || [ ! -x /usr/bin/time ]; then
+  apt-get install -y -q libmimalloc2.0 libjemalloc2 time >/dev/null
+fi
+(cd "$root" && cargo build -q --release -p slabcg-capi)
+lib_slabcg="$root/target/release/libslabcg.so"
+
+b="$mb/bench"
+out="$mb/out-slabcg"
+mkdir -p "$out"
+cflags="-O3 -DNDEBUG -w"
+build() { # name, compiler and arguments
+  local name="$1"; shift
+  [ -x "$out/$name" ] || "$@" -o "$out/$name"
+}
+build cfrac gcc $cflags -std=gnu89 -DNOMEMOPT=1 $(for f in cfrac pops pconst pio pabs pneg pcmp podd phalf padd psub pmul pdivmod psqrt ppowmod atop ptoa itop utop ptou errorp pfloat pidiv pimod picmp primes pcfrac pgcd; do echo "$b/cfrac/$f.c"; done) -lm
+build espresso gcc $cflags -std=gnu89 $(ls "$b"/espresso/*.c) -lm
+build barnes gcc $cflags -std=gnu89 "$b"/barnes/{code,code_io,load,grav,getparam,util}.c -lm
+build larson g++ $cflags -DCPP=1 "$b/larson/larson.cpp" -lpthread
+build alloc-test g++ $cflags -DBENCH=4 "$b/alloc-test/test_common.cpp" "$b/alloc-test/allocator_tester.cpp" -lpthread
+build cache-scratch g++ $cflags "$b/cache-scratch/cache-scratch.cpp" -lpthread
+build xmalloc-test gcc $cflags "$b/xmalloc-test/xmalloc-test.c" -lpthread
+build malloc-large g++ $cflags "$b/malloc-large/malloc-large.cpp" -lpthread
+build mstress gcc $cflags "$b/mstress/mstress.c" -lpthread
+build rptest gcc $cflags -I"$b/rptest" "$b"/rptest/{rptest,thread,timer}.c -lpthread -lm
+build glibc-simple gcc $cflags "$b/glibc-bench/bench-malloc-simple.c" -lpthread
+build glibc-thread gcc $cflags "$b/glibc-bench/bench-malloc-thread.c" -lpthread
+
+declare -A cmd=(
+  [cfrac]="./cfrac 17545186520507317056371138836327483792789528"
+  [espresso]="./espresso $b/espresso/largest.espresso"
+  [barnes]="./barnes"
+  [larsonN]="./larson 5 8 1000 5000 100 4141 $procs"
+  [alloc-test1]="./alloc-test 1"
+  [alloc-testN]="./alloc-test $procs"
+  [cache-scratch1]="./cache-scratch 1 1000 1 2000000 $procs"
+  [cache-scratchN]="./cache-scratch $procs 1000 1 2000000 $procs"
+  [xmalloc-testN]="./xmalloc-test -w $procs -t 5 -s 64"
+  [malloc-large]="./malloc-large"
+  [mstressN]="./mstress $procs 50 25"
+  [rptestN]="./rptest $procs 0 1 2 500 1000 100 8 16000"
+  [glibc-simple]="./glibc-simple"
+  [glibc-thread]="./glibc-thread $procs"
+)
+tests=("$@")
+[ ${#tests[@]} -gt 0 ] || tests=(cfrac espresso barnes larsonN alloc-test1 alloc-testN cache-scratch1 cache-scratchN xmalloc-testN malloc-large mstressN rptestN glibc-simple glibc-thread)
+allocs=(slabcg mimalloc jemalloc sys)
+declare -A lib=([slabcg]="$lib_slabcg" [mimalloc]="$lib_mi" [jemalloc]="$lib_je" [sys]="")
+
+res="$out/results.txt"
+: > "$res"
+cd "$out"
+for ((r = 0; r < rounds; r++)); do
+  for t in "${tests[@]}"; do
+    # Alternate: each round starts with the next allocator.
+    for ((k = 0; k < ${#allocs[@]}; k++)); do
+      a="${allocs[$(( (k + r) % ${#allocs[@]} ))]}"
+      input=/dev/null
+      [ "$t" = barnes ] && input="$b/barnes/input"
+      status=0
+      env ${lib[$a]:+LD_PRELOAD=${lib[$a]}} /usr/bin/time -f "%e %M" -o "$t-$a.time" \
+        ${cmd[$t]} < "$input" > "$t-$a.out" 2>&1 || status=$?
+      read -r secs rss < "$t-$a.time" || true
+      score="$secs"
+      case "$t" in
+        larson*) score=$(sed -n 's/.* time: \([0-9.]*\).*/\1/p' "$t-$a.out") ;;
+        rptest*) score=$(sed -n 's/.*\.\.\.\([0-9]*\) memory ops.*/\1/p' "$t-$a.out" | awk '{printf "%.3f", 2000000 / $1}') ;;
+        xmalloc*) score=$(sed -n 's/rtime: \([0-9.]*\).*/\1/p' "$t-$a.out") ;;
+        glibc-thread) score=$(sed -n 's/^ *\([0-9.]*\).*/\1/p' "$t-$a.out" | head -1 | awk '{printf "%.3f", 1e9 / $1}') ;;
+      esac
+      ok=ok
+      [ "$status" = 0 ] || ok="exit-$status"
+      case "$t" in
+        cfrac|espresso|barnes)
+          # Deterministic output (barnes: without its timing line) must match glibc's.
+          if [ "$a" != sys ] && [ -e "$t-sys.ref" ]; then
+            grep -v -i "time" "$t-$a.out" | cmp -s - "$t-sys.ref" || ok=wrong-output
+          fi
+          if [ "$a" = sys ]; then grep -v -i "time" "$t-sys.out" > "$t-sys.ref" || true; fi ;;
+      esac
+      echo "$t $a ${score:-nan} $rss $ok" | tee -a "$res"
+    done
+  done
+done
+
+python3 - "$res" <<'PY'
+import sys, math, statistics, collections
+rows = collections.defaultdict(list)
+bad = []
+for line in open(sys.argv[1]):
+    t, a, score, rss, ok = line.split()
+    rows[(t, a)].append((float(score), int(rss)))
+    if ok != "ok":
+        bad.append(line.strip())
+tests = list(dict.fromkeys(t for t, _ in rows))
+allocs = ["slabcg", "mimalloc", "jemalloc", "sys"]
+med = {k: (statistics.median(s for s, _ in v), statistics.median(m for _, m in v)) for k, v in rows.items()}
+print("| workload | slabcg | mimalloc | jemalloc | glibc | slabcg / best peer | peak RSS MiB slabcg / mi / je / glibc |")
+print("|---|---|---|---|---|---|---|")
+logs = []
+for t in tests:
+    s = {a: med[(t, a)] for a in allocs if (t, a) in med}
+    best = min(s[a][0] for a in ("mimalloc", "jemalloc") if a in s)
+    ratio = s["slabcg"][0] / best if best > 0 else float("nan")
+    logs.append(math.log(ratio))
+    print(f"| {t} | " + " | ".join(f"{s[a][0]:.3f}" for a in allocs) + f" | {ratio:.2f}x | "
+          + " / ".join(f"{s[a][1] / 1024:.1f}" for a in allocs) + " |")
+print(f"\ngeometric mean of slabcg / best peer: {math.exp(sum(logs) / len(logs)):.3f}x over {len(logs)} workloads")
+print("failures:", "none" if not bad else "; ".join(bad))
+PY
