@@ -6,24 +6,18 @@
 #
 # The checkout is not part of this repository (get it from github.com/daanx/mimalloc-bench);
 # only its bench/ sources are used, built here with gcc/g++ as its CMakeLists.txt does.
-# Each program's exit status must be 0, and the deterministic ones (cfrac, espresso, barnes)
-# must print what they print with glibc's malloc (espresso prints nothing: exit status only). Prints a markdown table: the score is the
-# wall time, or for the fixed-duration benchmarks mimalloc-bench's "relative time" from the
-# program's own throughput (larson, rptest, xmalloc-test, glibc-thread); lower is better.
+# Each program's exit status must be 0, and the deterministic ones (cfrac, barnes) must
+# print what they print with glibc's malloc (espresso prints nothing: exit status only).
+# Prints a markdown table: the score is the wall time, or for the fixed-duration benchmarks
+# mimalloc-bench's "relative time" from the program's own throughput (larson, rptest,
+# xmalloc-test, glibc-thread); lower is better. SLABCG_LIB=path: see preload-common.sh.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
 mb="${1:?usage: $0 MIMALLOC_BENCH_CHECKOUT [ROUNDS] [TEST...]}"
 mb="$(cd "$mb" && pwd)"
 rounds="${2:-3}"
 shift $(( $# >= 2 ? 2 : 1 ))
 procs="$(nproc)"
-lib_mi=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2
-lib_je=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
-if [ ! -e "$lib_mi" ] || [ ! -e "$lib_je" ] || [ ! -x /usr/bin/time ]; then
-  apt-get install -y -q libmimalloc2.0 libjemalloc2 time >/dev/null
-fi
-(cd "$root" && cargo build -q --release -p slabcg-capi)
-lib_slabcg="$root/target/release/libslabcg.so"
+source "$(dirname "$0")/preload-common.sh"
 
 b="$mb/bench"
 out="$mb/out-slabcg"
@@ -64,17 +58,13 @@ declare -A cmd=(
 )
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(cfrac espresso barnes larsonN alloc-test1 alloc-testN cache-scratch1 cache-scratchN xmalloc-testN malloc-large mstressN rptestN glibc-simple glibc-thread)
-allocs=(slabcg mimalloc jemalloc sys)
-declare -A lib=([slabcg]="$lib_slabcg" [mimalloc]="$lib_mi" [jemalloc]="$lib_je" [sys]="")
-
 res="$out/results.txt"
 : > "$res"
 cd "$out"
 for ((r = 0; r < rounds; r++)); do
   for t in "${tests[@]}"; do
     # Alternate: each round starts with the next allocator.
-    for ((k = 0; k < ${#allocs[@]}; k++)); do
-      a="${allocs[$(( (k + r) % ${#allocs[@]} ))]}"
+    for a in $(order "$r"); do
       input=/dev/null
       [ "$t" = barnes ] && input="$b/barnes/input"
       status=0
