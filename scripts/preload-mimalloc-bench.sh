@@ -103,18 +103,26 @@ for line in open(sys.argv[1]):
     if ok != "ok":
         bad.append(line.strip())
 tests = list(dict.fromkeys(t for t, _ in rows))
-allocs = ["slabcg", "mimalloc", "jemalloc", "sys"]
+present = {a for _, a in rows}
+allocs = [a for a in ["slabcg", "slabcg-ie", "mimalloc", "jemalloc", "sys"] if a in present]
+ours = [a for a in allocs if a.startswith("slabcg")]
 med = {k: (statistics.median(s for s, _ in v), statistics.median(m for _, m in v)) for k, v in rows.items()}
-print("| workload | slabcg | mimalloc | jemalloc | glibc | slabcg / best peer | peak RSS MiB slabcg / mi / je / glibc |")
-print("|---|---|---|---|---|---|---|")
-logs = []
+names = [a if a != "sys" else "glibc" for a in allocs]
+print("| workload | " + " | ".join(names) + " | " + " | ".join(f"{a} / best peer" for a in ours)
+      + " | peak RSS MiB " + " / ".join(names) + " |")
+print("|---" * (len(allocs) + len(ours) + 2) + "|")
+logs = {a: [] for a in ours}
 for t in tests:
     s = {a: med[(t, a)] for a in allocs if (t, a) in med}
     best = min(s[a][0] for a in ("mimalloc", "jemalloc") if a in s)
-    ratio = s["slabcg"][0] / best if best > 0 else float("nan")
-    logs.append(math.log(ratio))
-    print(f"| {t} | " + " | ".join(f"{s[a][0]:.3f}" for a in allocs) + f" | {ratio:.2f}x | "
-          + " / ".join(f"{s[a][1] / 1024:.1f}" for a in allocs) + " |")
-print(f"\ngeometric mean of slabcg / best peer: {math.exp(sum(logs) / len(logs)):.3f}x over {len(logs)} workloads")
+    ratios = []
+    for a in ours:
+        r = s[a][0] / best if best > 0 else float("nan")
+        logs[a].append(math.log(r))
+        ratios.append(f"{r:.2f}x")
+    print(f"| {t} | " + " | ".join(f"{s[a][0]:.3f}" for a in allocs) + " | " + " | ".join(ratios)
+          + " | " + " / ".join(f"{s[a][1] / 1024:.1f}" for a in allocs) + " |")
+for a in ours:
+    print(f"\ngeometric mean of {a} / best peer: {math.exp(sum(logs[a]) / len(logs[a])):.3f}x over {len(logs[a])} workloads")
 print("failures:", "none" if not bad else "; ".join(bad))
 PY

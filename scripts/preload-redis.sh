@@ -69,9 +69,10 @@ for line in open(sys.argv[1]):
     for kv in f[3:]:
         k, v = kv.split("=")
         rps[k][a].append(float(v))
-allocs = ["slabcg", "mimalloc", "jemalloc", "sys"]
-print("| command (requests/s, median) | slabcg | mimalloc | jemalloc (redis's own) | glibc | slabcg / mimalloc |")
-print("|---|---|---|---|---|---|")
+allocs = [a for a in ["slabcg", "slabcg-ie", "mimalloc", "jemalloc", "sys"] if a in rss]
+names = {"sys": "glibc", "jemalloc": "jemalloc (redis's own)"}
+print("| command (requests/s, median) | " + " | ".join(names.get(a, a) for a in allocs) + " | slabcg / mimalloc |")
+print("|---" * (len(allocs) + 2) + "|")
 for k in rps:
     m = {a: statistics.median(rps[k][a]) for a in allocs if a in rps[k]}
     print(f"| {k} | " + " | ".join(f"{m[a]:.0f}" for a in allocs) + f" | {m['slabcg'] / m['mimalloc']:.2f} |")

@@ -77,6 +77,13 @@ static void limit(const slabcg_tenant *svc) {
     /* Freed on another thread's behalf or not, the bytes come back to the tenant. */
     for (int i = 0; i < n; i++) free(blocks[i]);
     CHECK(exact(t) == 0);
+    /* realloc(p, 0) frees p (glibc's choice): its bytes leave the tenant. */
+    CHECK(slabcg_enter(t, &s) == 0);
+    void *p = malloc(5000);
+    CHECK(p && exact(t) == malloc_usable_size(p));
+    CHECK(realloc(p, 0) == NULL);
+    CHECK(slabcg_leave(s) == 0);
+    CHECK(exact(t) == 0);
     CHECK(slabcg_tenant_drop(t) == 0);
     printf("ok limit\n");
 }

@@ -66,16 +66,21 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Compiles C sources with gcc into `out`; panics with gcc's messages on failure.
 fn gcc(out: &Path, args: &[&str]) {
-    let o = Command::new("gcc")
+    compile("gcc", out, args)
+}
+
+/// Compiles with `compiler` (gcc or g++) into `out`.
+fn compile(compiler: &str, out: &Path, args: &[&str]) {
+    let o = Command::new(compiler)
         .args(["-O1", "-g", "-Wall", "-pthread", "-fno-builtin"])
         .args(args)
         .arg("-o")
         .arg(out)
         .output()
-        .expect("gcc is needed to build the C tests");
+        .unwrap_or_else(|e| panic!("{compiler} is needed to build the C tests: {e}"));
     assert!(
         o.status.success(),
-        "gcc {args:?} failed:\n{}",
+        "{compiler} {args:?} failed:\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
 }
@@ -206,6 +211,17 @@ fn c_tenant_api_example() {
     ] {
         assert!(out.contains(c), "missing {c:?}: {}", text(&o));
     }
+}
+
+/// C++ before main (a static std::map), thread_local objects destroyed at thread exit,
+/// exceptions and threads: the same output as with the system allocator.
+#[test]
+fn cxx_program_matches_the_system_allocator() {
+    let d = scratch("cxx");
+    let prog = d.join("cxx");
+    compile("g++", &prog, &[&src("tests/c/cxx.cpp")]);
+    let out = same_output(&[prog.to_str().unwrap()], &d);
+    assert_eq!(out, "2 1096006 1\n");
 }
 
 /// Runs `args` with and without slabcg preloaded; both must succeed with the same output.
