@@ -329,6 +329,22 @@ static void check_dlopen(const char *plugin) {
         CHECK(dlclose(h) == 0);
     }
     for (int i = 0; i < 20; i++) free(kept[i]);
+    /* Again while other threads allocate: each dlopen of a module with TLS raises the TLS
+     * generation, so the threads' next TLS accesses take __tls_get_addr's slow path. */
+    pthread_t th[3];
+    stop = 0;
+    for (int t = 0; t < 3; t++) CHECK(pthread_create(&th[t], NULL, busy, NULL) == 0);
+    for (int i = 0; i < 200; i++) {
+        void *h = dlopen(plugin, RTLD_NOW | RTLD_LOCAL);
+        CHECK(h);
+        void *(*make)(size_t) = (void *(*)(size_t))dlsym(h, "plugin_make");
+        void *p = make(64);
+        CHECK(p && same(p, 64, 42));
+        free(p);
+        CHECK(dlclose(h) == 0);
+    }
+    stop = 1;
+    for (int t = 0; t < 3; t++) CHECK(pthread_join(th[t], NULL) == 0);
     ok("dlopen-dlclose");
 }
 
