@@ -250,7 +250,37 @@ static void *churn(void *arg) {
     return NULL;
 }
 
+/* A pthread key destructor that allocates and frees after the allocator's own thread-exit
+ * hook ran (its key is older, so glibc runs it first), and leaves a block for main. */
+static pthread_key_t late_key;
+static void *late_blocks[8];
+static void late_dtor(void *arg) {
+    int t = (int)(intptr_t)arg - 1;
+    for (int i = 0; i < 100; i++) {
+        void *p = malloc(32 + (size_t)i * 50);
+        if (!p) abort();
+        free(p);
+    }
+    late_blocks[t] = malloc(1000);
+    if (!late_blocks[t]) abort();
+    fill(late_blocks[t], 1000, (unsigned)t);
+}
+static void *with_late_dtor(void *arg) {
+    void *warm = malloc(100); /* the allocator's thread state exists before the key is set */
+    free(warm);
+    pthread_setspecific(late_key, (void *)((intptr_t)arg + 1));
+    return NULL;
+}
+
 static void check_threads(void) {
+    CHECK(pthread_key_create(&late_key, late_dtor) == 0);
+    pthread_t lt[8];
+    for (int t = 0; t < 8; t++) CHECK(pthread_create(&lt[t], NULL, with_late_dtor, (void *)(intptr_t)t) == 0);
+    for (int t = 0; t < 8; t++) CHECK(pthread_join(lt[t], NULL) == 0);
+    for (int t = 0; t < 8; t++) {
+        CHECK(late_blocks[t] && same(late_blocks[t], 1000, (unsigned)t));
+        free(late_blocks[t]);
+    }
     for (int round = 0; round < 20; round++) {
         pthread_t th[NT];
         for (int t = 0; t < NT; t++) CHECK(pthread_create(&th[t], NULL, producer, (void *)(intptr_t)t) == 0);
