@@ -35,7 +35,7 @@ for a in slabcg sys; do
   echo "== $a (exit $s): $(cat "$work/$a.out.time" | tail -1) (seconds, peak RSS KiB)"
   grep -E '^(Total tests|Total test files|Result):' "$work/$a.out" || true
   # The modules that failed: the indented names after "N test(s) failed:".
-  sed -n '/tests* failed:$/,/^$/p' "$work/$a.out" | grep '^ ' | tr -s ' ' '\n' | sort -u > "$work/$a.failed"
+  sed -n '/tests* failed:$/,/^$/p' "$work/$a.out" | grep '^ ' | tr -s ' ' '\n' | grep -v '^$' | sort -u > "$work/$a.failed"
   echo "failed modules: $(tr '\n' ' ' < "$work/$a.failed")"
 done
 # Pass when slabcg fails no module that glibc's malloc passes (a module that fails with
