@@ -4,8 +4,10 @@
 //! must match the system allocator's.
 //!
 //! Cargo does not build a cdylib for its package's integration tests, so the first test to
-//! need the library runs `cargo build -p slabcg-capi` with the same profile and target
-//! directory (the outer cargo holds no lock while tests run); it costs one crate's build.
+//! need the library runs `cargo build -p slabcg-capi` with the same profile, in a target
+//! directory of its own (`<target>/capi-lib`): building in the outer one could rebuild a
+//! dependency that the outer run's doctests are still to link against (when a source
+//! changed meanwhile), and the outer cargo's artifacts stay as it left them.
 //! The C programs are compiled with `gcc`, which the tests require.
 
 use std::path::{Path, PathBuf};
@@ -36,9 +38,10 @@ fn lib() -> &'static Path {
             .to_str()
             .unwrap()
             .to_owned();
+        let own_target = target.join("capi-lib");
         let mut cmd = Command::new(env!("CARGO"));
         cmd.args(["build", "-q", "-p", "slabcg-capi", "--target-dir"])
-            .arg(&target)
+            .arg(&own_target)
             .current_dir(env!("CARGO_MANIFEST_DIR"));
         match profile.as_str() {
             "debug" => {}
@@ -51,7 +54,7 @@ fn lib() -> &'static Path {
         }
         let st = cmd.status().expect("run cargo build -p slabcg-capi");
         assert!(st.success(), "cargo build -p slabcg-capi failed");
-        let so = profile_dir.join("libslabcg.so");
+        let so = own_target.join(&profile).join("libslabcg.so");
         assert!(so.exists(), "{} missing after the build", so.display());
         so
     })
