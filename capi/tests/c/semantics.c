@@ -147,6 +147,15 @@ static void check_realloc(void) {
     b = realloc(b, 100);
     CHECK(b && same(b, 100, 9));
     free(b);
+    /* A large block aligned above the page, grown and shrunk as a large block. */
+    CHECK(posix_memalign(&a, 1 << 20, 300000) == 0 && ((uintptr_t)a % (1 << 20)) == 0);
+    fill(a, 300000, 5);
+    b = realloc(a, 3000000);
+    CHECK(b && same(b, 300000, 5) && malloc_usable_size(b) >= 3000000);
+    fill(b, 3000000, 6);
+    b = realloc(b, 200000);
+    CHECK(b && same(b, 200000, 6));
+    free(b);
     ok("realloc");
 }
 
