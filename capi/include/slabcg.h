@@ -40,7 +40,8 @@
  * corruption (double or invalid free) aborts the process with a message, as glibc does.
  *
  * Handles are thread-safe: any thread may use a slabcg_tenant. A slabcg_scope belongs to
- * the thread that entered it; scopes nest and must be left in reverse order.
+ * the thread that entered it; scopes nest and must be left in reverse order. A thread that
+ * exits inside a scope leaks the scope, which keeps its tenant alive.
  */
 #ifndef SLABCG_H
 #define SLABCG_H
