@@ -318,7 +318,11 @@ thread_local! {
 #[cold]
 pub(crate) fn register(s: &Stock) -> bool {
     // Registering a `Drop` thread-local goes through the C runtime's
-    // `__cxa_thread_atexit_impl`, which uses libc's malloc, not the global allocator.
+    // `__cxa_thread_atexit_impl`, and the pthread key through `pthread_setspecific`; both
+    // call libc's malloc, which is slabcg itself when it is preloaded (`slabcg-capi`).
+    // Those allocations are the root's: charged to the caller's tenant, they would come
+    // back here (the stock is not registered yet) and recurse until the stack overflows.
+    let _root = crate::scope::unscoped();
     if EXIT.try_with(|_| ()).is_err()
         || !sys::on_thread_exit(exit_hook, s as *const Stock as *const u8)
     {

@@ -92,7 +92,7 @@ fn alloc_class(c: usize) -> *mut u8 {
 /// # Safety
 /// `p` must be a live slot of class `c` (plain or accounted).
 #[inline(always)]
-unsafe fn free_class(p: *mut u8, c: usize) {
+pub(crate) unsafe fn free_class(p: *mut u8, c: usize) {
     // An accounted slot has `segment::ACCOUNTED_BIT` set in its address. Until some thread
     // has entered a tenant scope no object can be accounted, so that bit alone does not send
     // a free to the owner lookup: the per-thread mask is 0 until then (see
@@ -118,7 +118,7 @@ unsafe fn free_class(p: *mut u8, c: usize) {
 /// Allocates `size` bytes aligned to `align`; null when that cannot be served (including a
 /// non-power-of-two `align`).
 #[inline(always)]
-fn alloc_impl(size: usize, align: usize) -> *mut u8 {
+pub(crate) fn alloc_impl(size: usize, align: usize) -> *mut u8 {
     if let Some(c) = fast_class(size, align) {
         return alloc_class(c);
     }

@@ -17,6 +17,9 @@
 //!                        → accounting never used, or plain segment: ThreadCache bin.push()
 //!                        → accounted segment: charge::free_small → owner word → tagged_push
 //! ```
+//! C's `free` (crate `slabcg-capi`) carries no layout: `raw::free` finds the class from the
+//! segment header (or takes the large path outside segments), then joins `free_class`.
+//!
 //! Misses go to `thread_cache::{alloc_slow, free_slow}` (refill / flush half a bin through
 //! the cache's transfer cache, then its slabs) and, for charged objects, through the
 //! accounting's byte stock (`charge::alloc_small_charging`, `free_small_uncharging`).
@@ -45,6 +48,7 @@ pub mod global;
 pub mod large;
 pub mod lock;
 pub mod object_stock;
+pub mod raw;
 pub mod segment;
 pub mod size_class;
 pub mod slab;

@@ -1,0 +1,235 @@
+//! Entry points for callers that know no [`Layout`](core::alloc::Layout): C's malloc family
+//! (crate `slabcg-capi`, `libslabcg.so`).
+//!
+//! A C `free` carries no size, so [`free`] finds the class from the address instead: a
+//! pointer inside a segment (one bitmap load, `segment::is_segment`) is a slot of the cache
+//! named in the segment header; any other pointer is a large allocation, whose header page
+//! precedes it. The Rust paths (`GlobalAlloc::dealloc`) are untouched: they still compute the
+//! class from the layout and never read a segment header.
+//!
+//! Sizes here are what the slot or mapping holds, so a block keeps the category its
+//! allocation gave it: a slot of class `c` is described by the layout
+//! `(class_size(c), 8)`, which maps back to `c`, and a large block above [`MAX_SMALL`] by
+//! `(usable, PAGE)`, which maps back to "large".
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr;
+
+use crate::global::{alloc_impl, free_class};
+use crate::size_class::{class_for, class_size, MAX_SMALL};
+use crate::sys::PAGE;
+use crate::{charge, large, segment, SlabAlloc};
+
+/// Allocates `size` bytes aligned to `align` (a power of two), charged to the current tenant
+/// when the thread is in one. Null when the request cannot be served or a tenant's limit
+/// refused it. A zero `size` gets the smallest slot of its alignment.
+#[inline]
+pub fn alloc(size: usize, align: usize) -> *mut u8 {
+    alloc_impl(size, align)
+}
+
+/// As [`alloc`], with the block zeroed (a large block comes from a fresh mapping, which is
+/// zero already).
+#[inline]
+pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
+    if align.is_power_of_two() && class_for(size, align).is_none() {
+        return charge::alloc_large(size, align, true);
+    }
+    let p = alloc_impl(size, align);
+    if !p.is_null() {
+        // SAFETY: p holds at least size writable bytes.
+        unsafe { ptr::write_bytes(p, 0, size) };
+    }
+    p
+}
+
+/// The size class of slot `p`, from its segment header.
+///
+/// # Safety
+/// `p` must lie in a segment (`segment::is_segment`).
+#[inline(always)]
+unsafe fn slot_class(p: *mut u8) -> usize {
+    // SAFETY: segments are never unmapped and their header is written once at creation,
+    // before any slot of theirs is handed out; the cache it names is never freed.
+    let class = unsafe { (*(*segment::segment_of(p)).cache).class };
+    if class == u32::MAX {
+        dedicated_free();
+    }
+    class as usize
+}
+
+#[cold]
+#[inline(never)]
+fn dedicated_free() -> ! {
+    crate::sys::fatal("free() of an object of a dedicated cache (free it with Cache::free)")
+}
+
+/// Frees `p` (null: nothing), whatever its size and alignment.
+///
+/// # Safety
+/// `p` must be null or a live block returned by [`alloc`], [`alloc_zeroed`], [`realloc`] or
+/// the global allocator of this copy of the crate, freed once. A pointer this allocator did
+/// not hand out is reported (the process aborts) where the slow paths can tell, as
+/// `GlobalAlloc::dealloc` does.
+#[inline]
+pub unsafe fn free(p: *mut u8) {
+    if p.is_null() {
+        return;
+    }
+    if segment::is_segment(p) {
+        // SAFETY: p is a live slot (caller's contract) of the class its header names.
+        unsafe { free_class(p, slot_class(p)) }
+    } else {
+        // SAFETY: a live block outside every segment is a large allocation.
+        unsafe { charge::free_large(p) }
+    }
+}
+
+/// Bytes usable at `p` (at least what was asked for); 0 for null.
+///
+/// # Safety
+/// `p` must be null or a live block of this allocator.
+pub unsafe fn usable_size(p: *mut u8) -> usize {
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: caller's contract.
+    unsafe { SlabAlloc::usable_size(p) }
+}
+
+/// Resizes `p` to `new_size` bytes (> 0), keeping `min(old usable, new_size)` bytes, aligned
+/// to at least 8 (16 when the caller rounds `new_size` to 16 above 8). Null when the block
+/// cannot be resized (then it is unchanged, still live): out of memory, or the owner's limit.
+/// `p` must not be null.
+///
+/// # Safety
+/// `p` must be a live block of this allocator; on success it is freed (or returned).
+pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
+    // GlobalAlloc::realloc's bound (new_size rounded to the layout's alignment fits isize).
+    if new_size > isize::MAX as usize - PAGE {
+        return ptr::null_mut();
+    }
+    if segment::is_segment(p) {
+        // SAFETY: p is a live slot of class c; (class_size(c), 8) maps back to c, so the
+        // GlobalAlloc contract (the layout the block was allocated with) holds for the
+        // allocator's own category computation.
+        return unsafe {
+            let c = slot_class(p);
+            let layout = Layout::from_size_align_unchecked(class_size(c), 8);
+            SlabAlloc::new().realloc(p, layout, new_size)
+        };
+    }
+    // SAFETY: a live block outside every segment is a large allocation.
+    let usable = unsafe { large::usable_size(p) };
+    if usable > MAX_SMALL && new_size > MAX_SMALL {
+        // Large to large: mremap in place or by moving page tables (the block keeps page
+        // alignment, all that a C realloc promises).
+        // SAFETY: (usable, PAGE) maps back to "large" since usable > MAX_SMALL.
+        return unsafe {
+            let layout = Layout::from_size_align_unchecked(usable, PAGE);
+            SlabAlloc::new().realloc(p, layout, new_size)
+        };
+    }
+    // Into a size class, or a small block aligned above a page: a new block of malloc's
+    // alignment, not the old one's.
+    let q = alloc_impl(new_size, 8);
+    if !q.is_null() {
+        // SAFETY: both blocks are live and distinct and hold the bytes copied; p is freed
+        // once.
+        unsafe {
+            ptr::copy_nonoverlapping(p, q, usable.min(new_size));
+            charge::free_large(p);
+        }
+    }
+    q
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks of every category and many alignments come back through the sizeless free,
+    /// and the memory is reused afterwards (a wrong class would hand a slot of one size to a
+    /// request of another: the later writes would overlap).
+    #[test]
+    fn sizeless_free_finds_every_category() {
+        for round in 0..3 {
+            let mut live = Vec::new();
+            for &(size, align) in &[
+                (0, 8),
+                (1, 8),
+                (24, 16),
+                (100, 64),
+                (4000, 4096),
+                (100, 8192),
+                (200 << 10, 8),
+                (3 << 20, 1 << 20),
+                (128 << 10, 8),
+            ] {
+                let p = alloc(size, align);
+                assert!(!p.is_null());
+                assert_eq!(p as usize % align, 0, "{size} {align}");
+                // SAFETY: p is live with at least `size` bytes.
+                let u = unsafe { usable_size(p) };
+                assert!(u >= size);
+                // SAFETY: as above.
+                unsafe { ptr::write_bytes(p, round as u8, u) };
+                live.push((p, u));
+            }
+            for (p, u) in live {
+                // SAFETY: each block is live, written with the round's byte; freed once.
+                unsafe {
+                    assert_eq!(*p.add(u - 1), round as u8);
+                    free(p);
+                }
+            }
+        }
+    }
+
+    /// Realloc between categories keeps the contents and usable sizes cover the request.
+    #[test]
+    fn realloc_moves_between_categories() {
+        let mut p = alloc(10, 8);
+        // SAFETY: p holds 10 bytes.
+        unsafe { ptr::copy_nonoverlapping(b"0123456789".as_ptr(), p, 10) };
+        for n in [20usize, 3000, 300 << 10, 5 << 20, 200 << 10, 64, 10] {
+            // SAFETY: p is live; it is replaced by the result.
+            let q = unsafe { realloc(p, n) };
+            assert!(!q.is_null());
+            // SAFETY: q is live with at least n >= 10 bytes.
+            unsafe {
+                assert!(usable_size(q) >= n);
+                assert_eq!(core::slice::from_raw_parts(q, 10), b"0123456789");
+            }
+            p = q;
+        }
+        let big = alloc(100, 8192);
+        // SAFETY: big is live with 100 bytes; realloc moves it into a class.
+        unsafe {
+            *big = 7;
+            let q = realloc(big, 50);
+            assert_eq!(*q, 7);
+            free(q);
+            free(p);
+        }
+    }
+
+    #[test]
+    fn zeroed_blocks_are_zero_after_reuse() {
+        for _ in 0..2 {
+            let p = alloc(256, 8);
+            // SAFETY: p holds 256 bytes; freed once.
+            unsafe {
+                ptr::write_bytes(p, 0xff, 256);
+                free(p);
+            }
+            let q = alloc_zeroed(256, 8);
+            // SAFETY: q holds 256 bytes.
+            assert!(unsafe { core::slice::from_raw_parts(q, 256) }
+                .iter()
+                .all(|&b| b == 0));
+            // SAFETY: q is live.
+            unsafe { free(q) };
+        }
+    }
+}
