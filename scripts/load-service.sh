@@ -12,6 +12,11 @@
 # flat out, the runaway's own work (it builds 64 MiB before the kill) would take a core and
 # halve everyone's throughput whatever the kill costs.
 #
+# The runaways come one every GAP seconds (env GAP, default 1): back to back, each builds its
+# 64 MiB for about 0.25 s of CPU, and 4-6 of them a second take more than one of the two
+# cores, which no allocator can give back to the other requests. ONLY_RUNAWAY=1 skips the
+# throughput table and wrk.
+#
 # Installs oha (cargo install) and wrk (apt-get) if missing. Traffic goes to 127.0.0.1 only.
 # Raw results: target/load-service/*.json; the summary table is printed at the end.
 set -euo pipefail
@@ -21,10 +26,12 @@ DUR=${2:-10}
 CONC=${3:-32}
 KB=${4:-16}
 RATE=${5:-4000}
+GAP=${GAP:-1}
+ONLY_RUNAWAY=${ONLY_RUNAWAY:-0}
 PORT=${PORT:-3917}
 OUT=target/load-service
 mkdir -p "$OUT/bin"
-rm -f "$OUT"/*.json "$OUT"/*.txt
+rm -f "$OUT"/*.json "$OUT"/*.txt "$OUT/only-runaway"
 
 command -v oha >/dev/null || cargo install oha --locked
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
@@ -64,6 +71,7 @@ VARIANTS=("slabcg-tenants slabcg" "slabcg-no-tenants slabcg --no-tenants"
 for r in $(seq "$ROUNDS"); do
   # Alternate the order from round to round.
   if (( r % 2 )); then order=(0 1 2 3); else order=(3 2 1 0); fi
+  (( ONLY_RUNAWAY )) && order=()
   for i in "${order[@]}"; do
     read -r name bin args <<<"${VARIANTS[$i]}"
     start "$bin" $args
@@ -80,17 +88,31 @@ for r in $(seq "$ROUNDS"); do
   load "$OUT/quiet.$r.json" -q "$RATE" --latency-correction
   rm -f "$OUT/stop"
   ( while [ ! -e "$OUT/stop" ]; do
-      curl -s -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$PORT/work?kb=1000000&tenant=evil"
+      curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "http://127.0.0.1:$PORT/work?kb=1000000&tenant=evil"
+      sleep "$GAP"
     done >>"$OUT/runaway-codes.txt" ) &
   LOOP=$!
   load "$OUT/runaway.$r.json" -q "$RATE" --latency-correction
   touch "$OUT/stop"; wait "$LOOP"
   curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/metrics.$r.txt"
+  # The control: requests that take as long as a runaway did (median so far), spinning the
+  # CPU without allocating, at the same pace: what any CPU-bound request costs the others.
+  SPIN_MS=$(awk '{print $2}' "$OUT/runaway-codes.txt" | sort -n | awk '{v[NR]=$1} END {printf "%d", v[int((NR+1)/2)] * 1000}')
+  rm -f "$OUT/stop"
+  ( while [ ! -e "$OUT/stop" ]; do
+      curl -s -o /dev/null "http://127.0.0.1:$PORT/spin?ms=$SPIN_MS"
+      sleep "$GAP"
+    done ) &
+  LOOP=$!
+  load "$OUT/spin.$r.json" -q "$RATE" --latency-correction
+  touch "$OUT/stop"; wait "$LOOP"
+  echo "$SPIN_MS" >"$OUT/spin-ms.txt"
   stop
   echo "round $r: runaway done" >&2
 done
 
 # wrk cross-check, one run each.
+(( ONLY_RUNAWAY )) && VARIANTS=()
 for v in "${VARIANTS[@]}"; do
   read -r name bin args <<<"$v"
   start "$bin" $args
@@ -99,6 +121,7 @@ for v in "${VARIANTS[@]}"; do
   stop
 done
 
+(( ONLY_RUNAWAY )) && touch "$OUT/only-runaway"
 python3 - "$OUT" "$ROUNDS" <<'EOF'
 import json, re, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
@@ -112,28 +135,33 @@ def row(name, label=None):
     p99 = med([d["latencyPercentiles"]["p99"] for d in rs]) * 1e3
     ok = all(set(d["statusCodeDistribution"]) == {"200"} for d in rs)
     return label or name, rps, p50, p99, ok
-rows = [row(n) for n in ["slabcg-tenants", "slabcg-no-tenants", "mimalloc", "jemalloc"]]
-mi = rows[2][1]
-print("| service built with | req/s (median) | p50 ms | p99 ms | all 200 | req/s / mimalloc |")
-print("|---|---|---|---|---|---|")
-for n, rps, p50, p99, ok in rows:
-    print(f"| {n} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {ok} | {rps / mi:.2f}x |")
-q, ra = row("quiet"), row("runaway")
-codes = open(f"{out}/runaway-codes.txt").read().split()
+import os
+only = os.path.exists(f"{out}/only-runaway")
+if not only:
+    rows = [row(n) for n in ["slabcg-tenants", "slabcg-no-tenants", "mimalloc", "jemalloc"]]
+    mi = rows[2][1]
+    print("| service built with | req/s (median) | p50 ms | p99 ms | all 200 | req/s / mimalloc |")
+    print("|---|---|---|---|---|---|")
+    for n, rps, p50, p99, ok in rows:
+        print(f"| {n} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {ok} | {rps / mi:.2f}x |")
+q, ra, sp = row("quiet"), row("runaway"), row("spin")
+codes = [l.split()[0] for l in open(f"{out}/runaway-codes.txt") if l.strip()]
 print()
 print(f"| slabcg with tenants, load at a fixed rate | req/s | p50 ms | p99 ms | all 200 |")
 print("|---|---|---|---|---|")
 print(f"| normal load alone | {q[1]:,.0f} | {q[2]:.2f} | {q[3]:.2f} | {q[4]} |")
 print(f"| same load, a runaway killed over and over | {ra[1]:,.0f} | {ra[2]:.2f} | {ra[3]:.2f} | {ra[4]} |")
+spin_ms = open(f"{out}/spin-ms.txt").read().strip()
+print(f"| same load, a {spin_ms} ms CPU-only request at the same pace (control) | {sp[1]:,.0f} | {sp[2]:.2f} | {sp[3]:.2f} | {sp[4]} |")
 print(f"\nrunaway requests: {len(codes)}, answers: " +
       ", ".join(f"{c} x{codes.count(c)}" for c in sorted(set(codes))))
-print(f"p99 moved by {(ra[3] / q[3] - 1) * 100:+.1f}% (median of {rounds} rounds)")
+print(f"p99 moved by {(ra[3] / q[3] - 1) * 100:+.1f}% by the runaways, {(sp[3] / q[3] - 1) * 100:+.1f}% by the control (medians of {rounds} rounds)")
 kills = [int(m.group(1)) for r in range(1, rounds + 1) for m in
          [re.search(r'slabcg_memory_events_total\{tenant="tenants/evil",event="oom_kill"\} (\d+)',
                     open(f"{out}/metrics.{r}.txt").read())] if m]
 print(f"oom_kill of tenants/evil per round: {kills}")
 print("\nwrk cross-check (one run each, x-tenant: customer-1):")
-for n in ["slabcg-tenants", "slabcg-no-tenants", "mimalloc", "jemalloc"]:
+for n in ([] if only else ["slabcg-tenants", "slabcg-no-tenants", "mimalloc", "jemalloc"]):
     t = open(f"{out}/wrk.{n}.txt").read()
     rps = re.search(r"Requests/sec:\s+([\d.]+)", t).group(1)
     p99 = re.search(r"99%\s+(\S+)", t).group(1)

@@ -7,6 +7,7 @@
 //!   small structs), serializes it with serde_json, answers 200 with
 //!   `{"tenant":..,"kb":N,"checksum":..}` (the checksum depends only on N); a request whose
 //!   tenant is killed answers 503 with a JSON error naming the tenant and its limit.
+//! - `GET /spin?ms=N`: N ms of CPU work that allocates nothing (the load runs' control).
 //! - `GET /metrics`: `slabcg::prometheus::render()`.
 //! - `GET /tenants/NAME/stat`: the customer's memory.stat-like text.
 
@@ -74,6 +75,7 @@ impl Service {
 pub fn router(svc: Arc<Service>) -> Router {
     Router::new()
         .route("/work", get(work))
+        .route("/spin", get(spin))
         .route("/metrics", get(metrics))
         .route("/tenants/{name}/stat", get(stat))
         .with_state(svc)
@@ -118,19 +120,16 @@ fn record(i: u64) -> (String, Record) {
     (key, rec)
 }
 
-/// Gives the worker to other tasks once. Unlike `tokio::task::yield_now`, which parks the
-/// waker in a per-worker list that grows inside the poll (so the runtime's list would be
-/// charged to whichever request grew it), this wakes the task itself; tokio then puts it at
-/// the back of the worker's queue all the same.
+/// Gives the worker to other tasks once: `tokio::task::yield_now`, which puts the task at
+/// the back of the worker's queue (a task that wakes itself would go to the LIFO slot and
+/// run again at once, ahead of the requests waiting). Polled as the root: tokio parks the
+/// waker in a per-worker list that grows inside the poll, which would otherwise be charged
+/// to whichever request grew it, for as long as the runtime lives.
 async fn yield_now() {
-    let mut yielded = false;
-    std::future::poll_fn(move |cx| {
-        if yielded {
-            return std::task::Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
+    let mut y = std::pin::pin!(tokio::task::yield_now());
+    std::future::poll_fn(|cx| {
+        let _root = slabcg::accounting::hooks::unscoped();
+        std::future::Future::poll(y.as_mut(), cx)
     })
     .await
 }
@@ -138,14 +137,14 @@ async fn yield_now() {
 /// A request's working set.
 pub type WorkingSet = BTreeMap<String, Record>;
 
-/// The working set, built into `set` with a yield every 256 records (a safe point, where a
-/// kill takes effect), then serialized and freed; returns the checksum of the JSON. A build
+/// The working set, built into `set` with a yield every 64 records (a safe point, where a
+/// kill takes effect; about 50 us of work), then serialized and freed; returns the checksum of the JSON. A build
 /// cut short by a kill leaves what it built in `set`, for [`release`].
 pub async fn build(kb: u64, set: &mut WorkingSet) -> u64 {
     for i in 0..records(kb) {
         let (k, r) = record(i);
         set.insert(k, r);
-        if i % 256 == 255 {
+        if i % 64 == 63 {
             yield_now().await;
         }
     }
@@ -154,13 +153,13 @@ pub async fn build(kb: u64, set: &mut WorkingSet) -> u64 {
     fnv(&json)
 }
 
-/// Frees what a killed build left, 4,096 records at a time with a yield in between: a
+/// Frees what a killed build left, 1,024 records at a time with a yield in between: a
 /// runaway's working set is hundreds of thousands of objects, and dropping it in one poll
 /// would hold a worker for milliseconds while other customers' requests wait behind it.
 /// A free needs no scope: each object is uncharged from the tenant that owns it.
 pub async fn release(mut set: WorkingSet) {
     while !set.is_empty() {
-        for _ in 0..4096 {
+        for _ in 0..1024 {
             if set.pop_first().is_none() {
                 break;
             }
@@ -234,6 +233,27 @@ async fn work(
             }),
         ),
     }
+}
+
+#[derive(Deserialize)]
+struct SpinQuery {
+    ms: u64,
+}
+
+/// `GET /spin?ms=N`: N ms of CPU-bound work that allocates nothing, in slices of about 50 us
+/// with a yield between, as `build` yields: the load runs' control for a runaway request,
+/// to tell the runaway's own CPU from what its kill costs.
+async fn spin(Query(q): Query<SpinQuery>) -> Response {
+    let t0 = std::time::Instant::now();
+    let mut x = 0u64;
+    while t0.elapsed().as_millis() < u128::from(q.ms.min(10_000)) {
+        let s = std::time::Instant::now();
+        while s.elapsed().as_micros() < 50 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        yield_now().await;
+    }
+    (StatusCode::OK, format!("{x}\n")).into_response()
 }
 
 async fn metrics() -> Response {
