@@ -105,9 +105,10 @@ pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
     }
 }
 
-/// The tagged bin held a slot of another tenant (or a drainer has been at it): put it back,
-/// let the object stock decide on a retag first (a transfer to `cg` serves this allocation
-/// from the bins too: the first allocation of a request's new tenant), then charge.
+/// The tagged bin held a slot of another tenant (or a drainer has been at it): put it back;
+/// when that tenant died, its objects may be handed to `cg` in place first
+/// (`object_stock::transfer_on_miss`: the first allocation of a request's new tenant takes
+/// one of the previous request's objects); else charge.
 ///
 /// # Safety
 /// As [`ThreadCache::put_back`].
@@ -116,14 +117,15 @@ pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
 unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
     // SAFETY: caller's contract.
     thread_cache::with(|tc| unsafe { tc.put_back(c, p) });
-    thread_cache::with(|tc| object_stock::note_miss(tc, cg));
-    match thread_cache::with(|tc| tc.tagged_pop(c, cg)) {
-        Pop::Hit(q) => return q,
-        Pop::Empty => {}
-        // SAFETY: q is what tagged_pop(c, cg) just returned as Foreign.
-        Pop::Foreign(q) => thread_cache::with(|tc| unsafe { tc.put_back(c, q) }),
+    if thread_cache::with(|tc| object_stock::transfer_on_miss(tc, cg)) {
+        match thread_cache::with(|tc| tc.tagged_pop(c, cg)) {
+            Pop::Hit(q) => return q,
+            Pop::Empty => {}
+            // SAFETY: q is what tagged_pop(c, cg) just returned as Foreign.
+            Pop::Foreign(q) => thread_cache::with(|tc| unsafe { tc.put_back(c, q) }),
+        }
     }
-    charge_slot(c, cg)
+    alloc_small_charging(c, cg)
 }
 
 /// The allocation path that charges, after the tagged bins had nothing for `cg`.

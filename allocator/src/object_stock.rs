@@ -236,6 +236,45 @@ pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
     }
 }
 
+/// The first allocation under a new tenant `cg` found another tenant's objects in the
+/// tagged bins (`charge::alloc_small_put_back`): when that tenant died and the bins hold at
+/// least `TRANSFER_MIN` objects, hands them to `cg` in place now, so that this allocation
+/// takes one of them. True when the thread now caches for `cg`. Everything else is left to
+/// [`note_miss`], after the allocation's charge, which makes `cg`'s byte-stock slot first
+/// (a retag that gives the objects back then finds the slot, and keeps caching); a refused
+/// transfer leaves the objects to the retag after `RETAG_AFTER` misses.
+#[cold]
+#[inline(never)]
+pub fn transfer_on_miss(tc: &ThreadCache, cg: ObjCgId) -> bool {
+    if !thread_cache::is_live(tc) || tc.miss_cg.get() == cg {
+        return false;
+    }
+    let t = tc.tag.load(Ordering::Relaxed);
+    if t == u64::from(cg) || t & (NO_TAG | STEAL | DRAINED) != 0 {
+        return false;
+    }
+    // From here on, `note_miss` need not look at this tenant's first miss again: the scan
+    // and the liveness check below are the ones it would make.
+    tc.miss_cg.set(cg);
+    if tagged_slots(tc) < TRANSFER_MIN {
+        return false;
+    }
+    let _d = tc.stock.lock();
+    let t = tc.tag.load(Ordering::Relaxed);
+    if t & (NO_TAG | STEAL | DRAINED) != 0 {
+        // A drainer came meanwhile: `note_miss` settles, as on any first miss.
+        tc.miss_cg.set(0);
+        return false;
+    }
+    if tag_alive(t) || !transfer_bins(tc, cg) {
+        return false;
+    }
+    note_retag(cg);
+    tc.tag.store(u64::from(cg), Ordering::Relaxed);
+    tc.tag_misses.set(0);
+    true
+}
+
 /// Whether the tenant of tag `t` (untouched by a drainer, with objects in the tagged bins)
 /// is alive. Under the thread's `stock` lock.
 fn tag_alive(t: u64) -> bool {
