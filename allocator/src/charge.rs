@@ -136,6 +136,8 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
         thread_cache::with(|tc| {
             if tc.tag.load(Ordering::Relaxed) != u64::from(cg) {
                 object_stock::note_miss(tc, cg);
+            } else if !tc.caching.load(Ordering::Relaxed) {
+                object_stock::recheck_caching(tc, cg);
             }
         });
     }

@@ -297,8 +297,8 @@ fn tag_alive(t: u64) -> bool {
 /// caches as the budget has slots, and a refusal's drain visits those, not every thread.
 fn note_retag(cg: ObjCgId) {
     thread_cache::with(|tc| {
-        // Tagged bins that still hold objects at a retag (both retags here empty them
-        // first; one that handed the objects over in place would not) hold charged objects
+        // Tagged bins that still hold objects at a retag (a transfer hands them over in
+        // place; the other retags empty them first) hold charged objects
         // of `cg` from now on, which drains must find: then the thread keeps caching and
         // is armed whatever the budget says. The scan only runs past the budget.
         let caching = hooks::stock_holds(cg) || tc.bins.iter().any(|b| b.tagged.count() != 0);
@@ -314,6 +314,23 @@ fn note_retag(cg: ObjCgId) {
     // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
     // it), so its tenant is alive.
     unsafe { hooks::note_object_stock(cg) };
+}
+
+/// A thread tagged `cg` whose tagged bins have no capacity (it retagged while `cg`'s stock
+/// budget was spent, or before the allocation that made its byte slot) starts caching once
+/// its byte stock holds a slot for `cg`: otherwise it would charge and uncharge every object
+/// until its next retag. Called from the charging allocation path only.
+#[cold]
+#[inline(never)]
+pub fn recheck_caching(tc: &ThreadCache, cg: ObjCgId) {
+    if !thread_cache::is_live(tc) || !hooks::stock_holds(cg) {
+        return;
+    }
+    let _d = tc.stock.lock();
+    if tc.tag.load(Ordering::Relaxed) != u64::from(cg) || tc.caching.load(Ordering::Relaxed) {
+        return;
+    }
+    note_retag(cg);
 }
 
 /// [`note_miss`]'s retag when the tagged bins hold objects or a drainer has been here:

@@ -1,0 +1,104 @@
+//! A thread keeps caching its tenant's freed objects (the object stock) after events that
+//! retag it before its next allocation is charged: a drain from another thread (which takes
+//! the byte stock's slot, so the retag sees no slot for the tenant), and a request that
+//! follows one whose objects could not be handed over in place. Without that, every free
+//! would uncharge and every allocation charge until the next change of tenant.
+
+use std::hint::black_box;
+
+use slabcg::allocator::size_class::class_of;
+use slabcg::allocator::thread_cache;
+use slabcg::{SlabAlloc, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+fn uncharged_in_bin(c: usize) -> u32 {
+    thread_cache::with(|tc| tc.bin(c, true).count())
+}
+
+/// Allocates one 256-byte object in the current scope and frees it; true when the free
+/// kept it charged in the object stock (the uncharged accounted bin did not grow).
+fn free_is_kept(c: usize) -> bool {
+    let v = black_box(vec![7u8; 256]);
+    let before = uncharged_in_bin(c);
+    drop(v);
+    uncharged_in_bin(c) == before
+}
+
+#[test]
+fn caching_survives_a_remote_drain() {
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let c = class_of(256);
+    let a = Tenant::new("review2-caching");
+    let a2 = a.clone();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let drainer = std::thread::spawn(move || {
+        wait.recv().unwrap();
+        let _ = a2.current_exact();
+        done.send(()).unwrap();
+    });
+    let held = {
+        let _in = a.enter();
+        for _ in 0..200 {
+            drop(black_box(vec![1u8; 256]));
+        }
+        assert!(
+            free_is_kept(c),
+            "precondition: the object stock caches for the tenant"
+        );
+        // One object of class c stays in the tagged bin (the one free_is_kept freed).
+        a.current()
+    };
+    // Outside the scope (no accounted allocation on this thread meanwhile), another thread
+    // drains every stock: this thread's tag becomes DRAINED, its byte slot is taken.
+    go.send(()).unwrap();
+    finished.recv().unwrap();
+    drainer.join().unwrap();
+    assert!(
+        a.current() < held,
+        "the drain uncharged this thread's stocks"
+    );
+    let _in = a.enter();
+    // First allocation after the drain: class c's tagged bin holds a DRAINED slot.
+    for _ in 0..200 {
+        drop(black_box(vec![1u8; 256]));
+    }
+    assert!(
+        free_is_kept(c),
+        "after a remote drain the thread no longer keeps its tenant's freed objects"
+    );
+}
+
+/// The same through a tenant per request: the previous request left more than
+/// `TRANSFER_MAX` (1,024) objects in the tagged bins, so the next request's first allocation
+/// (a slot of a class whose tagged bin is non-empty) gives them back instead of
+/// transferring, before that allocation made the byte slot: the new request never caches.
+#[test]
+fn a_request_after_a_big_one_still_caches() {
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let c = class_of(256);
+    let customer = Tenant::new("review2-big");
+    {
+        let r1 = customer.child("r1");
+        let _in = r1.enter();
+        let mut v: Vec<Vec<u8>> = Vec::with_capacity(1100);
+        for i in 0..1000 {
+            v.push(black_box(vec![i as u8; 16]));
+        }
+        for i in 0..100 {
+            v.push(black_box(vec![i as u8; 256]));
+        }
+        drop(v); // > 1,024 slots kept for r1, class 256 among them
+    }
+    let r2 = customer.child("r2");
+    let _in = r2.enter();
+    for _ in 0..200 {
+        drop(black_box(vec![1u8; 256]));
+    }
+    assert!(
+        free_is_kept(c),
+        "the request after a big one does not keep its freed objects"
+    );
+}
