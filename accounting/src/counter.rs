@@ -117,39 +117,14 @@ impl Counter {
     /// Adds `n` to this node only, unless that would pass `max`.
     fn try_add(&self, n: u64) -> bool {
         let max = self.max.load(Relaxed);
-        let new = if max == u64::MAX {
-            // Unlimited (the root, and tenants without a limit): no bound to check, so no
-            // CAS loop. Only more than 2^64 bytes outstanding can overflow it; that is
-            // refused (after a moment of wrapped usage) rather than kept wrapped.
-            let old = self.usage.fetch_add(n, Relaxed);
-            match old.checked_add(n) {
-                Some(new) => new,
-                None => {
-                    self.usage.fetch_sub(n, Relaxed);
-                    return false;
-                }
-            }
-        } else {
-            let mut cur = self.usage.load(Relaxed);
-            loop {
-                let Some(new) = cur.checked_add(n) else {
-                    return false;
-                };
-                // Read again on every try: a window closed meanwhile no longer counts.
-                if new > max.saturating_add(self.allowance.load(Relaxed)) {
-                    return false;
-                }
-                match self.usage.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
-                    Ok(_) => break new,
-                    Err(seen) => cur = seen,
-                }
-            }
-        };
-        // Plain load first: peak is rarely raised, and fetch_max would dirty the line.
-        if new > self.peak.load(Relaxed) {
-            self.peak.fetch_max(new, Relaxed);
+        if max == u64::MAX {
+            return self.add_unbounded(n);
         }
-        true
+        // Read again on every try: a window closed meanwhile no longer counts.
+        self.add_if(|cur| {
+            cur.checked_add(n)
+                .filter(|&new| new <= max.saturating_add(self.allowance.load(Relaxed)))
+        })
     }
 
     /// Adds `n` for bytes that move here from another branch of the tree (free objects an
@@ -161,34 +136,51 @@ impl Counter {
     /// stocks.
     fn try_add_moved(&self, n: u64) -> bool {
         let bound = self.max.load(Relaxed).min(self.high.load(Relaxed));
-        let new = if bound == u64::MAX {
-            let old = self.usage.fetch_add(n, Relaxed);
-            match old.checked_add(n) {
-                Some(new) => new,
-                None => {
-                    self.usage.fetch_sub(n, Relaxed);
-                    return false;
-                }
+        if bound == u64::MAX {
+            return self.add_unbounded(n);
+        }
+        self.add_if(|cur| (n <= bound.saturating_sub(cur) / 2).then(|| cur + n))
+    }
+
+    /// Adds `n` with no bound to check (the root, and tenants without a limit), so with no
+    /// CAS loop. Only more than 2^64 bytes outstanding can overflow it; that is refused
+    /// (after a moment of wrapped usage) rather than kept wrapped.
+    fn add_unbounded(&self, n: u64) -> bool {
+        let old = self.usage.fetch_add(n, Relaxed);
+        match old.checked_add(n) {
+            Some(new) => {
+                self.raise_peak(new);
+                true
             }
-        } else {
-            let mut cur = self.usage.load(Relaxed);
-            loop {
-                if n > bound.saturating_sub(cur) / 2 {
-                    return false;
-                }
-                match self
-                    .usage
-                    .compare_exchange_weak(cur, cur + n, Relaxed, Relaxed)
-                {
-                    Ok(_) => break cur + n,
-                    Err(seen) => cur = seen,
-                }
+            None => {
+                self.usage.fetch_sub(n, Relaxed);
+                false
             }
-        };
+        }
+    }
+
+    /// Moves usage from `cur` to `next(cur)` by CAS, or refuses when `next` says `None`.
+    fn add_if(&self, next: impl Fn(u64) -> Option<u64>) -> bool {
+        let mut cur = self.usage.load(Relaxed);
+        loop {
+            let Some(new) = next(cur) else {
+                return false;
+            };
+            match self.usage.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
+                Ok(_) => {
+                    self.raise_peak(new);
+                    return true;
+                }
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Plain load first: peak is rarely raised, and fetch_max would dirty the line.
+    fn raise_peak(&self, new: u64) {
         if new > self.peak.load(Relaxed) {
             self.peak.fetch_max(new, Relaxed);
         }
-        true
     }
 
     /// Removes `n` from this node only; clears `pressure` once usage is back to `high`.
