@@ -6,13 +6,16 @@
 //! takes it. Alone in its binary: other tests' drains would empty the stocks it sets up.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::{Arc, Barrier};
 
 use slabcg::accounting::hooks::{drain_visits, stock_budget_slots};
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+#[path = "common/idle_threads.rs"]
+mod idle_threads;
+use idle_threads::IdleThreads;
 
 const MAX: u64 = 64 << 20;
 const BLOCK: Layout = match Layout::from_size_align(4096, 8) {
@@ -38,43 +41,41 @@ fn free(p: usize, l: Layout) {
     unsafe { GLOBAL.dealloc(p as *mut u8, l) };
 }
 
+/// What an idle thread keeps allocated until it is released (freed on its thread).
+struct Kept([usize; KEPT]);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        for &p in &self.0 {
+            free(p, SMALL);
+        }
+    }
+}
+
 /// `n` threads that each allocate `KEPT + FREED` small objects in `t`, free `FREED` of them
 /// (they stay charged in the thread's object stock) and wait. Returns once all are idle.
-fn start_idle(t: &Tenant, n: usize) -> (Arc<Barrier>, Vec<std::thread::JoinHandle<()>>) {
-    let ready = Arc::new(Barrier::new(n + 1));
-    let done = Arc::new(Barrier::new(n + 1));
-    let threads = (0..n)
-        .map(|_| {
-            let (t, ready, done) = (t.clone(), ready.clone(), done.clone());
-            std::thread::Builder::new()
-                .stack_size(128 << 10)
-                .spawn(move || {
-                    let mut kept = [0usize; KEPT + FREED];
-                    for p in kept.iter_mut() {
-                        *p = alloc_in(&t, SMALL) as usize;
-                        assert!(*p != 0);
-                    }
-                    for &p in &kept[KEPT..] {
-                        free(p, SMALL);
-                    }
-                    ready.wait();
-                    done.wait();
-                    for &p in &kept[..KEPT] {
-                        free(p, SMALL);
-                    }
-                })
-                .unwrap()
-        })
-        .collect();
-    ready.wait();
-    (done, threads)
+fn start_idle(t: &Tenant, n: usize) -> IdleThreads {
+    let t = t.clone();
+    IdleThreads::start_with(n, 128 << 10, move || {
+        let mut all = [0usize; KEPT + FREED];
+        for p in all.iter_mut() {
+            *p = alloc_in(&t, SMALL) as usize;
+            assert!(*p != 0);
+        }
+        for &p in &all[KEPT..] {
+            free(p, SMALL);
+        }
+        let mut kept = [0usize; KEPT];
+        kept.copy_from_slice(&all[..KEPT]);
+        Kept(kept)
+    })
 }
 
 fn idle_threads_hold_little_and_refusals_stay_exact(threads: usize) {
     slabcg::accounting::hooks::set_idle_decay(false);
     let t = Tenant::new("many-idle");
     t.set_max(MAX);
-    let (done, handles) = start_idle(&t, threads);
+    let idle = start_idle(&t, threads);
     let kept = (threads * KEPT * SMALL.size()) as u64;
     let budget = u64::from(stock_budget_slots());
     // The byte stocks hold at most `budget` slots of the tenant, 256 KiB each, and only
@@ -135,10 +136,7 @@ fn idle_threads_hold_little_and_refusals_stay_exact(threads: usize) {
         free(p, BLOCK);
     }
     assert_eq!(t.current_exact(), kept);
-    done.wait();
-    for h in handles {
-        h.join().unwrap();
-    }
+    idle.finish();
     assert_eq!(t.current_exact(), 0);
 }
 

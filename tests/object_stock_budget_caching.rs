@@ -9,24 +9,14 @@ use std::sync::{Arc, Barrier};
 
 use slabcg::accounting::hooks;
 use slabcg::allocator::size_class::class_of;
-use slabcg::allocator::thread_cache;
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
-fn uncharged_in_bin(c: usize) -> u32 {
-    thread_cache::with(|tc| tc.bin(c, true).count())
-}
-
-/// True when the free of a 256-byte object of the current scope kept it charged in the
-/// object stock (the uncharged accounted bin did not grow).
-fn free_is_kept(c: usize) -> bool {
-    let v = black_box(vec![7u8; 256]);
-    let before = uncharged_in_bin(c);
-    drop(v);
-    uncharged_in_bin(c) == before
-}
+#[path = "common/kept_free.rs"]
+mod kept_free;
+use kept_free::free_is_kept;
 
 #[test]
 fn caching_resumes_once_the_budget_has_room() {

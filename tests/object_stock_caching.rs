@@ -7,24 +7,14 @@
 use std::hint::black_box;
 
 use slabcg::allocator::size_class::class_of;
-use slabcg::allocator::thread_cache;
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
-fn uncharged_in_bin(c: usize) -> u32 {
-    thread_cache::with(|tc| tc.bin(c, true).count())
-}
-
-/// Allocates one 256-byte object in the current scope and frees it; true when the free
-/// kept it charged in the object stock (the uncharged accounted bin did not grow).
-fn free_is_kept(c: usize) -> bool {
-    let v = black_box(vec![7u8; 256]);
-    let before = uncharged_in_bin(c);
-    drop(v);
-    uncharged_in_bin(c) == before
-}
+#[path = "common/kept_free.rs"]
+mod kept_free;
+use kept_free::free_is_kept;
 
 #[test]
 fn caching_survives_a_remote_drain() {
