@@ -60,25 +60,36 @@
 //! never panic, never unwind, and take only the registry spin lock, whose holders do
 //! bounded work. User-facing APIs may allocate.
 
+// Layers, bottom to top (each file imports only files above it in this list; see the design
+// note's "Layers").
+mod callbacks;
 mod charge;
 mod counter;
 mod drain;
 pub mod hooks;
+mod node;
 mod objcg;
 mod oom;
+mod oom_state;
+mod report;
 mod scope;
 mod stat;
 mod stock;
 mod sys;
 mod task;
 mod tenant;
+mod tree;
+mod types;
 
-pub use drain::drain_all_stocks;
-pub use oom::{Killed, OomPolicy};
-pub use scope::{current_tenant, ScopeGuard};
-pub use stat::{StatItem, TenantStat};
+pub use counter::Events;
+pub use node::Tenant;
+pub use oom::Killed;
+pub use oom_state::OomPolicy;
+pub use report::TenantStat;
+pub use scope::ScopeGuard;
+pub use stat::StatItem;
 pub use task::{checkpoint, InFlight, InTenant, Scoped};
-pub use tenant::{ChargeError, Events, Tenant, TenantError};
+pub use tenant::{current_tenant, drain_all_stocks, ChargeError, TenantError};
 
 #[cfg(test)]
 mod tests;

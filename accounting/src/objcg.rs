@@ -34,10 +34,8 @@ use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::tenant::Node;
-
-/// See `hooks::ObjCgId`.
-pub(crate) type ObjCgId = u32;
+use crate::node::Node;
+use crate::types::ObjCgId;
 
 const CHUNK_SHIFT: u32 = 10;
 const CHUNK: usize = 1 << CHUNK_SHIFT;
