@@ -42,9 +42,12 @@ pub(crate) struct Ladder {
     pub(crate) reclaim: fn(&Node, u64) -> bool,
     /// The last step, at `max`: retries under the policy of the refusing node (`Ok`: the
     /// charge went through), `Err` with the node that refused last (`oom::out_of_memory`).
-    pub(crate) out_of_memory:
-        fn(&Node, &mut dyn FnMut() -> Result<(), *const Node>) -> Result<(), *const Node>,
+    pub(crate) out_of_memory: fn(&Node, &mut Retry<'_>) -> Result<(), *const Node>,
 }
+
+/// The ladder's retry of the charge, which the OOM step calls under its lock: `Err` names
+/// the node that refused.
+pub(crate) type Retry<'a> = dyn FnMut() -> Result<(), *const Node> + 'a;
 
 /// Whether this thread's stock can be used, registering it on first use.
 fn usable(s: &Stock) -> bool {

@@ -178,7 +178,7 @@ pub(crate) fn drain_idle() -> usize {
         // Read first: finishing the steal may unlink `s`.
         p = s.hnext.load(Ordering::Relaxed);
         if s.idle.swap(false, Ordering::Relaxed) {
-            finish_steal(s, remote);
+            finish_steal(s, Finish::reached(remote));
         }
     }
     if remote {
@@ -188,21 +188,41 @@ pub(crate) fn drain_idle() -> usize {
     }
 }
 
-/// The second half of draining `s`, whose `steal` was set before the barrier: with `take`
-/// (the barrier reached its owner), wait for the owner to leave its critical section, take
-/// the slots and give them back; else only withdraw the request. Under the registry lock.
-/// Every slot taken, `s` leaves the holding list, before the Release clear of `steal`
+/// How a drainer finishes the steal of a stock whose `steal` it set before the barrier.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Finish {
+    /// The barrier reached the stock's owner (or it is the drainer's own): take the slots.
+    Take,
+    /// It did not: only withdraw the request.
+    Withdraw,
+}
+
+impl Finish {
+    fn reached(barrier: bool) -> Finish {
+        if barrier {
+            Finish::Take
+        } else {
+            Finish::Withdraw
+        }
+    }
+}
+
+/// The second half of draining `s`, whose `steal` was set before the barrier: with
+/// [`Finish::Take`], wait for the owner to leave its critical section, take the slots and
+/// give them back; with [`Finish::Withdraw`], only withdraw the request. Under the registry
+/// lock. Every slot taken, `s` leaves the holding list, before the Release clear of `steal`
 /// publishes that to its owner (module docs).
-fn finish_steal(s: &Stock, take: bool) {
+fn finish_steal(s: &Stock, how: Finish) {
     VISITS.fetch_add(1, Ordering::Relaxed);
-    if take {
-        wait_out(&s.in_cs);
-        let taken: [_; NR_SLOTS] = s.take_all();
-        unlist(s);
-        s.steal.store(false, Ordering::Release);
-        taken.iter().for_each(release);
-    } else {
-        s.steal.store(false, Ordering::Release);
+    match how {
+        Finish::Take => {
+            wait_out(&s.in_cs);
+            let taken: [_; NR_SLOTS] = s.take_all();
+            unlist(s);
+            s.steal.store(false, Ordering::Release);
+            taken.iter().for_each(release);
+        }
+        Finish::Withdraw => s.steal.store(false, Ordering::Release),
     }
 }
 
@@ -439,7 +459,7 @@ fn drain(objects: ObjectDrain) {
         let s = unsafe { &*p };
         // Read first: finishing the steal unlinks `s`.
         p = s.hnext.load(Ordering::Relaxed);
-        finish_steal(s, remote || core::ptr::eq(s, own));
+        finish_steal(s, Finish::reached(remote || core::ptr::eq(s, own)));
     }
     // Without a process-wide barrier only this thread was drained (the allocator's object
     // drain uses the same barrier, so it reached every thread exactly when this one did): no

@@ -6,6 +6,10 @@
 //! destructors and after this thread's stock was given back at exit (then the counters are
 //! used directly). They never allocate, panic or unwind, except through a tenant's reclaim
 //! callback, which runs outside every stock critical section and never nests on a thread.
+//!
+//! A façade, the top layer: it forwards to the files that do the work and re-exports the
+//! shared types (`types.rs`) and the registration functions (`callbacks.rs`); no file of
+//! the crate imports it.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 

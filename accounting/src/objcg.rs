@@ -104,7 +104,7 @@ static IDS: Mutex<IdAlloc> = Mutex::new(IdAlloc {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct IdsFull;
 
-/// The id allocator's lock, held across `fork` (`tenant::lock_for_fork`).
+/// The id allocator's lock, held across `fork` (`tree::lock_for_fork`).
 pub(crate) struct IdsGuard(#[allow(dead_code)] MutexGuard<'static, IdAlloc>);
 
 pub(crate) fn lock_ids() -> IdsGuard {

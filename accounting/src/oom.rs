@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use crate::charge::Retry;
 use crate::counter::{self, Event};
 use crate::node::Node;
 use crate::oom_state::{OomPolicy, BY_OOM, BY_REQUEST, KILLED_NOT};
@@ -144,10 +145,7 @@ pub(crate) fn killed_error(killed: &Node) -> Killed {
 ///
 /// The charge ladder (`charge.rs`, mechanism) reaches it only through the `charge::Ladder`
 /// it is handed (`tenant::LADDER`), hence the `dyn` retry.
-pub(crate) fn out_of_memory(
-    refused: &Node,
-    retry: &mut dyn FnMut() -> Result<(), *const Node>,
-) -> Result<(), *const Node> {
+pub(crate) fn out_of_memory(refused: &Node, retry: &mut Retry<'_>) -> Result<(), *const Node> {
     let kill_policy = |r: &Node| r.oom.policy() == OomPolicy::Kill && r.parent_node().is_some();
     if !kill_policy(refused) {
         return Err(refused);
