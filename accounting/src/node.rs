@@ -38,7 +38,8 @@ pub(crate) struct Node {
     /// Taken only under `TREE`, so that no thread holds it across a `fork` (the fork
     /// handlers hold `TREE`).
     pub(crate) reclaim: Mutex<Option<Reclaim>>,
-    /// What happens at this tenant's `max`, and whether it was killed (`oom.rs`).
+    /// What happens at this tenant's `max`, and whether it was killed (`oom_state.rs`; the
+    /// policy that uses it is `oom.rs`).
     pub(crate) oom: OomState,
 }
 
