@@ -89,8 +89,7 @@
 //! never panic, never unwind, and take only the registry spin lock, whose holders do
 //! bounded work. User-facing APIs may allocate.
 
-// In layer order, bottom to top (the design note's "Layers"): a file imports only files
-// listed before it.
+// The layer order, bottom to top, is the design note's "Layers" list above.
 mod callbacks;
 mod charge;
 mod counter;
