@@ -10,25 +10,44 @@
 //! the ladder, `events.oom` each charge that failed, on the refusing ancestor (locally) and
 //! on it and its ancestors below the root (hierarchically, `counter::record_event`).
 //!
+//! Mechanism, not policy: the two policy steps (the reclaim callback and the OOM killer)
+//! are reached only through the [`Ladder`] the caller hands in (`tenant::LADDER`), as the
+//! kernel's `page_counter` leaves reclaim and OOM to `memcontrol`; nothing here imports
+//! `tenant` or `oom`.
+//!
 //! Order rule: a thread touches `objcg.tenant` (and the node it points to) only while it
 //! holds a ref on the objcg (see `objcg.rs`), so every `put` comes after the last use.
 
 use crate::counter::{self, Event};
-use crate::drain;
-use crate::hooks::StatIdx;
-use crate::objcg::{self, ObjCg, ObjCgId};
-use crate::oom;
+use crate::drain::{self, release};
+use crate::node::Node;
+use crate::objcg::{self, ObjCg};
 use crate::stat;
 use crate::stock::{
     Contents, Pool, Stock, CHARGE_BATCH, EXITED, IN_RECLAIM, REGISTERED, STOCK, STOCK_HIGH,
     STOCK_LOW,
 };
-use crate::tenant::{self, Node};
+use crate::types::{ObjCgId, StatIdx};
 use core::sync::atomic::Ordering::Relaxed;
 
 /// A refused charge: the node whose `max` refused. Valid while the charging tenant is.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Refused(pub(crate) *const Node);
+
+/// The policy steps of the failure ladder, which this mechanism runs but does not decide:
+/// handed in by whoever charges (`tenant::LADDER`).
+pub(crate) struct Ladder {
+    /// Runs the refusing node's reclaim callback, if it has one and is alive; whether one
+    /// ran (`tenant::run_reclaim`).
+    pub(crate) reclaim: fn(&Node, u64) -> bool,
+    /// The last step, at `max`: retries under the policy of the refusing node (`Ok`: the
+    /// charge went through), `Err` with the node that refused last (`oom::out_of_memory`).
+    pub(crate) out_of_memory: fn(&Node, &mut Retry<'_>) -> Result<(), *const Node>,
+}
+
+/// The ladder's retry of the charge, which the OOM step calls under its lock: `Err` names
+/// the node that refused.
+pub(crate) type Retry<'a> = dyn FnMut() -> Result<(), *const Node> + 'a;
 
 /// Whether this thread's stock can be used, registering it on first use.
 fn usable(s: &Stock) -> bool {
@@ -51,14 +70,20 @@ fn byte_refs(pool: Pool, got: u64) -> u64 {
 /// Slow path of `hooks::charge` (`Pool::Objects`) and `Tenant::charge` (`Pool::Api`).
 #[cold]
 #[inline(never)]
-pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Result<(), Refused> {
+pub(crate) fn charge_slow(
+    id: ObjCgId,
+    pool: Pool,
+    n: u64,
+    idx: StatIdx,
+    ladder: &Ladder,
+) -> Result<(), Refused> {
     // An unknown or freed id has no tenant: it is uncharged, like id 0.
     let Some(oc) = objcg::lookup(id) else {
         return Ok(());
     };
     STOCK.with(|s| {
         if !usable(s) {
-            return charge_direct(s, oc, pool, n, idx);
+            return charge_direct(s, oc, pool, n, idx, ladder);
         }
         // 1. The slot may hold the bytes and only its stat delta need a flush.
         let mut flush = None;
@@ -98,7 +123,7 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
         } else {
             n
         };
-        let got = match charge_counter(s, oc, n, batch) {
+        let got = match charge_counter(s, oc, n, batch, ladder) {
             Ok(got) => got,
             Err(r) => {
                 if share {
@@ -156,16 +181,30 @@ pub(crate) fn charge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Resu
 }
 
 /// Charges `n` to the counters without a stock (exited thread, stolen stock).
-fn charge_direct(s: &Stock, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) -> Result<(), Refused> {
-    let got = charge_counter(s, oc, n, n)?;
+fn charge_direct(
+    s: &Stock,
+    oc: &ObjCg,
+    pool: Pool,
+    n: u64,
+    idx: StatIdx,
+    ladder: &Ladder,
+) -> Result<(), Refused> {
+    let got = charge_counter(s, oc, n, n, ladder)?;
     oc.get(byte_refs(pool, got));
     flush_stat(oc, idx, n as i64);
     Ok(())
 }
 
 /// Charges `batch` (if more than `n` and it fits) or exactly `n` to the objcg's tenant,
-/// running the failure ladder for `n`. Returns the bytes charged.
-fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refused> {
+/// running the failure ladder for `n` with `ladder`'s policy steps. Returns the bytes
+/// charged.
+fn charge_counter(
+    s: &Stock,
+    oc: &ObjCg,
+    n: u64,
+    batch: u64,
+    ladder: &Ladder,
+) -> Result<u64, Refused> {
     // The first tries, in one short read section. The ladder below takes locks, which a
     // reader of `oc` must not hold (a re-pointing waits for its readers under the tree lock),
     // so each later try reads `oc` again, and the refusing node it names is kept alive by a
@@ -218,7 +257,7 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
         s.set_flags(IN_RECLAIM, 0);
         // SAFETY: the refusing node is the charged node or an ancestor of it, alive while
         // `held` is (each refusal is used before the next try, which may replace `held`).
-        let ran = tenant::run_reclaim(unsafe { &*refused.0 }, n);
+        let ran = (ladder.reclaim)(unsafe { &*refused.0 }, n);
         s.set_flags(0, IN_RECLAIM);
         match try_n() {
             Ok(got) => return Ok(got),
@@ -243,7 +282,7 @@ fn charge_counter(s: &Stock, oc: &ObjCg, n: u64, batch: u64) -> Result<u64, Refu
     counter::record_event(node, Event::Max);
     // Under `OomPolicy::Kill`: a victim is killed and the overdraft window opened, with the
     // retries made under the tree lock so that two refused chargers do not each kill.
-    let refused = match oom::out_of_memory(node, || try_n().map(|_| ()).map_err(|r| r.0)) {
+    let refused = match (ladder.out_of_memory)(node, &mut || try_n().map(|_| ()).map_err(|r| r.0)) {
         Ok(()) => return Ok(n),
         Err(r) => Refused(r),
     };
@@ -379,8 +418,8 @@ pub(crate) fn shrink(id: ObjCgId, old: u64, old_idx: StatIdx, new: u64, new_idx:
         if old > new {
             counter::uncharge(&*t, old - new);
         }
-        stat::flush(&t, old_idx.0 as usize, -(old as i64));
-        stat::flush(&t, new_idx.0 as usize, new as i64);
+        stat::flush(&*t, old_idx.0 as usize, -(old as i64));
+        stat::flush(&*t, new_idx.0 as usize, new as i64);
     }
     oc.put(old - new);
 }
@@ -432,8 +471,8 @@ pub(crate) fn transfer(from: ObjCgId, to: ObjCgId, parts: &[(StatIdx, u64)]) -> 
         for &(idx, b) in parts {
             if b != 0 {
                 let (k, d) = (idx.0 as usize, b as i64);
-                stat::flush_below(&tnode, lca, k, d);
-                stat::flush_below(&fnode, lca, k, -d);
+                stat::flush_below(&*tnode, lca, k, d);
+                stat::flush_below(&*fnode, lca, k, -d);
             }
         }
     }
@@ -482,27 +521,6 @@ fn flush_stat(oc: &ObjCg, idx: StatIdx, d: i64) {
     }
     // SAFETY: every caller flushes before dropping its refs.
     if let Some(t) = unsafe { oc.read() } {
-        stat::flush(&t, idx.0 as usize, d);
+        stat::flush(&*t, idx.0 as usize, d);
     }
-}
-
-/// Gives one slot's contents back: bytes of both pools to the counter, deltas to the shared
-/// stats, then drops the slot's refs (its object pool's bytes, plus the slot ref; the API
-/// pool's bytes hold none).
-pub(crate) fn release(c: &Contents) {
-    let Some(oc) = objcg::lookup(c.id) else {
-        return;
-    };
-    // The slot's share of the budget, before its ref (objcg.rs).
-    oc.release_hold();
-    // SAFETY: the slot ref we drop last keeps the objcg alive.
-    if let Some(t) = unsafe { oc.read() } {
-        if c.bytes + c.api != 0 {
-            counter::uncharge(&*t, c.bytes + c.api);
-        }
-        for (k, d) in c.deltas() {
-            stat::flush(&t, k, d as i64);
-        }
-    }
-    oc.put(c.bytes + 1);
 }

@@ -59,6 +59,50 @@ pub(crate) enum Event {
     OomKill = 3,
 }
 
+/// Event counts, as in cgroup v2: [`Tenant::events`](crate::Tenant::events) counts the tenant's own events and its
+/// descendants' (`memory.events`), [`Tenant::events_local`](crate::Tenant::events_local) its own only
+/// (`memory.events.local`). An event is the tenant's own when its limit is the one involved:
+/// a charge that left its usage above its `high`, or one its `max` refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Events {
+    /// Charges that left usage above `high`.
+    pub high: u64,
+    /// Charges refused by `max` (after draining and reclaim).
+    pub max: u64,
+    /// Charges that failed because of it: allocations that returned null and
+    /// `Tenant::charge` calls that returned an error.
+    pub oom: u64,
+    /// Times the OOM killer picked this tenant as its victim (with [`OomPolicy::Kill`]);
+    /// [`Tenant::kill`] is not counted here.
+    ///
+    /// [`OomPolicy::Kill`]: crate::OomPolicy::Kill
+    pub oom_kill: u64,
+}
+
+/// Which events of a node [`Events::read`] counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// The node's own and its descendants' (`memory.events`).
+    Subtree,
+    /// The node's own only (`memory.events.local`).
+    Local,
+}
+
+impl Events {
+    pub(crate) fn read(c: &Counter, reach: Reach) -> Events {
+        let get = |ev| match reach {
+            Reach::Subtree => c.events(ev),
+            Reach::Local => c.events_local(ev),
+        };
+        Events {
+            high: get(Event::High),
+            max: get(Event::Max),
+            oom: get(Event::Oom),
+            oom_kill: get(Event::OomKill),
+        }
+    }
+}
+
 impl Counter {
     pub(crate) const fn new() -> Counter {
         Counter {

@@ -1,5 +1,6 @@
 //! Draining stocks: the registry of every thread's stock, `drain_all` (idle threads
-//! included), and giving a thread's stock back when it exits.
+//! included), giving a thread's stock back when it exits, and giving one slot's contents
+//! back to the counters (`release`, which the charge paths' evictions use too).
 //!
 //! ## Why a stock owner needs no fence (asymmetric Dekker)
 //!
@@ -49,10 +50,13 @@ use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::charge::release;
-use crate::hooks::ObjectDrain;
-use crate::stock::{Stock, EXITED, NR_SLOTS, REGISTERED, STOCK};
+use crate::callbacks;
+use crate::counter;
+use crate::objcg;
+use crate::stat;
+use crate::stock::{Contents, Stock, EXITED, NR_SLOTS, REGISTERED, STOCK};
 use crate::sys;
+use crate::types::ObjectDrain;
 
 static HEAD: AtomicPtr<Stock> = AtomicPtr::new(null_mut());
 /// The holding list (module docs), and its length. Under the registry lock.
@@ -143,7 +147,7 @@ pub(crate) fn drain_idle() -> usize {
     // The objects idle threads keep charged in the allocator's object stocks first, outside
     // the lock: their uncharges may make a slot in this thread's stock, which joins the
     // holding list under it.
-    crate::hooks::object_drain(ObjectDrain::Idle);
+    callbacks::object_drain(ObjectDrain::Idle);
     let own = STOCK.with(|s| s as *const Stock);
     let _g = lock();
     let mut chosen = 0;
@@ -174,7 +178,7 @@ pub(crate) fn drain_idle() -> usize {
         // Read first: finishing the steal may unlink `s`.
         p = s.hnext.load(Ordering::Relaxed);
         if s.idle.swap(false, Ordering::Relaxed) {
-            finish_steal(s, remote);
+            finish_steal(s, Finish::reached(remote));
         }
     }
     if remote {
@@ -184,21 +188,41 @@ pub(crate) fn drain_idle() -> usize {
     }
 }
 
-/// The second half of draining `s`, whose `steal` was set before the barrier: with `take`
-/// (the barrier reached its owner), wait for the owner to leave its critical section, take
-/// the slots and give them back; else only withdraw the request. Under the registry lock.
-/// Every slot taken, `s` leaves the holding list, before the Release clear of `steal`
+/// How a drainer finishes the steal of a stock whose `steal` it set before the barrier.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Finish {
+    /// The barrier reached the stock's owner (or it is the drainer's own): take the slots.
+    Take,
+    /// It did not: only withdraw the request.
+    Withdraw,
+}
+
+impl Finish {
+    fn reached(barrier: bool) -> Finish {
+        if barrier {
+            Finish::Take
+        } else {
+            Finish::Withdraw
+        }
+    }
+}
+
+/// The second half of draining `s`, whose `steal` was set before the barrier: with
+/// [`Finish::Take`], wait for the owner to leave its critical section, take the slots and
+/// give them back; with [`Finish::Withdraw`], only withdraw the request. Under the registry
+/// lock. Every slot taken, `s` leaves the holding list, before the Release clear of `steal`
 /// publishes that to its owner (module docs).
-fn finish_steal(s: &Stock, take: bool) {
+fn finish_steal(s: &Stock, how: Finish) {
     VISITS.fetch_add(1, Ordering::Relaxed);
-    if take {
-        wait_out(&s.in_cs);
-        let taken: [_; NR_SLOTS] = s.take_all();
-        unlist(s);
-        s.steal.store(false, Ordering::Release);
-        taken.iter().for_each(release);
-    } else {
-        s.steal.store(false, Ordering::Release);
+    match how {
+        Finish::Take => {
+            wait_out(&s.in_cs);
+            let taken: [_; NR_SLOTS] = s.take_all();
+            unlist(s);
+            s.steal.store(false, Ordering::Release);
+            taken.iter().for_each(release);
+        }
+        Finish::Withdraw => s.steal.store(false, Ordering::Release),
     }
 }
 
@@ -411,7 +435,7 @@ fn drain(objects: ObjectDrain) {
     let unsettled = UNSETTLED.load(Ordering::SeqCst);
     // Objects the allocator keeps pre-charged per thread go first: their uncharges land in
     // this thread's stock, which the loop below drains.
-    crate::hooks::object_drain(objects);
+    callbacks::object_drain(objects);
     let settled = UNSETTLED.load(Ordering::SeqCst) == unsettled;
     let own = STOCK.with(|s| s as *const Stock);
     let _g = lock();
@@ -435,7 +459,7 @@ fn drain(objects: ObjectDrain) {
         let s = unsafe { &*p };
         // Read first: finishing the steal unlinks `s`.
         p = s.hnext.load(Ordering::Relaxed);
-        finish_steal(s, remote || core::ptr::eq(s, own));
+        finish_steal(s, Finish::reached(remote || core::ptr::eq(s, own)));
     }
     // Without a process-wide barrier only this thread was drained (the allocator's object
     // drain uses the same barrier, so it reached every thread exactly when this one did): no
@@ -501,12 +525,25 @@ pub fn fork_child() {
     LOCK.store(false, Ordering::Release);
 }
 
-/// Drains every thread's stock (idle threads included) and frees dead objcgs. After it
-/// returns, `current()` of every tenant equals its live charges exactly (until the next
-/// charge refills a stock).
-pub fn drain_all_stocks() {
-    drain_all();
-    crate::tenant::free_zombies();
+/// Gives one slot's contents back: bytes of both pools to the counter, deltas to the shared
+/// stats, then drops the slot's refs (its object pool's bytes, plus the slot ref; the API
+/// pool's bytes hold none).
+pub(crate) fn release(c: &Contents) {
+    let Some(oc) = objcg::lookup(c.id) else {
+        return;
+    };
+    // The slot's share of the budget, before its ref (objcg.rs).
+    oc.release_hold();
+    // SAFETY: the slot ref we drop last keeps the objcg alive.
+    if let Some(t) = unsafe { oc.read() } {
+        if c.bytes + c.api != 0 {
+            counter::uncharge(&*t, c.bytes + c.api);
+        }
+        for (k, d) in c.deltas() {
+            stat::flush(&*t, k, d as i64);
+        }
+    }
+    oc.put(c.bytes + 1);
 }
 
 #[cfg(test)]

@@ -6,41 +6,21 @@
 //! destructors and after this thread's stock was given back at exit (then the counters are
 //! used directly). They never allocate, panic or unwind, except through a tenant's reclaim
 //! callback, which runs outside every stock critical section and never nests on a thread.
+//!
+//! A façade, the top layer: it forwards to the files that do the work and re-exports the
+//! shared types (`types.rs`) and the registration functions (`callbacks.rs`); no file of
+//! the crate imports it.
 
 use core::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
 
 use crate::charge;
 use crate::scope;
 use crate::stock::{self, Pool};
+use crate::tenant::LADDER;
 
-/// An objcg id as stored in owner metadata. 0 = root / uncharged, never a real objcg.
-pub type ObjCgId = u32;
-
-/// Number of slab stat indices the stats can tell apart: the allocator's size classes, then
-/// one per accounted dedicated cache (the first `MAX_SLAB_CLASSES - 52` of them with the
-/// global allocator's 52 classes).
-pub const MAX_SLAB_CLASSES: usize = 128;
-
-/// Stat index: `0..MAX_SLAB_CLASSES` = slab class i, then `LARGE`, `SOCK`, `SLAB_OTHER`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct StatIdx(pub u8);
-
-impl StatIdx {
-    pub const LARGE: StatIdx = StatIdx(MAX_SLAB_CLASSES as u8);
-    pub const SOCK: StatIdx = StatIdx(MAX_SLAB_CLASSES as u8 + 1);
-    /// Slab bytes not tied to one size class (`StatItem::Slab` through `Tenant::charge`).
-    pub const SLAB_OTHER: StatIdx = StatIdx(MAX_SLAB_CLASSES as u8 + 2);
-
-    /// Slab size class `class`; out-of-range classes map to `SLAB_OTHER`.
-    pub const fn slab(class: usize) -> StatIdx {
-        if class < MAX_SLAB_CLASSES {
-            StatIdx(class as u8)
-        } else {
-            StatIdx::SLAB_OTHER
-        }
-    }
-}
+pub use crate::callbacks::{set_object_drain, set_on_activate, set_root_usage_source};
+pub use crate::drain::{fork_parent, fork_prepare};
+pub use crate::types::{ObjCgId, ObjectDrain, SlabMeta, StatIdx, Unscoped, MAX_SLAB_CLASSES};
 
 /// The objcg id of this thread's current scope, 0 when none. A single TLS load.
 #[inline(always)]
@@ -72,7 +52,7 @@ pub unsafe fn charge(id: ObjCgId, n: usize, idx: StatIdx) -> bool {
 #[cold]
 #[inline(never)]
 fn charge_cold(id: ObjCgId, n: u64, idx: StatIdx) -> bool {
-    charge::charge_slow(id, Pool::Objects, n, idx).is_ok()
+    charge::charge_slow(id, Pool::Objects, n, idx, &LADDER).is_ok()
 }
 
 /// Uncharges `n` bytes previously charged to `id` (!= 0), on any thread.
@@ -112,7 +92,7 @@ pub unsafe fn shrink_charge(
 
 /// Registers the byte sizes of the allocator's size classes (for `slab_<size>` lines).
 pub fn set_slab_class_sizes(sizes: &'static [u32]) {
-    crate::stat::set_class_sizes(sizes);
+    crate::report::set_class_sizes(sizes);
 }
 
 /// While the returned guard lives, this thread's allocations belong to the root, as outside
@@ -129,14 +109,14 @@ pub fn unscoped() -> impl Drop {
 /// dedicated cache). Takes the root scope too. User context only; not re-entrant.
 pub fn lifecycle_lock() -> LifecycleLock {
     LifecycleLock {
-        _guard: crate::tenant::tree_lock(),
+        _guard: crate::tree::tree_lock(),
     }
 }
 
 /// Holds [`lifecycle_lock`] until dropped.
 #[must_use = "the lock is released when the guard is dropped"]
 pub struct LifecycleLock {
-    _guard: crate::tenant::TreeGuard,
+    _guard: crate::tree::TreeGuard,
 }
 
 /// Names slab stat index `idx` (one not used by a size class), so reports print
@@ -145,25 +125,7 @@ pub struct LifecycleLock {
 /// index this way. The first name given to an index wins; false when `idx` is out of range
 /// or taken. User context (it allocates and takes the tenant tree lock).
 pub fn set_slab_name(idx: StatIdx, name: &str) -> bool {
-    crate::stat::set_slab_name(idx.0 as usize, name)
-}
-
-/// The owner-metadata geometry of the objects charged at one slab stat index, so that
-/// `tenant.stat()` can report `owner_meta` / `owner_meta_paid` without the allocator doing
-/// anything per object: at stat time, objects = the index's bytes / `object_size`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SlabMeta {
-    /// Bytes charged per object (its usable size). Every charge at the index must be a
-    /// whole number of objects for the object count to be exact.
-    pub object_size: usize,
-    /// Bytes per slab that owner metadata costs: the slots given up for an array carved from
-    /// the slab (`meta_cost_slots * stride`); 0 when the owner words live in per-slot padding
-    /// or in the slab's leftover tail.
-    pub paid_per_slab: usize,
-    /// Objects per slab that share `paid_per_slab`. Each object is reported as paying
-    /// `paid_per_slab / objects_per_slab`, summed before rounding, so whole slabs' worth of
-    /// objects add up to exactly what their slabs gave up.
-    pub objects_per_slab: usize,
+    crate::report::set_slab_name(idx.0 as usize, name)
 }
 
 /// Registers the owner-metadata geometry of slab stat index `idx` (a size class, or a
@@ -173,10 +135,8 @@ pub struct SlabMeta {
 /// `objects_per_slab` is 0, or when a field is above 2^21 - 1 (a slab is at most 1 MiB, so
 /// every real layout fits). Never allocates or panics.
 pub fn set_slab_meta(idx: StatIdx, meta: SlabMeta) -> bool {
-    crate::stat::set_slab_meta(idx.0 as usize, meta)
+    crate::report::set_slab_meta(idx.0 as usize, meta)
 }
-
-pub use crate::drain::{fork_parent, fork_prepare};
 
 /// Fork support, in the child after `fork`: only the forking thread survives, so every other
 /// thread's stock gives its pre-charged bytes back, the background thread is spawned again
@@ -194,62 +154,13 @@ pub fn fork_child() {
 /// in both the parent and the child handler. Allocates (as the root) only the first time,
 /// if no tenant was ever used.
 pub fn fork_prepare_tenants() {
-    crate::tenant::lock_for_fork();
+    crate::tree::lock_for_fork();
 }
 
 /// Fork support: releases what [`fork_prepare_tenants`] took, last in the parent and in the
 /// child handler.
 pub fn fork_release_tenants() {
-    crate::tenant::unlock_after_fork();
-}
-
-// What the allocator registers, once, at its initialisation (the first registration of each
-// wins). Reading a `OnceLock` is one acquire load; neither reading nor setting allocates.
-static ROOT_SOURCE: OnceLock<fn() -> Unscoped> = OnceLock::new();
-static ON_ACTIVATE: OnceLock<fn()> = OnceLock::new();
-static OBJECT_DRAIN: OnceLock<fn(ObjectDrain)> = OnceLock::new();
-
-/// Which threads' object stocks a drain asks the allocator to drain ([`set_object_drain`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ObjectDrain {
-    /// Every thread's (`current_exact()`, `stat()`, `drain_all_stocks()`): after it, every
-    /// tenant is exact.
-    All,
-    /// Those that may hold charged objects (a refused charge): the threads whose object
-    /// stock was tagged for a tenant since a drain last found it settled, which the
-    /// allocator keeps on a list of its own. Enough for every object that a drain can ever
-    /// find with certainty; the one it may miss, a free preempted between its read of the
-    /// tag and its push across two barriers, [`ObjectDrain::All`] still finds.
-    Armed,
-    /// Those of [`ObjectDrain::Armed`] that stayed armed without a retag since the previous
-    /// call (the idle-stock decay, every 100 ms once many threads hold stocks): the charged
-    /// objects of threads that went idle go back within two passes, as their byte stocks
-    /// do. A busy thread that never retags is drained too, and settles once per two passes.
-    Idle,
-}
-
-/// Bytes the allocator holds for the program outside every tenant scope, by kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Unscoped {
-    /// Slab objects (size classes and dedicated caches).
-    pub slab: u64,
-    /// Large blocks.
-    pub large: u64,
-}
-
-/// Registers the allocator's count of unscoped bytes, added to `Tenant::root().current()`
-/// and to the root's `stat()` (`slab` and `large`).
-pub fn set_root_usage_source(f: fn() -> Unscoped) {
-    let _ = ROOT_SOURCE.set(f);
-}
-
-pub(crate) fn root_unscoped() -> Unscoped {
-    ROOT_SOURCE.get().map_or(Unscoped::default(), |f| f())
-}
-
-pub(crate) fn root_usage() -> u64 {
-    let u = root_unscoped();
-    u.slab.saturating_add(u.large)
+    crate::tree::unlock_after_fork();
 }
 
 /// Whether `id` is currently an allocated objcg (false once it died and was freed). For
@@ -350,38 +261,6 @@ pub fn stock_budget_slots() -> u32 {
 #[doc(hidden)]
 pub fn objcg_table_bytes() -> usize {
     crate::objcg::table_bytes()
-}
-
-/// Registers what the allocator must do before the first charged allocation can exist. It is
-/// called in user context when the first tenant scope is entered; every `enter()` that starts
-/// before one call has finished makes the call itself, so it may run several times, even at
-/// once (it must be idempotent), and no scope is entered before it has finished. The
-/// allocator uses it to tell every thread that frees may now meet accounted objects. The
-/// function must not allocate or panic.
-pub fn set_on_activate(f: fn()) {
-    let _ = ON_ACTIVATE.set(f);
-}
-
-pub(crate) fn on_activate() {
-    if let Some(f) = ON_ACTIVATE.get() {
-        f();
-    }
-}
-
-/// Registers the allocator's drain of pre-charged objects it caches per thread (objects
-/// kept charged to a tenant between a free and the next allocation, an object stock). Every
-/// drain of the stocks (`current_exact`, `drain_all_stocks`, a charge about to fail, the
-/// idle-stock decay) calls it first, saying which threads' object stocks it needs
-/// ([`ObjectDrain`]), so those bytes are given back before the byte stocks are drained. The function must
-/// follow the hooks' rules: no allocation, no panic; it may call `uncharge`.
-pub fn set_object_drain(f: fn(ObjectDrain)) {
-    let _ = OBJECT_DRAIN.set(f);
-}
-
-pub(crate) fn object_drain(which: ObjectDrain) {
-    if let Some(f) = OBJECT_DRAIN.get() {
-        f(which);
-    }
 }
 
 /// Forces a full memory barrier on every other running thread (membarrier, or the

@@ -22,13 +22,41 @@
 //!     only n is charged, straight to the counters;
 //!     refill a batch from counter::try_charge (CAS walk up the ancestors), evict LRU slot,
 //!     failure ladder: exact n -> drain (unless clean) -> retry -> reclaim callback -> retry
-//!     -> (if a callback ran) drain (unless clean) -> retry
+//!     -> (if a callback ran) drain (unless clean) -> retry -> OOM killer (under Kill)
+//!     (reclaim and the OOM killer are policy: reached only through the `charge::Ladder`
+//!     that hooks::charge and Tenant::charge hand in, `tenant::LADDER`)
 //!     (a drain walks the holding list, after the allocator's object drain of the threads
-//!     on its armed list, `hooks::set_object_drain`)
+//!     on its armed list, `hooks::set_object_drain` -> callbacks.rs; evicted and drained
+//!     slots go back through `drain::release`)
 //! hooks::uncharge(id, n, idx): the mirror image (stock::refill / charge::uncharge_slow).
 //! Tenant::charge / uncharge: the same paths on the slot's API pool, whose bytes hold no
 //! objcg refs (stock.rs).
 //! ```
+//!
+//! ## Layers (bottom to top)
+//! Each file imports only files below it (`../shared/tools/modcycles.py` prints no ring);
+//! mechanism (counter, stat, stock, objcg, drain, charge) never calls policy (oom, tenant)
+//! except through the `charge::Ladder` it is handed.
+//! 1. `types.rs`: plain shared types and constants (`ObjCgId`, `StatIdx`, `NR_STAT`,
+//!    `SlabMeta`, `ObjectDrain`, `Unscoped`); imports nothing of the crate.
+//! 2. `sys.rs`: the OS (membarrier, thread exit, environment, warnings).
+//! 3. `callbacks.rs`: what the allocator registers (activation, object drain, root usage).
+//! 4. `counter.rs`: the hierarchical counter (`page_counter`), its events and `Events`.
+//! 5. `stat.rs`: a node's shared stat counters and the walk that flushes deltas up.
+//! 6. `oom_state.rs`: a node's OOM state (policy choice, overdraft, kill mark, waiters).
+//! 7. `stock.rs`: the per-thread stock and its fast paths (`consume`, `refill`).
+//! 8. `node.rs`: a tree node (the data above, tree links, objcg list, reclaim callback) and
+//!    the `Tenant` handle type.
+//! 9. `scope.rs`: the thread's current objcg, the `enter()` guard, the root scope.
+//! 10. `objcg.rs`: the owner indirection (id table, refs, reader sections, zombies).
+//! 11. `tree.rs`: the tree lock, the root node, the walk of live tenants, fork locks.
+//! 12. `drain.rs`: the stock registry and holding list, drains, thread exit, `release`.
+//! 13. `charge.rs`: the charge/uncharge slow paths and the failure ladder (mechanism).
+//! 14. `report.rs`: `TenantStat` and the slab geometry the allocator registers for it.
+//! 15. `oom.rs`: policy at `max`: victim choice, kill, overdraft, the background thread.
+//! 16. `tenant.rs`: the `Tenant` API, lifecycle and reparenting, reclaim, `LADDER`.
+//! 17. `task.rs`: futures and closures carried into a tenant, safe points.
+//! 18. `hooks.rs`: the façade the allocator calls; only forwards, nothing imports it.
 //!
 //! ## Who touches what
 //! - `Stock` (stock.rs): its owner thread, plus a drainer holding the registry lock after a
@@ -39,17 +67,18 @@
 //!   made for it or taken; the holding list of stocks (drain.rs): under the registry lock.
 //! - `ObjCg` (objcg.rs): refs by any slow path; `tenant` written only in user context under
 //!   the tree lock (reparenting), read lock-free by slow paths that hold a ref.
-//! - Tree structure, names, objcg lists, reclaim callbacks (tenant.rs): user context only.
-//! - What the allocator registers about its slab stat indexes (stat.rs: class sizes, cache
+//! - Tree structure, names, objcg lists, reclaim callbacks (node.rs; changed by tenant.rs
+//!   under the tree lock of tree.rs): user context only.
+//! - What the allocator registers about its slab stat indexes (report.rs: class sizes, cache
 //!   names, owner-metadata geometry): written once each, at allocator init or when a
 //!   dedicated cache is built; read only by `stat()`, which derives `owner_meta` from it.
 //! - Activation (scope.rs): the first `enter()` of a non-root tenant runs the allocator's
-//!   hook (`hooks::set_on_activate`) before any scope is entered, so the allocator can tell
+//!   hook (`hooks::set_on_activate`, kept in callbacks.rs) before any scope is entered, so the allocator can tell
 //!   its threads that frees may meet accounted objects.
 //!
-//! - At `max` (oom.rs): the charge ladder's last step, under the tree lock, kills a victim
-//!   under `OomPolicy::Kill` and opens the refusing tenant's overdraft window (a counter
-//!   field); killed futures (task.rs) see it through a kill epoch at their next poll and are
+//! - At `max` (oom.rs, state in oom_state.rs): the charge ladder's last step, under the
+//!   tree lock, kills a victim under `OomPolicy::Kill` and opens the refusing tenant's
+//!   overdraft window (a counter field); killed futures (task.rs) see it through a kill epoch at their next poll and are
 //!   woken by the background thread, which also gives idle threads' stocks back
 //!   (`drain::drain_idle`) once many threads hold stocks.
 //! - Objcg readers (objcg.rs): every slow-path use of the node an objcg points at is a short
@@ -60,25 +89,35 @@
 //! never panic, never unwind, and take only the registry spin lock, whose holders do
 //! bounded work. User-facing APIs may allocate.
 
+// The layer order, bottom to top, is the design note's "Layers" list above.
+mod callbacks;
 mod charge;
 mod counter;
 mod drain;
 pub mod hooks;
+mod node;
 mod objcg;
 mod oom;
+mod oom_state;
+mod report;
 mod scope;
 mod stat;
 mod stock;
 mod sys;
 mod task;
 mod tenant;
+mod tree;
+mod types;
 
-pub use drain::drain_all_stocks;
-pub use oom::{Killed, OomPolicy};
-pub use scope::{current_tenant, ScopeGuard};
-pub use stat::{StatItem, TenantStat};
+pub use counter::Events;
+pub use node::Tenant;
+pub use oom::Killed;
+pub use oom_state::OomPolicy;
+pub use report::TenantStat;
+pub use scope::ScopeGuard;
+pub use stat::StatItem;
 pub use task::{checkpoint, InFlight, InTenant, Scoped};
-pub use tenant::{ChargeError, Events, Tenant, TenantError};
+pub use tenant::{current_tenant, drain_all_stocks, ChargeError, TenantError};
 
 #[cfg(test)]
 mod tests;

@@ -34,10 +34,8 @@ use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::tenant::Node;
-
-/// See `hooks::ObjCgId`.
-pub(crate) type ObjCgId = u32;
+use crate::node::Node;
+use crate::types::ObjCgId;
 
 const CHUNK_SHIFT: u32 = 10;
 const CHUNK: usize = 1 << CHUNK_SHIFT;
@@ -106,7 +104,7 @@ static IDS: Mutex<IdAlloc> = Mutex::new(IdAlloc {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct IdsFull;
 
-/// The id allocator's lock, held across `fork` (`tenant::lock_for_fork`).
+/// The id allocator's lock, held across `fork` (`tree::lock_for_fork`).
 pub(crate) struct IdsGuard(#[allow(dead_code)] MutexGuard<'static, IdAlloc>);
 
 pub(crate) fn lock_ids() -> IdsGuard {

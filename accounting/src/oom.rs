@@ -35,124 +35,24 @@
 //! child anyway.
 
 use core::fmt;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use crate::charge::Retry;
 use crate::counter::{self, Event};
+use crate::node::Node;
+use crate::oom_state::{OomPolicy, BY_OOM, BY_REQUEST, KILLED_NOT};
 use crate::scope;
-use crate::tenant::{self, Node};
+use crate::tree::{self, TreeGuard};
 
-/// What happens when a charge does not fit under a tenant's `max`.
-///
-/// Set per tenant with [`Tenant::set_oom_policy`](crate::Tenant::set_oom_policy); it
-/// governs charges refused by *that* tenant's limit, and, for `Kill`, makes the tenant a
-/// candidate victim when its own or an ancestor's limit is reached.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OomPolicy {
-    /// The charge fails: `alloc` returns null (infallible Rust allocations then abort the
-    /// process), `Tenant::charge` returns `Err`. The default, as before kills existed.
-    #[default]
-    Fail,
-    /// A victim in the subtree is killed and the charge goes through the overdraft
-    /// ([`Tenant::set_overdraft`](crate::Tenant::set_overdraft)): `current` may reach
-    /// `max + overdraft` until the victim's work is dropped at its next safe point.
-    Kill,
-}
-
-const ALIVE: u8 = 0;
-const BY_OOM: u8 = 1;
-const BY_REQUEST: u8 = 2;
-
-/// The overdraft when none was set: as much as `max`, at most 64 MiB, so that a `Vec`
-/// holding half the limit can double (its new buffer and the old one both charged) while
-/// the kill takes effect.
-const DEFAULT_OVERDRAFT_CAP: u64 = 64 << 20;
-/// `OomState::overdraft` before `set_overdraft`.
-const UNSET: u64 = u64::MAX;
 /// How long a killed tenant with work in flight holds off further kills in its subtree (the
 /// kernel's OOM reaper waits about 2 s before it lets the killer pick another victim).
 const DYING_GRACE: Duration = Duration::from_secs(1);
 
 /// Counts kills; bumped (SeqCst) after a victim's `killed` is set.
 static KILL_EPOCH: AtomicU64 = AtomicU64::new(0);
-
-/// The OOM state of one node.
-pub(crate) struct OomState {
-    policy: AtomicU8,
-    overdraft: AtomicU64,
-    /// `ALIVE`, or why it was killed (`BY_OOM`, `BY_REQUEST`); set once.
-    killed: AtomicU8,
-    /// When it was killed, in nanoseconds since `clock_base()`.
-    killed_at: AtomicU64,
-    /// Futures (`Scoped`) and wrapped closures of this tenant not finished yet: the work a
-    /// kill waits for before it counts the victim as gone.
-    inflight: AtomicUsize,
-    /// Wakers of this tenant's pending `Scoped` futures, woken when it is killed.
-    waiters: Mutex<Waiters>,
-}
-
-/// Registered wakers: `slots[i]` is `Some` while the future that registered index `i` is
-/// alive; free indexes are in `free`.
-struct Waiters {
-    slots: Vec<Option<Waker>>,
-    free: Vec<usize>,
-}
-
-impl OomState {
-    pub(crate) const fn new(policy: OomPolicy) -> OomState {
-        OomState {
-            policy: AtomicU8::new(policy as u8),
-            overdraft: AtomicU64::new(UNSET),
-            killed: AtomicU8::new(ALIVE),
-            killed_at: AtomicU64::new(0),
-            inflight: AtomicUsize::new(0),
-            waiters: Mutex::new(Waiters {
-                slots: Vec::new(),
-                free: Vec::new(),
-            }),
-        }
-    }
-    pub(crate) fn policy(&self) -> OomPolicy {
-        match self.policy.load(Ordering::Relaxed) {
-            0 => OomPolicy::Fail,
-            _ => OomPolicy::Kill,
-        }
-    }
-    pub(crate) fn set_policy(&self, p: OomPolicy) {
-        self.policy.store(p as u8, Ordering::Relaxed);
-    }
-    pub(crate) fn set_overdraft(&self, bytes: u64) {
-        // u64::MAX means "unset"; nobody can use that much anyway.
-        self.overdraft
-            .store(bytes.min(UNSET - 1), Ordering::Relaxed);
-    }
-    pub(crate) fn overdraft(&self, max: u64) -> u64 {
-        match self.overdraft.load(Ordering::Relaxed) {
-            UNSET => max.min(DEFAULT_OVERDRAFT_CAP),
-            v => v,
-        }
-    }
-    /// An open overdraft window follows a new `max` or overdraft (racy with the uncharge
-    /// that closes it: then the window reopens at the next refusal, which is fine).
-    pub(crate) fn limits_changed(&self, c: &crate::counter::Counter) {
-        if c.overdraft_open() {
-            c.open_overdraft(self.overdraft(c.max()));
-        }
-    }
-    /// One more piece of work in flight (a `Scoped` future or a wrapped closure).
-    pub(crate) fn start_work(&self) {
-        self.inflight.fetch_add(1, Ordering::Relaxed);
-    }
-    /// That work finished or was dropped.
-    pub(crate) fn end_work(&self) {
-        self.inflight.fetch_sub(1, Ordering::Relaxed);
-    }
-    fn waiters(&self) -> MutexGuard<'_, Waiters> {
-        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// The number of kills so far: a safe point that saw this value before has no new kill to
 /// look for.
@@ -165,7 +65,7 @@ pub(crate) fn epoch() -> u64 {
 pub(crate) fn killed_by(node: &Node) -> Option<&Node> {
     let mut cur = Some(node);
     while let Some(n) = cur {
-        if n.oom.killed.load(Ordering::Acquire) != ALIVE {
+        if n.oom.killed.load(Ordering::Acquire) != KILLED_NOT {
             return Some(n);
         }
         cur = n.parent_node();
@@ -189,7 +89,7 @@ fn mark(node: &Node, why: u8) -> bool {
     let marked = node
         .oom
         .killed
-        .compare_exchange(ALIVE, why, Ordering::AcqRel, Ordering::Relaxed)
+        .compare_exchange(KILLED_NOT, why, Ordering::AcqRel, Ordering::Relaxed)
         .is_ok();
     if marked {
         // After the flag: a safe point that sees the new epoch sees the flag.
@@ -242,16 +142,16 @@ pub(crate) fn killed_error(killed: &Node) -> Killed {
 /// opening the overdraft window as the module doc says; `Err` with the node that refused
 /// last when the charge must fail. Runs outside every stock critical section; allocates as
 /// the root.
-pub(crate) fn out_of_memory(
-    refused: &Node,
-    mut retry: impl FnMut() -> Result<(), *const Node>,
-) -> Result<(), *const Node> {
+///
+/// The charge ladder (`charge.rs`, mechanism) reaches it only through the `charge::Ladder`
+/// it is handed (`tenant::LADDER`), hence the `dyn` retry.
+pub(crate) fn out_of_memory(refused: &Node, retry: &mut Retry<'_>) -> Result<(), *const Node> {
     let kill_policy = |r: &Node| r.oom.policy() == OomPolicy::Kill && r.parent_node().is_some();
     if !kill_policy(refused) {
         return Err(refused);
     }
     let _root = scope::unscoped();
-    let tree = tenant::tree_lock();
+    let tree = tree::tree_lock();
     let mut r: *const Node = refused;
     let mut killed = false;
     // The node whose window this call opened last: opening it again cannot help.
@@ -324,11 +224,11 @@ fn is_in(node: &Node, root: &Node) -> bool {
 }
 
 /// The victim choice for a charge refused by `r`: see the module doc.
-fn choose(tree: &tenant::TreeGuard, r: &Node) -> Choice {
+fn choose(tree: &TreeGuard, r: &Node) -> Choice {
     let mut members: Vec<Member> = Vec::new();
     let mut dying = false;
     let now = now_ns();
-    tenant::for_each_live(tree, |n| {
+    tree::for_each_live(tree, |n| {
         if !is_in(n, r) {
             return;
         }
@@ -417,8 +317,8 @@ fn wake_killed() {
     let _root = scope::unscoped();
     let mut killed: Vec<Arc<Node>> = Vec::new();
     {
-        let tree = tenant::tree_lock();
-        tenant::for_each_live(&tree, |n| {
+        let tree = tree::tree_lock();
+        tree::for_each_live(&tree, |n| {
             if killed_by(n).is_some() {
                 killed.extend(n.arc());
             }

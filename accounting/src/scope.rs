@@ -1,13 +1,17 @@
 //! The current tenant of a thread: a const-initialised `Cell<u32>` thread-local holding the
-//! objcg id of the innermost entered scope (0 = root / unscoped), and the `enter()` guard.
+//! objcg id of the innermost entered scope (0 = root / unscoped), the `enter()` guard, and
+//! the root scope ([`unscoped`]) that the library's own bookkeeping runs in. Below every
+//! layer that allocates (they all take the root scope); it knows the tenant handle only as
+//! the type a guard keeps alive (`node.rs`). `current_tenant` is in `tenant.rs`.
 
 use core::cell::Cell;
 use core::marker::PhantomData;
 use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use crate::objcg::{self, ObjCgId};
-use crate::tenant::{self, Tenant};
+use crate::callbacks;
+use crate::node::Tenant;
+use crate::types::ObjCgId;
 
 thread_local! {
     static CURRENT: Cell<ObjCgId> = const { Cell::new(0) };
@@ -85,7 +89,7 @@ static ACTIVATED: AtomicBool = AtomicBool::new(false);
 #[inline(never)]
 fn activate() {
     ACTIVE.store(true, Ordering::SeqCst);
-    crate::hooks::on_activate();
+    callbacks::on_activate();
     // Release: a thread that sees it (Acquire below) sees everything the hook did.
     ACTIVATED.store(true, Ordering::Release);
 }
@@ -139,7 +143,7 @@ pub(crate) struct Borrowed<'a> {
 
 #[inline(always)]
 pub(crate) fn enter_borrowed(tenant: &Tenant) -> Borrowed<'_> {
-    let id = tenant.objcg_id();
+    let id = tenant.node.objcg();
     if id != 0 && !ACTIVATED.load(Ordering::Acquire) {
         activate();
     }
@@ -167,19 +171,19 @@ impl Drop for Borrowed<'_> {
 /// caller is in, those infallible allocations would abort the process when that tenant is
 /// full, or run its reclaim callback while a lifecycle lock is held.
 #[must_use = "the root scope ends when the guard is dropped"]
-pub(crate) struct Unscoped {
+pub(crate) struct RootScope {
     frame: Frame,
     _not_send: PhantomData<*const ()>,
 }
 
-pub(crate) fn unscoped() -> Unscoped {
-    Unscoped {
+pub(crate) fn unscoped() -> RootScope {
+    RootScope {
         frame: Frame::push(0),
         _not_send: PhantomData,
     }
 }
 
-impl Drop for Unscoped {
+impl Drop for RootScope {
     fn drop(&mut self) {
         // Not the innermost only if the caller's code inside (a reclaim callback) left a
         // scope of its own open: the thread stays in that one, which is sound.
@@ -191,16 +195,4 @@ impl Drop for Unscoped {
 #[inline(always)]
 pub(crate) fn current_objcg() -> ObjCgId {
     CURRENT.with(Cell::get)
-}
-
-/// The tenant this thread's allocations are charged to now (the root outside any scope).
-pub fn current_tenant() -> Tenant {
-    let id = current_objcg();
-    if let Some(oc) = objcg::lookup(id) {
-        // SAFETY: the live ScopeGuard that set `id` holds a handle, hence the alive ref.
-        if let Some(t) = unsafe { oc.read() }.and_then(|n| tenant::upgrade(&n)) {
-            return t;
-        }
-    }
-    Tenant::root()
 }

@@ -48,9 +48,7 @@ use core::sync::atomic::{
     Ordering::{Acquire, Relaxed, Release},
 };
 
-use crate::hooks::StatIdx;
-use crate::objcg::ObjCgId;
-use crate::stat::NR_STAT;
+use crate::types::{ObjCgId, StatIdx, NR_STAT};
 
 /// Slots per stock (the kernel's `NR_MEMCG_STOCK`).
 pub(crate) const NR_SLOTS: usize = 7;

@@ -21,10 +21,10 @@ use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
 
+use crate::node::Tenant;
 use crate::objcg;
 use crate::oom::{self, Killed};
 use crate::scope;
-use crate::tenant::Tenant;
 
 /// A future carried into a tenant: made by [`Tenant::scope`], [`InTenant::in_tenant`] or
 /// [`InTenant::in_current_tenant`].
@@ -211,7 +211,7 @@ pub trait InTenant: Future + Sized {
     /// This future, run inside the tenant the calling thread is in now: carries the
     /// spawner's scope into `tokio::spawn`, as tracing's `in_current_span`.
     fn in_current_tenant(self) -> Scoped<Self> {
-        Scoped::new(crate::scope::current_tenant(), self)
+        Scoped::new(crate::tenant::current_tenant(), self)
     }
 }
 

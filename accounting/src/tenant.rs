@@ -1,8 +1,11 @@
-//! Tenants: the tree, handles, limits, events, lifecycle and reparenting.
+//! Tenants: the handle's API (limits, events, charges, reclaim), lifecycle and reparenting,
+//! and the policy the charge ladder is handed ([`LADDER`]). Policy layer: the mechanism
+//! below (counter, stock, drain, charge) never calls into this file except through
+//! `LADDER`.
 //!
-//! A [`Tenant`] is a handle on a `Node`. Liveness of a tenant is `handles > 0`, where
-//! `handles = live Tenant handles + live children` (a live child keeps its parent alive).
-//! When `handles` drops to 0 the tenant dies (`die`): every objcg pointing at it (its own
+//! A [`Tenant`] is a handle on a `Node` (`node.rs`). Liveness of a tenant is `handles > 0`,
+//! where `handles = live Tenant handles + live children` (a live child keeps its parent
+//! alive). When `handles` drops to 0 the tenant dies (`die`): every objcg pointing at it (its own
 //! and those inherited from dead children) is re-pointed to the parent, and its own objcg
 //! loses its alive ref. The `Node` is owned by `Arc`s: the handles' (`Tenant`), its
 //! children's (`parent`) and one per objcg pointing at it (`objcg.rs`). Re-pointing moves
@@ -12,182 +15,34 @@
 //! already include them. Zombie objcgs (no refs left) are freed in user context
 //! (`free_zombies`).
 //!
-//! Lifecycle work (die, free zombies) is user context and serialised by `TREE`; creating a
-//! child needs no lock beyond the objcg id allocator's. Of the hooks, only the charge
-//! failure ladder takes `TREE`, briefly, to read a reclaim callback (`run_reclaim`); every
-//! holder of `TREE` runs as the root, so it never enters that ladder itself (`tree_lock`).
+//! Lifecycle work (die, free zombies) is user context and serialised by `TREE`
+//! (`tree.rs`); creating a child needs no lock beyond the objcg id allocator's.
 
-use core::cell::UnsafeCell;
 use core::fmt;
 use core::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex};
 
-use crate::charge::{self, Refused};
-use crate::counter::{self, Counter, Event, Hierarchy};
+use crate::callbacks;
+use crate::charge::{self, Ladder, Refused};
+use crate::counter::{self, Counter, Events, Reach};
 use crate::drain;
-use crate::hooks;
-use crate::objcg::{self, ObjCgId};
-use crate::oom::{self, Killed, OomPolicy, OomState};
+use crate::node::{locked, upgrade, Node, Reclaim, Tenant};
+use crate::objcg;
+use crate::oom::{self, Killed};
+use crate::oom_state::{OomPolicy, OomState};
+use crate::report::TenantStat;
 use crate::scope::{self, ScopeGuard};
-use crate::stat::{self, StatItem, Stats, TenantStat};
+use crate::stat::{self, StatItem, Stats};
 use crate::stock::{self, Pool};
+use crate::tree::{for_each_live, root_node, tree_lock};
+use crate::types::ObjCgId;
 
-type Reclaim = Arc<dyn Fn(&Tenant, u64) + Send + Sync>;
-
-/// One node of the accounting tree (memcg).
-pub(crate) struct Node {
-    pub(crate) counter: Counter,
-    pub(crate) stats: Stats,
-    parent: Option<Arc<Node>>,
-    /// This node's own allocation, so that a `&Node` (all the charge paths have) can become
-    /// a handle again without rebuilding an `Arc` from a pointer that only covers the node.
-    this: Weak<Node>,
-    name: Box<str>,
-    /// This tenant's objcg (0 for the root, which is never charged through an objcg).
-    objcg: AtomicU32,
-    handles: AtomicUsize,
-    /// Objcgs whose `tenant` points here, each knowing its position:
-    /// `objcg(objcgs[i]).list_index() == i`. Under `TREE` (once the node is published).
-    objcgs: Mutex<Vec<ObjCgId>>,
-    /// Taken only under `TREE`, so that no thread holds it across a `fork` (the fork
-    /// handlers hold `TREE`).
-    reclaim: Mutex<Option<Reclaim>>,
-    /// What happens at this tenant's `max`, and whether it was killed (`oom.rs`).
-    pub(crate) oom: OomState,
-}
-
-impl Drop for Node {
-    /// Releases the chain of ancestors that only this node kept, one by one: dropping them
-    /// recursively (each node's drop dropping its parent) overflowed the stack for a chain
-    /// of some 40,000 tenants.
-    fn drop(&mut self) {
-        let mut parent = self.parent.take();
-        while let Some(p) = parent {
-            parent = match Arc::try_unwrap(p) {
-                // The last reference: take its parent before it drops (without recursing).
-                Ok(mut node) => node.parent.take(),
-                Err(_) => None,
-            };
-        }
-    }
-}
-
-impl Hierarchy for Node {
-    fn counter(&self) -> &Counter {
-        &self.counter
-    }
-    fn parent(&self) -> Option<&Node> {
-        self.parent.as_deref()
-    }
-}
-
-impl Node {
-    pub(crate) fn parent_node(&self) -> Option<&Node> {
-        self.parent.as_deref()
-    }
-    pub(crate) fn objcg(&self) -> ObjCgId {
-        self.objcg.load(Ordering::Relaxed)
-    }
-    pub(crate) fn name(&self) -> &str {
-        &self.name
-    }
-    /// A strong reference to this node's memory (not a handle: it does not keep the tenant
-    /// alive, only readable).
-    pub(crate) fn arc(&self) -> Option<Arc<Node>> {
-        self.this.upgrade()
-    }
-    /// Whether a handle (or a live child) still holds the tenant.
-    pub(crate) fn is_alive(&self) -> bool {
-        self.handles.load(Ordering::Relaxed) > 0
-    }
-    /// The tenant's path below the root, "/"-separated ("svc/customer-42"); "root" for the
-    /// root. Allocates: user context, or as the root.
-    pub(crate) fn path(&self) -> String {
-        let mut names = Vec::new();
-        let mut cur = Some(self);
-        while let Some(n) = cur {
-            if n.parent.is_none() {
-                break;
-            }
-            names.push(n.name());
-            cur = n.parent_node();
-        }
-        if names.is_empty() {
-            return "root".to_owned();
-        }
-        names.reverse();
-        names.join("/")
-    }
-}
-
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-static TREE: Mutex<()> = Mutex::new(());
-static ROOT: OnceLock<Arc<Node>> = OnceLock::new();
-
-fn root_node() -> &'static Arc<Node> {
-    ROOT.get_or_init(|| {
-        Arc::new_cyclic(|this| Node {
-            counter: Counter::new(),
-            stats: Stats::new(),
-            parent: None,
-            this: this.clone(),
-            name: "root".into(),
-            objcg: AtomicU32::new(0),
-            // The static's own handle: the root never dies.
-            handles: AtomicUsize::new(1),
-            objcgs: Mutex::new(Vec::new()),
-            reclaim: Mutex::new(None),
-            oom: OomState::new(OomPolicy::Fail),
-        })
-    })
-}
-
-/// A cheap, cloneable handle on a tenant. The tenant lives while any handle or any live
-/// child does.
-pub struct Tenant {
-    node: Arc<Node>,
-}
-
-/// Event counts, as in cgroup v2: [`Tenant::events`] counts the tenant's own events and its
-/// descendants' (`memory.events`), [`Tenant::events_local`] its own only
-/// (`memory.events.local`). An event is the tenant's own when its limit is the one involved:
-/// a charge that left its usage above its `high`, or one its `max` refused.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Events {
-    /// Charges that left usage above `high`.
-    pub high: u64,
-    /// Charges refused by `max` (after draining and reclaim).
-    pub max: u64,
-    /// Charges that failed because of it: allocations that returned null and
-    /// `Tenant::charge` calls that returned an error.
-    pub oom: u64,
-    /// Times the OOM killer picked this tenant as its victim (with [`OomPolicy::Kill`]);
-    /// [`Tenant::kill`] is not counted here.
-    ///
-    /// [`OomPolicy::Kill`]: crate::OomPolicy::Kill
-    pub oom_kill: u64,
-}
-
-impl Events {
-    pub(crate) fn read(c: &Counter, local: bool) -> Events {
-        let get = |ev| {
-            if local {
-                c.events_local(ev)
-            } else {
-                c.events(ev)
-            }
-        };
-        Events {
-            high: get(Event::High),
-            max: get(Event::Max),
-            oom: get(Event::Oom),
-            oom_kill: get(Event::OomKill),
-        }
-    }
-}
+/// The policy steps of the charge failure ladder, handed to the mechanism
+/// (`charge::charge_slow`) by its two callers, `hooks::charge` and [`Tenant::charge`].
+pub(crate) static LADDER: Ladder = Ladder {
+    reclaim: run_reclaim,
+    out_of_memory: oom::out_of_memory,
+};
 
 /// A charge refused by a tenant's `max`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -374,7 +229,7 @@ impl Tenant {
         oom::housekeeping();
         let c = self.node.counter.usage();
         if self.is_root() {
-            c.saturating_add(hooks::root_usage())
+            c.saturating_add(callbacks::root_usage())
         } else {
             c
         }
@@ -392,12 +247,12 @@ impl Tenant {
 
     /// This tenant's events and its descendants' (cgroup v2 `memory.events`).
     pub fn events(&self) -> Events {
-        Events::read(&self.node.counter, false)
+        Events::read(&self.node.counter, Reach::Subtree)
     }
 
     /// This tenant's own events (cgroup v2 `memory.events.local`).
     pub fn events_local(&self) -> Events {
-        Events::read(&self.node.counter, true)
+        Events::read(&self.node.counter, Reach::Local)
     }
 
     /// A snapshot of this tenant's numbers. Like a read of cgroup v2's memory.stat, which
@@ -405,7 +260,7 @@ impl Tenant {
     /// membarrier), so `current` and the per-kind bytes are exact at the time of the call.
     pub fn stat(&self) -> TenantStat {
         let _root = scope::unscoped();
-        crate::drain::drain_all();
+        drain::drain_all();
         free_zombies();
         read_stat(&self.node)
     }
@@ -416,7 +271,7 @@ impl Tenant {
     /// are either in it or not.
     pub fn all_stats() -> Vec<TenantStat> {
         let _root = scope::unscoped();
-        crate::drain::drain_all();
+        drain::drain_all();
         free_zombies();
         let mut out = vec![read_stat(root_node())];
         {
@@ -437,14 +292,14 @@ impl Tenant {
         if self.is_root() {
             // The root is never limited.
             let _ = counter::try_charge(&*self.node, bytes);
-            stat::flush(&self.node, idx.0 as usize, bytes as i64);
+            stat::flush(&*self.node, idx.0 as usize, bytes as i64);
             return Ok(());
         }
         let id = self.node.objcg();
         if stock::consume(id, Pool::Api, bytes, idx) {
             return Ok(());
         }
-        charge::charge_slow(id, Pool::Api, bytes, idx).map_err(|Refused(r)| {
+        charge::charge_slow(id, Pool::Api, bytes, idx, &LADDER).map_err(|Refused(r)| {
             // SAFETY: the refusing node is this tenant or an ancestor, alive while we are.
             self.error(unsafe { &*r }, bytes)
         })
@@ -481,7 +336,7 @@ impl Tenant {
         counter::note_api_uncharge();
         if self.is_root() {
             counter::uncharge(&*self.node, bytes);
-            stat::flush(&self.node, idx.0 as usize, -(bytes as i64));
+            stat::flush(&*self.node, idx.0 as usize, -(bytes as i64));
             return;
         }
         charge::uncharge(self.node.objcg(), Pool::Api, bytes, idx);
@@ -595,7 +450,7 @@ fn read_stat(node: &Node) -> TenantStat {
     }
     // The root also holds what was allocated outside every scope: read once, so that
     // `current`, `slab` and `large` agree.
-    let u = hooks::root_unscoped();
+    let u = callbacks::root_unscoped();
     let mut stat = TenantStat::read(node, usage);
     stat.current = usage.saturating_add(u.slab).saturating_add(u.large);
     stat.slab = stat.slab.saturating_add(u.slab);
@@ -622,39 +477,6 @@ pub(crate) fn run_reclaim(node: &Node, bytes: u64) -> bool {
     let Some(t) = upgrade(node) else { return false };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&t, bytes)));
     true
-}
-
-/// A new handle on `node` if it is still alive.
-pub(crate) fn upgrade(node: &Node) -> Option<Tenant> {
-    let mut h = node.handles.load(Ordering::Relaxed);
-    loop {
-        if h == 0 {
-            return None;
-        }
-        match node
-            .handles
-            .compare_exchange_weak(h, h + 1, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => break,
-            Err(seen) => h = seen,
-        }
-    }
-    // The caller holds a reference into the node, so its strong count is >= 1 and the
-    // upgrade cannot fail (if it did, the handle count taken above would only keep the
-    // tenant alive).
-    let node = node.this.upgrade();
-    debug_assert!(node.is_some(), "a referenced node has a strong count");
-    let node = node?;
-    Some(Tenant { node })
-}
-
-impl Clone for Tenant {
-    fn clone(&self) -> Tenant {
-        self.node.handles.fetch_add(1, Ordering::Relaxed);
-        Tenant {
-            node: self.node.clone(),
-        }
-    }
 }
 
 impl Drop for Tenant {
@@ -709,19 +531,24 @@ fn die(node: &Node) {
     drop(callbacks);
 }
 
-/// Calls `f` for every live tenant but the root, in no particular order. The tree lock
-/// (`_tree`) keeps every node seen alive during the call; tenants created meanwhile may or
-/// may not be seen. A tenant is seen through its own objcg, which points at it while it
-/// lives.
-pub(crate) fn for_each_live(_tree: &TreeGuard, mut f: impl FnMut(&Node)) {
-    // SAFETY: the caller holds TREE, under which alone objcgs are freed and re-pointed.
-    unsafe {
-        objcg::for_each_allocated(|id, node| {
-            if node.objcg() == id && node.is_alive() {
-                f(node)
-            }
-        })
-    };
+/// Drains every thread's stock (idle threads included) and frees dead objcgs. After it
+/// returns, `current()` of every tenant equals its live charges exactly (until the next
+/// charge refills a stock).
+pub fn drain_all_stocks() {
+    drain::drain_all();
+    free_zombies();
+}
+
+/// The tenant this thread's allocations are charged to now (the root outside any scope).
+pub fn current_tenant() -> Tenant {
+    let id = scope::current_objcg();
+    if let Some(oc) = objcg::lookup(id) {
+        // SAFETY: the live ScopeGuard that set `id` holds a handle, hence the alive ref.
+        if let Some(t) = unsafe { oc.read() }.and_then(|n| upgrade(&n)) {
+            return t;
+        }
+    }
+    Tenant::root()
 }
 
 /// Frees dead objcgs: unlists them, recycles their ids (and the chunks of the table that
@@ -750,56 +577,6 @@ pub(crate) fn free_zombies() {
             unsafe { Arc::decrement_strong_count(n) };
         }
     }
-}
-
-/// The tree lock, taken as the root: every holder may allocate, and an allocation refused
-/// inside (charged to a full tenant) would run the charge ladder, whose reclaim step takes
-/// this lock again. Fields drop in order: the lock first, then the root scope.
-pub(crate) struct TreeGuard {
-    _lock: MutexGuard<'static, ()>,
-    _root: scope::Unscoped,
-}
-
-pub(crate) fn tree_lock() -> TreeGuard {
-    let root = scope::unscoped();
-    TreeGuard {
-        _lock: locked(&TREE),
-        _root: root,
-    }
-}
-
-/// Fork support: the tree lock and the objcg id allocator's lock, held by the forking thread
-/// from before `fork` until after it in both processes, so that the child never inherits
-/// one held by a thread that does not exist there. Only the forking thread touches this,
-/// between its prepare and its parent (or child) handler; a second thread forking at the
-/// same time waits for the tree lock in `lock_for_fork` until the first has released.
-struct ForkLocks(UnsafeCell<Option<(MutexGuard<'static, ()>, objcg::IdsGuard)>>);
-
-// SAFETY: one thread at a time, serialised by `TREE` itself (see above).
-unsafe impl Sync for ForkLocks {}
-
-static FORK_LOCKS: ForkLocks = ForkLocks(UnsafeCell::new(None));
-
-/// Before `fork`: builds the root if no thread has (one being built by another thread would
-/// stay half-built in the child) and takes the tree and id locks, which every other lock of
-/// the process may be taken under (their holders allocate), so they come first.
-pub(crate) fn lock_for_fork() {
-    {
-        let _root = scope::unscoped();
-        let _ = root_node();
-    }
-    let held = (locked(&TREE), objcg::lock_ids());
-    // SAFETY: this thread holds TREE: no other thread is between lock_for_fork and
-    // unlock_after_fork.
-    unsafe { *FORK_LOCKS.0.get() = Some(held) };
-}
-
-/// After `fork`, in the parent and in the child: releases what [`lock_for_fork`] took.
-pub(crate) fn unlock_after_fork() {
-    // SAFETY: called by the thread that ran lock_for_fork (in the child, its only thread),
-    // which holds TREE.
-    let held = unsafe { (*FORK_LOCKS.0.get()).take() };
-    drop(held);
 }
 
 /// Dead objcgs the lifecycle paths let wait before they free them: a tenant per query would
@@ -849,13 +626,6 @@ fn list_remove(list: &mut Vec<ObjCgId>, id: ObjCgId, at: usize) {
     }
 }
 
-impl PartialEq for Tenant {
-    fn eq(&self, other: &Tenant) -> bool {
-        Arc::ptr_eq(&self.node, &other.node)
-    }
-}
-impl Eq for Tenant {}
-
 impl fmt::Debug for Tenant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tenant")
@@ -868,7 +638,7 @@ impl fmt::Debug for Tenant {
 
 impl Tenant {
     /// The objcg id allocations in this tenant's scope carry (0 for the root).
-    pub fn objcg_id(&self) -> hooks::ObjCgId {
+    pub fn objcg_id(&self) -> ObjCgId {
         self.node.objcg()
     }
 

@@ -131,7 +131,7 @@ fn objcg_lists_stay_indexed_through_reparenting() {
     // mid dies: its list (its own objcg, freed as it holds nothing, and 133 inherited ones)
     // moves to the parent.
     drop(mid);
-    crate::drain::drain_all_stocks();
+    crate::drain_all_stocks();
     let mut listed = parent.objcg_list();
     listed.sort_unstable();
     let mut want = ids.clone();
@@ -152,7 +152,7 @@ fn objcg_lists_stay_indexed_through_reparenting() {
         // alive until now.
         unsafe { hooks::uncharge(ids[i], 64, StatIdx::slab(2)) };
         if k % 8 == 7 || k + 1 == order.len() {
-            crate::drain::drain_all_stocks();
+            crate::drain_all_stocks();
             let listed = parent.objcg_list();
             assert_eq!(listed.len(), 1 + ids.len() - (k + 1));
             assert!(!listed.contains(&ids[i]));
@@ -262,7 +262,7 @@ fn lifecycle_sweeps_zombies_without_drains() {
             "{listed} objcgs listed"
         );
     }
-    crate::drain::drain_all_stocks();
+    crate::drain_all_stocks();
     assert_eq!(service.objcg_list(), vec![service.objcg_id()]);
     assert_eq!(service.current_exact(), 0);
 }

@@ -1,0 +1,169 @@
+//! A node of the tenant tree and the handle on it: the data every layer above reads
+//! (counter, stats, OOM state, the tree links, the objcgs pointing here), with no policy.
+//! What the handle does, and the lifecycle (death, reparenting), are in `tenant.rs`.
+//!
+//! Liveness of a tenant is `handles > 0`, where `handles = live Tenant handles + live
+//! children` (a live child keeps its parent alive). The `Node` is owned by `Arc`s: the
+//! handles' (`Tenant`), its children's (`parent`) and one per objcg pointing at it
+//! (`objcg.rs`).
+
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::counter::{Counter, Hierarchy};
+use crate::oom_state::OomState;
+use crate::stat::{StatHierarchy, Stats};
+use crate::types::ObjCgId;
+
+/// A tenant's reclaim callback (`Tenant::set_reclaim`).
+pub(crate) type Reclaim = Arc<dyn Fn(&Tenant, u64) + Send + Sync>;
+
+/// One node of the accounting tree (memcg).
+pub(crate) struct Node {
+    pub(crate) counter: Counter,
+    pub(crate) stats: Stats,
+    pub(crate) parent: Option<Arc<Node>>,
+    /// This node's own allocation, so that a `&Node` (all the charge paths have) can become
+    /// a handle again without rebuilding an `Arc` from a pointer that only covers the node.
+    pub(crate) this: Weak<Node>,
+    pub(crate) name: Box<str>,
+    /// This tenant's objcg (0 for the root, which is never charged through an objcg).
+    pub(crate) objcg: AtomicU32,
+    /// `live Tenant handles + live children` (module docs).
+    pub(crate) handles: AtomicUsize,
+    /// Objcgs whose `tenant` points here, each knowing its position:
+    /// `objcg(objcgs[i]).list_index() == i`. Under `TREE` (`tree.rs`; once the node is
+    /// published).
+    pub(crate) objcgs: Mutex<Vec<ObjCgId>>,
+    /// Taken only under `TREE`, so that no thread holds it across a `fork` (the fork
+    /// handlers hold `TREE`).
+    pub(crate) reclaim: Mutex<Option<Reclaim>>,
+    /// What happens at this tenant's `max`, and whether it was killed (`oom_state.rs`; the
+    /// policy that uses it is `oom.rs`).
+    pub(crate) oom: OomState,
+}
+
+impl Drop for Node {
+    /// Releases the chain of ancestors that only this node kept, one by one: dropping them
+    /// recursively (each node's drop dropping its parent) overflowed the stack for a chain
+    /// of some 40,000 tenants.
+    fn drop(&mut self) {
+        let mut parent = self.parent.take();
+        while let Some(p) = parent {
+            parent = match Arc::try_unwrap(p) {
+                // The last reference: take its parent before it drops (without recursing).
+                Ok(mut node) => node.parent.take(),
+                Err(_) => None,
+            };
+        }
+    }
+}
+
+impl Hierarchy for Node {
+    fn counter(&self) -> &Counter {
+        &self.counter
+    }
+    fn parent(&self) -> Option<&Node> {
+        self.parent.as_deref()
+    }
+}
+
+impl StatHierarchy for Node {
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+impl Node {
+    pub(crate) fn parent_node(&self) -> Option<&Node> {
+        self.parent.as_deref()
+    }
+    pub(crate) fn objcg(&self) -> ObjCgId {
+        self.objcg.load(Ordering::Relaxed)
+    }
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+    /// A strong reference to this node's memory (not a handle: it does not keep the tenant
+    /// alive, only readable).
+    pub(crate) fn arc(&self) -> Option<Arc<Node>> {
+        self.this.upgrade()
+    }
+    /// Whether a handle (or a live child) still holds the tenant.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.handles.load(Ordering::Relaxed) > 0
+    }
+    /// The tenant's path below the root, "/"-separated ("svc/customer-42"); "root" for the
+    /// root. Allocates: user context, or as the root.
+    pub(crate) fn path(&self) -> String {
+        let mut names = Vec::new();
+        let mut cur = Some(self);
+        while let Some(n) = cur {
+            if n.parent.is_none() {
+                break;
+            }
+            names.push(n.name());
+            cur = n.parent_node();
+        }
+        if names.is_empty() {
+            return "root".to_owned();
+        }
+        names.reverse();
+        names.join("/")
+    }
+}
+
+/// Locks one of the tree's mutexes; a panic while one was held leaves nothing half-done
+/// that matters here, so poisoning is ignored.
+pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A cheap, cloneable handle on a tenant. The tenant lives while any handle or any live
+/// child does.
+///
+/// (Its API and lifecycle, `Drop` included, are in `tenant.rs`; the type is here so that the
+/// nodes, which keep the reclaim callbacks that take it, need nothing above them.)
+pub struct Tenant {
+    pub(crate) node: Arc<Node>,
+}
+
+impl Clone for Tenant {
+    fn clone(&self) -> Tenant {
+        self.node.handles.fetch_add(1, Ordering::Relaxed);
+        Tenant {
+            node: self.node.clone(),
+        }
+    }
+}
+
+impl PartialEq for Tenant {
+    fn eq(&self, other: &Tenant) -> bool {
+        Arc::ptr_eq(&self.node, &other.node)
+    }
+}
+impl Eq for Tenant {}
+
+/// A new handle on `node` if it is still alive.
+pub(crate) fn upgrade(node: &Node) -> Option<Tenant> {
+    let mut h = node.handles.load(Ordering::Relaxed);
+    loop {
+        if h == 0 {
+            return None;
+        }
+        match node
+            .handles
+            .compare_exchange_weak(h, h + 1, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => break,
+            Err(seen) => h = seen,
+        }
+    }
+    // The caller holds a reference into the node, so its strong count is >= 1 and the
+    // upgrade cannot fail (if it did, the handle count taken above would only keep the
+    // tenant alive).
+    let node = node.this.upgrade();
+    debug_assert!(node.is_some(), "a referenced node has a strong count");
+    let node = node?;
+    Some(Tenant { node })
+}
