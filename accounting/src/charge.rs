@@ -96,6 +96,7 @@ pub(crate) fn charge_slow(
                     s.touch(i);
                 }
             }
+            s.check_invariants();
         }
         s.leave();
         if let Some(d) = flush {
@@ -166,6 +167,7 @@ pub(crate) fn charge_slow(
                 direct = left;
                 d = n as i64;
             }
+            s.check_invariants();
         } else {
             direct = left;
             d = n as i64;
@@ -387,6 +389,7 @@ fn uncharge_slow_in(id: ObjCgId, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) {
                 d = s.add_stat(i, idx, -(n as i64));
                 s.touch(i);
             }
+            s.check_invariants();
         }
         s.leave();
         if share {

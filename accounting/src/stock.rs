@@ -407,6 +407,53 @@ impl Stock {
         self.flags.store((f | set) & !clear, Relaxed);
     }
 
+    /// Walks every slot and checks the module invariants as equations (the level of
+    /// mimalloc's `mi_assert_expensive`: O(`NR_SLOTS` x `NR_STAT`) loads). Debug builds only,
+    /// called by the owner's slow paths inside a CS that saw no `steal`, where the slots are
+    /// the owner's alone; a no-op in release builds.
+    #[inline]
+    pub(crate) fn check_invariants(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        // `steal` may be set meanwhile: a drainer waits for this CS to close before it takes.
+        debug_assert!(self.in_cs.load(Relaxed));
+        debug_assert!((self.mru.load(Relaxed) as usize) < NR_SLOTS);
+        let listed = self.listed();
+        for i in 0..NR_SLOTS {
+            let id = self.ids[i].load(Relaxed);
+            let (bytes, api) = (self.bytes[i].load(Relaxed), self.api[i].load(Relaxed));
+            let dirty = self.dirty[i].load(Relaxed);
+            if id == 0 {
+                // An empty slot holds nothing.
+                debug_assert!(
+                    bytes == 0 && api == 0 && dirty == 0,
+                    "empty stock slot {i} holds bytes"
+                );
+                debug_assert!(self.stats[i].iter().all(|st| st.load(Relaxed) == 0));
+                continue;
+            }
+            // A slot is made only on a listed stock; each objcg has at most one slot.
+            debug_assert!(listed, "an unlisted stock holds slot {i}");
+            debug_assert!(
+                (0..i).all(|j| self.ids[j].load(Relaxed) != id),
+                "objcg {id} in two slots"
+            );
+            debug_assert!(
+                bytes <= STOCK_HIGH && api <= STOCK_HIGH,
+                "slot {i}: {bytes} + {api} B"
+            );
+            for (k, st) in self.stats[i].iter().enumerate() {
+                let d = st.load(Relaxed);
+                debug_assert!((d as i64).abs() <= STAT_FLUSH, "slot {i} stat {k}: {d}");
+                debug_assert!(
+                    d == 0 || dirty & 1 << (k % 64) != 0,
+                    "slot {i} stat {k} not dirty"
+                );
+            }
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn held_bytes(&self) -> u64 {
         let api: u64 = self.api.iter().map(|b| b.load(Relaxed)).sum();
