@@ -53,6 +53,7 @@ use crate::charge::release;
 use crate::hooks::ObjectDrain;
 use crate::stock::{Stock, EXITED, NR_SLOTS, REGISTERED, STOCK};
 use crate::sys;
+use crate::sys::{SpinGuard, SpinLock};
 
 static HEAD: AtomicPtr<Stock> = AtomicPtr::new(null_mut());
 /// The holding list (module docs), and its length. Under the registry lock.
@@ -265,31 +266,11 @@ pub(crate) fn visits() -> (u64, usize) {
         HOLDING.load(Ordering::Relaxed),
     )
 }
-static LOCK: AtomicBool = AtomicBool::new(false);
+/// The registry lock: the registry, the holding list and the drains (module docs).
+static LOCK: SpinLock<()> = SpinLock::new(());
 
-struct RegistryGuard;
-
-fn lock() -> RegistryGuard {
-    let mut spins = 0u32;
-    while LOCK
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        spins += 1;
-        if spins < 64 {
-            core::hint::spin_loop();
-        } else {
-            // sched_yield: no allocation; the holder does bounded work.
-            std::thread::yield_now();
-        }
-    }
-    RegistryGuard
-}
-
-impl Drop for RegistryGuard {
-    fn drop(&mut self) {
-        LOCK.store(false, Ordering::Release);
-    }
+fn lock() -> SpinGuard<'static, ()> {
+    LOCK.lock()
 }
 
 /// Gives this thread's stock back when the thread exits; touched only on the slow path.
@@ -451,12 +432,13 @@ fn drain(objects: ObjectDrain) {
 /// `hooks::fork_release_tenants`; a program using the accounting alone with another
 /// allocator should register all five itself, in that order.
 pub fn fork_prepare() {
-    core::mem::forget(lock());
+    LOCK.lock_raw();
 }
 
 /// Fork support, in the parent after `fork`.
 pub fn fork_parent() {
-    LOCK.store(false, Ordering::Release);
+    // SAFETY: `fork_prepare` took the lock in this thread, before the fork.
+    unsafe { LOCK.unlock_raw() };
 }
 
 /// Fork support, in the child after `fork`: only the forking thread survives, so every other
@@ -498,7 +480,8 @@ pub fn fork_child() {
     // it was (it may hold slots).
     HOLD_HEAD.store(if own_listed { own } else { null_mut() }, Ordering::Relaxed);
     HOLDING.store(usize::from(own_listed), Ordering::Relaxed);
-    LOCK.store(false, Ordering::Release);
+    // SAFETY: `fork_prepare` took the lock in the thread that forked, which is this one.
+    unsafe { LOCK.unlock_raw() };
 }
 
 /// Drains every thread's stock (idle threads included) and frees dead objcgs. After it
