@@ -5,20 +5,22 @@
 //! purpose, so that unit tests run the undo paths after a refused mapping.
 
 pub use slabcg_sys::{
-    advise_huge, check_page_size, fatal, release, resident_bytes, unmap, yield_now, PAGE,
+    advise_huge, check_page_size, fatal, release, resident_bytes, yield_now, PAGE,
 };
 
 #[cfg(not(test))]
-pub use slabcg_sys::{map, map_aligned, map_aligned_at, remap};
+pub use slabcg_sys::{map, map_aligned, map_aligned_at, remap, unmap};
 
 #[cfg(test)]
-pub use fault::{map, map_aligned, map_aligned_at, remap};
+pub use fault::{map, map_aligned, map_aligned_at, remap, unmap};
 
 pub mod thread;
 
 /// Fault injection for the allocator's unit tests: a per-thread switch that lets the next
 /// `skip` mappings (`map`, `map_aligned`, `map_aligned_at`, `remap`) through and then fails
-/// the `count` after them, as an OS out of address space or memory would.
+/// the `count` after them, as an OS out of address space or memory would. It also keeps the
+/// net bytes this thread mapped ([`net_mapped`]), so a test sees a mapping leaked by an
+/// undo path.
 #[cfg(test)]
 pub mod fault {
     use core::cell::Cell;
@@ -28,6 +30,20 @@ pub mod fault {
         /// Mappings still let through before failing; failures left; failures made.
         static STATE: (Cell<u32>, Cell<u32>, Cell<u32>) =
             const { (Cell::new(0), Cell::new(0), Cell::new(0)) };
+        /// Bytes this thread mapped minus bytes it unmapped.
+        static NET: Cell<isize> = const { Cell::new(0) };
+    }
+
+    /// Bytes this thread mapped minus those it unmapped (through this module), so far.
+    pub fn net_mapped() -> isize {
+        NET.with(Cell::get)
+    }
+
+    fn note(p: *mut u8, bytes: isize) -> *mut u8 {
+        if !p.is_null() {
+            let _ = NET.try_with(|n| n.set(n.get() + bytes));
+        }
+        p
     }
 
     /// On this thread, lets the next `skip` mappings succeed, then fails the `count` after
@@ -72,7 +88,7 @@ pub mod fault {
         if fail_now() {
             return ptr::null_mut();
         }
-        slabcg_sys::map(len)
+        note(slabcg_sys::map(len), len as isize)
     }
 
     /// [`slabcg_sys::map_aligned`], or null when injected.
@@ -80,7 +96,7 @@ pub mod fault {
         if fail_now() {
             return ptr::null_mut();
         }
-        slabcg_sys::map_aligned(len, align)
+        note(slabcg_sys::map_aligned(len, align), len as isize)
     }
 
     /// [`slabcg_sys::map_aligned_at`], or null when injected.
@@ -88,7 +104,7 @@ pub mod fault {
         if fail_now() {
             return ptr::null_mut();
         }
-        slabcg_sys::map_aligned_at(len, align, offset)
+        note(slabcg_sys::map_aligned_at(len, align, offset), len as isize)
     }
 
     /// [`slabcg_sys::remap`], or null when injected (the mapping is then unchanged, as
@@ -101,6 +117,17 @@ pub mod fault {
             return ptr::null_mut();
         }
         // SAFETY: forwarded contract.
-        unsafe { slabcg_sys::remap(p, old_len, new_len) }
+        let q = unsafe { slabcg_sys::remap(p, old_len, new_len) };
+        note(q, new_len as isize - old_len as isize)
+    }
+
+    /// [`slabcg_sys::unmap`], counted.
+    ///
+    /// # Safety
+    /// As [`slabcg_sys::unmap`].
+    pub unsafe fn unmap(p: *mut u8, len: usize) {
+        let _ = NET.try_with(|n| n.set(n.get() - len as isize));
+        // SAFETY: forwarded contract.
+        unsafe { slabcg_sys::unmap(p, len) }
     }
 }
