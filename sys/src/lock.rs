@@ -9,8 +9,9 @@
 //!
 //! Under loom the flag is loom's `AtomicBool`, created on first use (so that `new` stays
 //! `const` and statics still compile): a model that builds a lock inside `loom::model`
-//! checks it. A `static` lock must not be used by a loom model (loom objects do not outlive
-//! one execution).
+//! checks it, provided it locks it once before sharing it (the flag's creation is not
+//! ordered for loom otherwise). A `static` lock must not be used by a loom model (loom
+//! objects do not outlive one execution).
 
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
@@ -20,14 +21,16 @@ use crate::sync::{spin_loop, Ordering};
 #[cfg(not(loom))]
 use core::sync::atomic::AtomicBool as Flag;
 
-/// Loom's `AtomicBool`, made on first use (loom has no `const` constructor).
+/// Loom's `AtomicBool`, made on first use (loom has no `const` constructor). Without drop
+/// glue (`ManuallyDrop`: a loom atomic owns no memory), so that `const` code building
+/// structures that hold locks still compiles under loom.
 #[cfg(loom)]
-struct Flag(std::sync::OnceLock<loom::sync::atomic::AtomicBool>);
+struct Flag(core::mem::ManuallyDrop<std::sync::OnceLock<loom::sync::atomic::AtomicBool>>);
 
 #[cfg(loom)]
 impl Flag {
     const fn new(_unlocked: bool) -> Self {
-        Flag(std::sync::OnceLock::new())
+        Flag(core::mem::ManuallyDrop::new(std::sync::OnceLock::new()))
     }
     fn get(&self) -> &loom::sync::atomic::AtomicBool {
         self.0
