@@ -114,7 +114,10 @@ fn a_refused_large_mapping_returns_null_and_keeps_no_charge() {
 
         // SAFETY: as above.
         let p = unsafe { A.alloc_zeroed(l) };
-        assert!(!p.is_null() && p as usize % l.align() == 0, "{l:?}");
+        assert!(
+            !p.is_null() && (p as usize).is_multiple_of(l.align()),
+            "{l:?}"
+        );
         // SAFETY: p is live, with at least l.size() writable bytes.
         let usable = unsafe {
             *p.add(l.size() - 1) = 1;
