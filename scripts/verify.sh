@@ -15,7 +15,10 @@
 #      test harness with no test selected did not finish in 6 minutes. Everything else Miri
 #      checks stays on: use after free, out of bounds, uninitialised reads (including reads
 #      of memory the allocator unmapped), alignment, data races, leaks. About 5 minutes.
-#   3. The loom model of the object-stock protocol (allocator/tests/loom_object_stock.rs).
+#   3. The loom models: the object-stock protocol (allocator/tests/loom_object_stock.rs) and
+#      the spin lock (sys/tests/loom_spin_lock.rs).
+# .ci/run runs a bounded part of 1-3 (the OS layer, the allocator's fault tests and
+# miri_smoke, the spin lock's model); this script is the long version.
 # Needs: `rustup toolchain install nightly --component miri` (Miri), network for the loom crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,10 +27,15 @@ echo "== Miri: slabcg-accounting (lib + tests/accounting.rs)"
 cargo +nightly miri setup >/dev/null
 cargo +nightly miri test -p slabcg-accounting --lib --test accounting
 
+echo "== Miri: slabcg-sys (lib)"
+cargo +nightly miri test -p slabcg-sys --lib
+
 echo "== Miri: slabcg-allocator (lib + tests/miri_smoke.rs)"
 MIRIFLAGS="-Zmiri-permissive-provenance -Zmiri-disable-stacked-borrows" \
     cargo +nightly miri test -p slabcg-allocator --lib --test miri_smoke
 
-echo "== loom: object-stock protocol model"
+echo "== loom: object-stock protocol model, spin lock"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p slabcg-allocator --test loom_object_stock --release
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p slabcg-sys --test loom_spin_lock --release

@@ -56,6 +56,7 @@ use crate::objcg;
 use crate::stat;
 use crate::stock::{Contents, Stock, EXITED, NR_SLOTS, REGISTERED, STOCK};
 use crate::sys;
+use crate::sys::{SpinGuard, SpinLock};
 use crate::types::ObjectDrain;
 
 static HEAD: AtomicPtr<Stock> = AtomicPtr::new(null_mut());
@@ -289,31 +290,11 @@ pub(crate) fn visits() -> (u64, usize) {
         HOLDING.load(Ordering::Relaxed),
     )
 }
-static LOCK: AtomicBool = AtomicBool::new(false);
+/// The registry lock: the registry, the holding list and the drains (module docs).
+static LOCK: SpinLock<()> = SpinLock::new(());
 
-struct RegistryGuard;
-
-fn lock() -> RegistryGuard {
-    let mut spins = 0u32;
-    while LOCK
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        spins += 1;
-        if spins < 64 {
-            core::hint::spin_loop();
-        } else {
-            // sched_yield: no allocation; the holder does bounded work.
-            std::thread::yield_now();
-        }
-    }
-    RegistryGuard
-}
-
-impl Drop for RegistryGuard {
-    fn drop(&mut self) {
-        LOCK.store(false, Ordering::Release);
-    }
+fn lock() -> SpinGuard<'static, ()> {
+    LOCK.lock()
 }
 
 /// Gives this thread's stock back when the thread exits; touched only on the slow path.
@@ -475,12 +456,13 @@ fn drain(objects: ObjectDrain) {
 /// `hooks::fork_release_tenants`; a program using the accounting alone with another
 /// allocator should register all five itself, in that order.
 pub fn fork_prepare() {
-    core::mem::forget(lock());
+    LOCK.lock_raw();
 }
 
 /// Fork support, in the parent after `fork`.
 pub fn fork_parent() {
-    LOCK.store(false, Ordering::Release);
+    // SAFETY: `fork_prepare` took the lock in this thread, before the fork.
+    unsafe { LOCK.unlock_raw() };
 }
 
 /// Fork support, in the child after `fork`: only the forking thread survives, so every other
@@ -522,7 +504,8 @@ pub fn fork_child() {
     // it was (it may hold slots).
     HOLD_HEAD.store(if own_listed { own } else { null_mut() }, Ordering::Relaxed);
     HOLDING.store(usize::from(own_listed), Ordering::Relaxed);
-    LOCK.store(false, Ordering::Release);
+    // SAFETY: `fork_prepare` took the lock in the thread that forked, which is this one.
+    unsafe { LOCK.unlock_raw() };
 }
 
 /// Gives one slot's contents back: bytes of both pools to the counter, deltas to the shared

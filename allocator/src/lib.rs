@@ -43,6 +43,8 @@ pub mod cache;
 pub mod charge;
 pub mod classes;
 pub mod dedicated;
+#[cfg(test)]
+mod fault_tests;
 mod free_mark;
 pub mod global;
 pub mod large;

@@ -1,0 +1,168 @@
+//! The one spin lock of the slabcg crates: test-and-test-and-set, for their shared
+//! structures (a cache's lists, the thread and stock registries, the mapping cache, the
+//! `mprotect` barrier).
+//!
+//! Critical sections under it are short (moving a batch of slots between a thread cache and
+//! slabs, linking a stock), so spinning beats sleeping; after a few hundred spins the waiter
+//! yields so a preempted holder can finish. It never allocates, which a `std::sync::Mutex`
+//! does not promise on every platform, and `new` is `const`, so it can be a `static`.
+//!
+//! Under loom the flag is loom's `AtomicBool`, created on first use (so that `new` stays
+//! `const` and statics still compile): a model that builds a lock inside `loom::model`
+//! checks it, provided it locks it once before sharing it (the flag's creation is not
+//! ordered for loom otherwise). A `static` lock must not be used by a loom model (loom
+//! objects do not outlive one execution).
+
+use core::cell::UnsafeCell;
+use core::ops::{Deref, DerefMut};
+
+use crate::sync::{spin_loop, Ordering};
+
+#[cfg(not(loom))]
+use core::sync::atomic::AtomicBool as Flag;
+
+/// Loom's `AtomicBool`, made on first use (loom has no `const` constructor). Without drop
+/// glue (`ManuallyDrop`: a loom atomic owns no memory), so that `const` code building
+/// structures that hold locks still compiles under loom.
+#[cfg(loom)]
+struct Flag(core::mem::ManuallyDrop<std::sync::OnceLock<loom::sync::atomic::AtomicBool>>);
+
+#[cfg(loom)]
+impl Flag {
+    const fn new(_unlocked: bool) -> Self {
+        Flag(core::mem::ManuallyDrop::new(std::sync::OnceLock::new()))
+    }
+    fn get(&self) -> &loom::sync::atomic::AtomicBool {
+        self.0
+            .get_or_init(|| loom::sync::atomic::AtomicBool::new(false))
+    }
+    fn load(&self, o: Ordering) -> bool {
+        self.get().load(o)
+    }
+    fn store(&self, v: bool, o: Ordering) {
+        self.get().store(v, o)
+    }
+    fn compare_exchange(&self, a: bool, b: bool, s: Ordering, f: Ordering) -> Result<bool, bool> {
+        self.get().compare_exchange(a, b, s, f)
+    }
+    fn compare_exchange_weak(
+        &self,
+        a: bool,
+        b: bool,
+        s: Ordering,
+        f: Ordering,
+    ) -> Result<bool, bool> {
+        self.get().compare_exchange_weak(a, b, s, f)
+    }
+}
+
+/// A value guarded by a spin lock.
+pub struct SpinLock<T> {
+    locked: Flag,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: access to `value` is serialised by `locked` (acquire on lock, release on unlock).
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+// SAFETY: moving the lock moves the value; T: Send suffices.
+unsafe impl<T: Send> Send for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    /// An unlocked lock holding `value`.
+    pub const fn new(value: T) -> Self {
+        SpinLock {
+            locked: Flag::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Takes the lock, spinning (then yielding) while another thread holds it. Not
+    /// re-entrant: a thread that holds it and asks again spins forever.
+    #[inline]
+    pub fn lock(&self) -> SpinGuard<'_, T> {
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+        SpinGuard { lock: self }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let mut spins = 0u32;
+        loop {
+            while self.locked.load(Ordering::Relaxed) {
+                if spins < 200 {
+                    spin_loop();
+                    spins += 1;
+                } else {
+                    crate::thread::yield_now();
+                }
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Takes the lock if it is free (a fork child uses it to leave alone what a thread that
+    /// did not survive the fork was changing).
+    pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(SpinGuard { lock: self })
+    }
+
+    /// Takes the lock and leaks the guard; used by the fork handlers, which lock everything
+    /// before `fork` and release it in both processes afterwards.
+    pub fn lock_raw(&self) {
+        core::mem::forget(self.lock());
+    }
+
+    /// Releases a lock taken with [`lock_raw`](Self::lock_raw).
+    ///
+    /// # Safety
+    /// The lock must be held by a leaked guard of this thread (or, in a fork child, of the
+    /// thread that forked).
+    pub unsafe fn unlock_raw(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+}
+
+/// Proof that the lock is held; releases it on drop.
+pub struct SpinGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+}
+
+impl<T> Deref for SpinGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists only while the lock is held, so access is exclusive.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> DerefMut for SpinGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in deref; &mut self makes this the only borrow through the guard.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
