@@ -1,6 +1,6 @@
 //! A cache: the shared (cross-thread) half of one object size — its segments, its slabs and
-//! the lists that sort them. Thread caches take slots from it in batches ([`CacheCore::refill`])
-//! and give them back in batches ([`CacheCore::flush`]); everything here runs under the cache's
+//! the lists that sort them. Thread caches take slots from it in batches ([`SlabCache::refill`])
+//! and give them back in batches ([`SlabCache::flush`]); everything here runs under the cache's
 //! spin lock, off the fast path.
 //!
 //! Slab lists, by [`SlabState`]:
@@ -24,8 +24,8 @@ use slabcg_accounting::hooks;
 
 use crate::free_mark;
 use crate::lock::SpinLock;
-use crate::segment::{is_segment, segment_of, FreeObj, Segment, SlabDesc, SlabState};
-use crate::slab::SlabLayout;
+use crate::segment::{is_segment, segment_of, CacheId, Segment, SlabDesc, SlabState};
+use crate::slab::{FreeObj, SlabLayout};
 use crate::sys;
 
 /// Bytes of empty slabs a cache keeps resident before releasing more to the OS.
@@ -72,17 +72,16 @@ pub struct CacheCounters {
     pub charged: AtomicUsize,
 }
 
-/// The shared part of one cache.
-pub struct CacheCore {
+/// A cache: the slabs of one object layout, shared by every thread (the size classes' and
+/// the dedicated caches' alike).
+pub struct SlabCache {
+    /// What its slots are (accounted, size class); its segments point here.
+    pub id: CacheId,
     pub layout: SlabLayout,
-    /// Whether slots carry owner metadata (the kmalloc-cg-N twin of a size class).
-    pub accounted: bool,
-    /// Size class index, or `u32::MAX` for a dedicated cache.
-    pub class: u32,
     lists: SpinLock<Lists>,
     pub counters: CacheCounters,
     /// Next dedicated cache in `DEDICATED` (fork handlers lock them all).
-    next_dedicated: AtomicPtr<CacheCore>,
+    next_dedicated: AtomicPtr<SlabCache>,
     /// A dedicated cache's identity and state, for reusing the core of a dropped one
     /// (`dedicated.rs`): a hash of its name, its stat index, and whether no `Cache` handle
     /// uses it now. Unused by size classes.
@@ -92,27 +91,27 @@ pub struct CacheCore {
 }
 
 /// Every dedicated cache ever built (they are never freed), newest first.
-static DEDICATED: AtomicPtr<CacheCore> = AtomicPtr::new(ptr::null_mut());
+static DEDICATED: AtomicPtr<SlabCache> = AtomicPtr::new(ptr::null_mut());
 
 /// Links a dedicated cache into the list the fork handlers walk. Under the lifecycle lock
 /// (`hooks::lifecycle_lock`), which the fork handlers hold from prepare to parent or child:
 /// a cache that joined in between would not have been locked by prepare, yet be unlocked
 /// after the fork (releasing a lock another thread holds) or inherited locked by the child.
-pub fn register_dedicated(c: &'static CacheCore) {
+pub fn register_dedicated(c: &'static SlabCache) {
     let _lifecycle = hooks::lifecycle_lock();
     // The lock makes this the only writer; readers walk the list without it, so the head is
     // published with Release after the link (and the core's fields) are written.
     c.next_dedicated
         .store(DEDICATED.load(Ordering::Relaxed), Ordering::Relaxed);
-    DEDICATED.store(c as *const CacheCore as *mut CacheCore, Ordering::Release);
+    DEDICATED.store(c as *const SlabCache as *mut SlabCache, Ordering::Release);
 }
 
 /// Calls `f` on every dedicated cache.
-pub fn for_each_dedicated(mut f: impl FnMut(&'static CacheCore)) {
+pub fn for_each_dedicated(mut f: impl FnMut(&'static SlabCache)) {
     let mut p = DEDICATED.load(Ordering::Acquire);
     while !p.is_null() {
         // SAFETY: dedicated caches are leaked, so they live forever.
-        let c: &'static CacheCore = unsafe { &*p };
+        let c: &'static SlabCache = unsafe { &*p };
         f(c);
         p = c.next_dedicated.load(Ordering::Relaxed);
     }
@@ -124,12 +123,11 @@ pub struct Chain {
     pub count: usize,
 }
 
-impl CacheCore {
-    pub const fn new(layout: SlabLayout, class: u32, accounted: bool) -> CacheCore {
-        CacheCore {
+impl SlabCache {
+    pub const fn new(layout: SlabLayout, class: u32, accounted: bool) -> SlabCache {
+        SlabCache {
+            id: CacheId { accounted, class },
             layout,
-            accounted,
-            class,
             lists: SpinLock::new(Lists {
                 partial: ptr::null_mut(),
                 empty: ptr::null_mut(),
@@ -154,6 +152,12 @@ impl CacheCore {
             stat: AtomicU8::new(0),
             retired: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a segment header's `cache` names this cache.
+    #[inline]
+    pub fn owns(&self, id: *const CacheId) -> bool {
+        ptr::eq(id, &self.id)
     }
 
     fn reserve_slabs(&self) -> usize {
@@ -245,7 +249,7 @@ impl CacheCore {
             } else {
                 let mut seg = l.segments;
                 if seg.is_null() || (*seg).fresh == (*seg).nslabs {
-                    seg = Segment::create(self, self.layout);
+                    seg = Segment::create(&self.id, self.layout);
                     if seg.is_null() {
                         return None;
                     }
@@ -275,7 +279,7 @@ impl CacheCore {
     /// The chain must be well formed: `count` slots linked through their first word.
     pub unsafe fn flush(&self, head: *mut FreeObj, count: usize) {
         // Dedicated caches return slots to their slabs: their refills want exact counts.
-        if count > 1 && self.class != u32::MAX {
+        if count > 1 && self.id.class != u32::MAX {
             // SAFETY: caller's contract.
             if unsafe { self.try_transfer(head, count) } {
                 return;
@@ -301,7 +305,7 @@ impl CacheCore {
         while !o.is_null() {
             let seg = segment_of(o as *const u8);
             // SAFETY: is_segment says the header is readable.
-            if !is_segment(o as *const u8) || !ptr::eq(unsafe { (*seg).cache }, self) {
+            if !is_segment(o as *const u8) || !self.owns(unsafe { (*seg).cache }) {
                 sys::fatal("free of a pointer that slabcg did not allocate with this layout");
             }
             // SAFETY: o lies in a segment of this cache, whose slots have a second word when
@@ -464,7 +468,7 @@ impl CacheCore {
         let seg = segment_of(p);
         // SAFETY: is_segment says seg is a live segment header.
         unsafe {
-            if !ptr::eq((*seg).cache, self) {
+            if !self.owns((*seg).cache) {
                 sys::fatal(
                     "free of a pointer of another cache or size class (layout does not match)",
                 );

@@ -183,10 +183,10 @@ pub fn is_accounted(p: *mut u8) -> bool {
 
 /// Whether `p` lies in a segment of `cache` (for debug checks that must not read the header
 /// of a pointer the allocator never handed out).
-fn is_slot_of(p: *mut u8, cache: &crate::cache::CacheCore) -> bool {
+fn is_slot_of(p: *mut u8, cache: &crate::cache::SlabCache) -> bool {
     crate::segment::is_segment(p)
         // SAFETY: is_segment says p lies in a live segment, whose header is immutable.
-        && core::ptr::eq(unsafe { (*segment_of(p)).cache }, cache)
+        && cache.owns(unsafe { (*segment_of(p)).cache })
 }
 
 /// Frees an accounted slot of class `c`: kept charged in the object stock when its owner is

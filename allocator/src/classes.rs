@@ -6,15 +6,15 @@
 
 use slabcg_accounting::hooks::{self, SlabMeta, StatIdx};
 
-use crate::cache::CacheCore;
+use crate::cache::SlabCache;
 use crate::size_class::{CLASS_SIZES, NUM_CLASSES};
 use crate::slab::SlabLayout;
 
-const fn build(accounted: bool) -> [CacheCore; NUM_CLASSES] {
-    let mut caches = [const { CacheCore::new(placeholder_layout(), 0, false) }; NUM_CLASSES];
+const fn build(accounted: bool) -> [SlabCache; NUM_CLASSES] {
+    let mut caches = [const { SlabCache::new(placeholder_layout(), 0, false) }; NUM_CLASSES];
     let mut c = 0;
     while c < NUM_CLASSES {
-        caches[c] = CacheCore::new(class_layout(c, accounted), c as u32, accounted);
+        caches[c] = SlabCache::new(class_layout(c, accounted), c as u32, accounted);
         c += 1;
     }
     caches
@@ -38,13 +38,13 @@ const fn placeholder_layout() -> SlabLayout {
 }
 
 /// kmalloc-N: unaccounted objects of class N.
-pub static PLAIN: [CacheCore; NUM_CLASSES] = build(false);
+pub static PLAIN: [SlabCache; NUM_CLASSES] = build(false);
 /// kmalloc-cg-N: charged objects of class N, with owner metadata.
-pub static ACCOUNTED: [CacheCore; NUM_CLASSES] = build(true);
+pub static ACCOUNTED: [SlabCache; NUM_CLASSES] = build(true);
 
 /// The cache for class `c`, plain or accounted.
 #[inline(always)]
-pub fn cache(c: usize, accounted: bool) -> &'static CacheCore {
+pub fn cache(c: usize, accounted: bool) -> &'static SlabCache {
     if accounted {
         &ACCOUNTED[c]
     } else {

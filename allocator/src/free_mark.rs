@@ -2,12 +2,12 @@
 //! double free) without a bitmap and without any work on the fast path.
 //!
 //! While a slot sits on its slab's free list its second word holds `KEY ^ address`. Slots
-//! leave the list only through `CacheCore::refill`, which clears the mark; freshly carved
+//! leave the list only through `SlabCache::refill`, which clears the mark; freshly carved
 //! slots are cleared too, since a reused slab still holds the marks of its earlier life. So
 //! a slot that reaches a flush already marked is, almost surely, already free. Almost: a
 //! program's data may happen to equal the mark, so a marked slot is only a suspect, and the
 //! flush confirms by finding the slot on the list before it reports
-//! (`CacheCore::is_free_in`). A false suspect costs one walk of a slab's free list.
+//! (`SlabCache::is_free_in`). A false suspect costs one walk of a slab's free list.
 //!
 //! Slots parked in the transfer cache are not marked: clearing their marks would cost the
 //! refill that takes a batch a walk over it (a chain of cache misses in a producer/consumer
@@ -19,7 +19,7 @@
 //! and dedicated caches whose stride is at least 16 (less those that keep an owner word
 //! there, [`fits`]).
 
-use crate::segment::FreeObj;
+use crate::slab::FreeObj;
 use crate::slab::{MetaPlacement, SlabLayout};
 
 /// Mixed with the address, so that a slot's mark is not the same word in every slot (a

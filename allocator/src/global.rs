@@ -304,7 +304,7 @@ fn root_usage() -> hooks::Unscoped {
 
 /// The caches the fork handlers lock and unlock: every size class and every dedicated cache
 /// (none joins during a fork: `cache::register_dedicated`).
-fn for_each_cache(mut f: impl FnMut(&crate::cache::CacheCore)) {
+fn for_each_cache(mut f: impl FnMut(&crate::cache::SlabCache)) {
     for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
         f(c);
     }

@@ -78,7 +78,7 @@ use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
 use crate::classes;
 use crate::lock::{SpinGuard, SpinLock};
-use crate::segment::FreeObj;
+use crate::slab::FreeObj;
 use crate::size_class::{class_size, NUM_CLASSES};
 use crate::thread_cache::{self, ThreadCache};
 

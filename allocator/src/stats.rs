@@ -144,7 +144,7 @@ pub fn stats() -> AllocStats {
 
 /// Adds `cache`'s slabs and segments to `s`'s active, resident, mapped and metadata bytes;
 /// returns its (active, empty) slab counts.
-fn add_slabs(s: &mut AllocStats, cache: &crate::cache::CacheCore) -> (usize, usize) {
+fn add_slabs(s: &mut AllocStats, cache: &crate::cache::SlabCache) -> (usize, usize) {
     let k = &cache.counters;
     let slab = cache.layout.slab_bytes();
     let active = k.active_slabs.load(Ordering::Relaxed);

@@ -2,7 +2,7 @@
 //!
 //! The same-thread fast paths are a pop from and a push onto a singly linked bin: no lock, no
 //! atomic read-modify-write. A bin that runs dry is refilled with half its capacity from the
-//! class's [`CacheCore`]; a bin that overflows gives half back. A free on another thread
+//! class's [`SlabCache`]; a bin that overflows gives half back. A free on another thread
 //! simply lands in that thread's bin (Rust's `dealloc` names the layout, so the class is known
 //! without a lookup): the memory is reused by the freeing thread at once, and returns to its
 //! slab through the shared cache when that bin overflows or the thread exits — so memory freed
@@ -23,10 +23,11 @@ use core::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 
-use crate::cache::CacheCore;
+use crate::cache::SlabCache;
 use crate::classes;
 use crate::lock::{SpinGuard, SpinLock};
-use crate::segment::{FreeObj, ACCOUNTED_BIT};
+use crate::segment::ACCOUNTED_BIT;
+use crate::slab::FreeObj;
 use crate::size_class::{class_size, NUM_CLASSES};
 use crate::sys;
 
@@ -409,7 +410,7 @@ pub fn alloc_slow(c: usize, accounted: bool) -> *mut u8 {
     })
 }
 
-fn refill_one(cache: &CacheCore) -> *mut u8 {
+fn refill_one(cache: &SlabCache) -> *mut u8 {
     cache.refill(1, 1).head.cast()
 }
 
