@@ -27,7 +27,7 @@ use core::sync::atomic::Ordering;
 use slabcg_accounting::hooks::{self, StatIdx};
 
 use crate::cache::SlabCache;
-use crate::charge::owner_word;
+use crate::owner::owner_word;
 use crate::slab::FreeObj;
 use crate::slab::{MetaPlacement, SlabLayout};
 
@@ -194,7 +194,7 @@ fn stat_index(name: &str, layout: &SlabLayout) -> StatIdx {
     static NEXT: AtomicUsize = AtomicUsize::new(crate::size_class::NUM_CLASSES);
     let i = NEXT.fetch_add(1, Ordering::Relaxed);
     if i < hooks::MAX_SLAB_CLASSES && hooks::set_slab_name(StatIdx::slab(i), name) {
-        hooks::set_slab_meta(StatIdx::slab(i), crate::classes::owner_meta(layout));
+        hooks::set_slab_meta(StatIdx::slab(i), crate::class_caches::owner_meta(layout));
         StatIdx::slab(i)
     } else {
         StatIdx::SLAB_OTHER

@@ -162,7 +162,7 @@ mod tests {
     #[cfg_attr(miri, ignore = "Miri runs the caches without the mark (HAS_LOAD)")]
     fn a_batch_with_lookalike_data_is_parked_and_slots_leave_their_slab_unmarked() {
         // A size class that nothing else in this test binary allocates from.
-        let core = crate::classes::cache(class_of(1800), false);
+        let core = crate::class_caches::cache(class_of(1800), crate::size_class::Kind::Plain);
         let chain = core.refill(4, 4);
         assert_eq!(chain.count, 4);
         let slots = chain_slots(chain.head);

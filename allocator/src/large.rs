@@ -35,6 +35,11 @@ struct LargeHeader {
     owner: AtomicU32,
 }
 
+/// Usable bytes of live large allocations that are charged to a tenant (for `stats()` and
+/// the root tenant's view). Updated by the charge hooks (`charge.rs`), on the
+/// large-allocation slow paths only.
+pub static CHARGED_LARGE: AtomicUsize = AtomicUsize::new(0);
+
 /// Live large allocations and their mapped bytes, for `stats()`.
 pub static COUNT: AtomicUsize = AtomicUsize::new(0);
 pub static MAPPED: AtomicUsize = AtomicUsize::new(0);

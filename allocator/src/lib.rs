@@ -38,16 +38,20 @@
 //! - large headers: the owner of the allocation; the large-mapping cache: any thread, under
 //!   its lock.
 
+pub mod bin;
 pub mod bulk;
 pub mod cache;
 pub mod charge;
-pub mod classes;
+pub mod class_caches;
 pub mod dedicated;
 mod free_mark;
 pub mod global;
+pub mod init;
+mod invariant;
 pub mod large;
 pub mod lock;
 pub mod object_stock;
+pub mod owner;
 pub mod raw;
 pub mod segment;
 pub mod size_class;
@@ -56,6 +60,9 @@ pub mod stats;
 pub mod sys;
 pub mod thread_cache;
 mod unmapped;
+
+/// The caches behind the size classes under their old module name (`class_caches`).
+pub use class_caches as classes;
 
 pub use dedicated::{Cache, CacheBuilder, CacheError, CacheInfo};
 pub use global::SlabAlloc;

@@ -9,7 +9,7 @@ use core::sync::atomic::Ordering;
 
 use crate::segment::{geometry, SEGMENT};
 use crate::size_class::{class_size, NUM_CLASSES};
-use crate::{classes, large, sys, thread_cache};
+use crate::{class_caches, large, sys, thread_cache};
 
 /// Counts for one size class (plain and accounted caches together).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,14 +68,14 @@ pub struct AllocStats {
 pub fn stats() -> AllocStats {
     let mut classes_out = [ClassStats::default(); NUM_CLASSES];
     let mut cached = [[0usize; 2]; NUM_CLASSES];
-    thread_cache::for_each_bin_count(|c, acc, n| cached[c][acc as usize] += n as usize);
+    thread_cache::for_each_bin_count(|c, kind, n| cached[c][kind as usize] += n as usize);
     let mut s = AllocStats {
         allocated: 0,
         active: 0,
         resident: 0,
         mapped: 0,
         metadata: 0,
-        allocated_charged: crate::charge::CHARGED_LARGE.load(Ordering::Relaxed),
+        allocated_charged: large::CHARGED_LARGE.load(Ordering::Relaxed),
         large_count: large::COUNT.load(Ordering::Relaxed),
         large_allocated: 0,
         dedicated_caches: 0,
@@ -88,8 +88,8 @@ pub fn stats() -> AllocStats {
     for (c, out) in classes_out.iter_mut().enumerate() {
         out.size = class_size(c);
         out.cached = cached[c][0] + cached[c][1];
-        out.slab_bytes = classes::PLAIN[c].layout.slab_bytes();
-        for (acc, cache) in [&classes::PLAIN[c], &classes::ACCOUNTED[c]]
+        out.slab_bytes = class_caches::PLAIN[c].layout.slab_bytes();
+        for (acc, cache) in [&class_caches::PLAIN[c], &class_caches::ACCOUNTED[c]]
             .into_iter()
             .enumerate()
         {
@@ -164,7 +164,7 @@ fn add_slabs(s: &mut AllocStats, cache: &crate::cache::SlabCache) -> (usize, usi
 /// per class each) are left alone.
 pub fn trim() {
     thread_cache::flush_current();
-    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
+    for c in class_caches::PLAIN.iter().chain(class_caches::ACCOUNTED.iter()) {
         c.trim();
     }
     crate::cache::for_each_dedicated(|c| c.trim());
