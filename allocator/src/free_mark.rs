@@ -9,7 +9,7 @@
 //! flush confirms by finding the slot on the list before it reports
 //! (`SlabCache::is_free_in`). A false suspect costs one walk of a slab's free list.
 //!
-//! Slots parked in the transfer cache are not marked: clearing their marks would cost the
+//! Slots parked in the parked batches are not marked: clearing their marks would cost the
 //! refill that takes a batch a walk over it (a chain of cache misses in a producer/consumer
 //! program), where today it takes the batch in O(1). Slots in thread bins carry no mark
 //! either; a bin's own commonest double free is caught when the slot already heads it
@@ -155,7 +155,7 @@ mod tests {
         }
     }
 
-    /// A batch of slots whose data looks like the mark goes through the transfer cache (the
+    /// A batch of slots whose data looks like the mark goes through the parked batches (the
     /// check suspects it, finds none of its slots on a slab's free list, and parks it), and
     /// comes back whole. Sent to their slabs, the slots are marked; taken again, cleared.
     #[test]

@@ -68,3 +68,23 @@ pub use dedicated::{Cache, CacheBuilder, CacheError, CacheInfo};
 pub use global::SlabAlloc;
 pub use slab::{MetaPlacement, SlabLayout};
 pub use stats::{stats, trim, AllocStats, ClassStats};
+
+/// Walks every invariant the allocator states as an equation (`Bin::check`,
+/// `SlabCache::check`, `ObjectStock::check`, the mapping cache's) and aborts with a message
+/// on the first that does not hold: every size class's caches, every dedicated cache, the
+/// calling thread's cache and object stock, and the mapping cache. For the stress tests,
+/// at points where they know their own thread is off the allocator's paths; other threads
+/// may keep allocating. Expensive: a walk of every free list.
+#[doc(hidden)]
+pub fn check_invariants() {
+    for c in class_caches::PLAIN.iter().chain(class_caches::ACCOUNTED.iter()) {
+        c.check();
+    }
+    cache::for_each_dedicated(|c| c.check());
+    thread_cache::with(|tc| {
+        if thread_cache::is_live(tc) {
+            tc.check();
+        }
+    });
+    large::check();
+}

@@ -18,7 +18,7 @@ pub struct ClassStats {
     pub size: usize,
     /// Objects the program holds.
     pub objects: usize,
-    /// Objects cached in thread bins and transfer caches.
+    /// Objects cached in thread bins and parked batches.
     pub cached: usize,
     /// Slabs with at least one object handed out.
     pub active_slabs: usize,
@@ -94,7 +94,7 @@ pub fn stats() -> AllocStats {
             .enumerate()
         {
             let k = &cache.counters;
-            // Slots parked in the transfer cache left their slabs but nobody holds them.
+            // Slots parked in the parked batches left their slabs but nobody holds them.
             let parked = k.transfer.load(Ordering::Relaxed);
             out.cached += parked;
             let held = k
@@ -112,7 +112,7 @@ pub fn stats() -> AllocStats {
         s.allocated += out.objects * out.size;
     }
     // Dedicated caches have no thread bins: what they handed out, less what waits in their
-    // transfer cache, is what the program holds.
+    // parked batches, is what the program holds.
     crate::cache::for_each_dedicated(|cache| {
         let k = &cache.counters;
         let held = k
@@ -158,7 +158,7 @@ fn add_slabs(s: &mut AllocStats, cache: &crate::cache::SlabCache) -> (usize, usi
     (active, empty)
 }
 
-/// Gives free memory back to the OS now: this thread's cached slots and every transfer cache
+/// Gives free memory back to the OS now: this thread's cached slots and every parked batch
 /// go back to their slabs, every empty slab of every cache (size classes and dedicated) is
 /// released, and cached large mappings are unmapped. Other threads' bins (bounded to 128 KiB
 /// per class each) are left alone.
