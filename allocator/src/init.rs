@@ -109,7 +109,10 @@ fn root_usage() -> hooks::Unscoped {
 /// The caches the fork handlers lock and unlock: every size class and every dedicated cache
 /// (none joins during a fork: `cache::register_dedicated`).
 fn for_each_cache(mut f: impl FnMut(&crate::cache::SlabCache)) {
-    for c in class_caches::PLAIN.iter().chain(class_caches::ACCOUNTED.iter()) {
+    for c in class_caches::PLAIN
+        .iter()
+        .chain(class_caches::ACCOUNTED.iter())
+    {
         f(c);
     }
     crate::cache::for_each_dedicated(&mut f);

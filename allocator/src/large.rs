@@ -79,8 +79,7 @@ impl MappingCache {
     /// The invariant (struct docs), under the lock (the caller holds `self`).
     fn check(&self) {
         let sum: usize = self.entries[..self.n].iter().map(|e| e.1).sum();
-        if self.n > MAPPING_ENTRIES || sum != self.bytes || CACHED.load(Ordering::Relaxed) != sum
-        {
+        if self.n > MAPPING_ENTRIES || sum != self.bytes || CACHED.load(Ordering::Relaxed) != sum {
             crate::invariant::broken("mapping cache: bytes != Σ lengths");
         }
         if self.entries[..self.n]

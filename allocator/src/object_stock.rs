@@ -90,6 +90,9 @@ use crate::slab::FreeObj;
 pub(crate) type Lines = [ClassBins; NUM_CLASSES];
 /// A thread cache's bins of uncharged accounted slots (`ThreadCache::accounted`).
 pub(crate) type Uncharged = [Bin; NUM_CLASSES];
+/// A walk of every registered thread's object stock, calling the function it is given on
+/// each ([`drain`]'s `all`).
+pub(crate) type EveryStock<'a> = dyn Fn(&mut dyn FnMut(&ObjectStock)) + 'a;
 
 /// `tag` when the tagged bins hold nothing. Above every u32, so no owner word (a real objcg
 /// id, or garbage read for an invalid free) ever equals it and gets kept in an untagged bin.
@@ -312,282 +315,281 @@ pub enum Pop {
 }
 
 impl ObjectStock {
-/// Called after an allocation under `cg` missed the tagged bins. Retags for `cg` (under the
-/// `stock` lock) when a drainer has been here or the bins were given back, on the first
-/// miss under a new tenant when the bins are empty or hold at least `TRANSFER_MIN` objects
-/// of a tenant that died (a tenant per request: the last request's objects will never be
-/// reused by it), and after `RETAG_AFTER` misses. The misses in between (a thread
-/// interleaving live tenants) cost a counter update: no lock, no scan.
-#[cold]
-#[inline(never)]
-pub(crate) fn note_miss(&self, lines: &Lines, uncharged: &Uncharged, cg: ObjCgId) {
-    // A racy read: a drainer may set STEAL or DRAINED at any time, and the next miss (or
-    // the next slow path's settle) sees it; only the owner changes the tenant bits.
-    let t = self.tag.load(Ordering::Relaxed);
-    if t == u64::from(cg) {
-        return;
+    /// Called after an allocation under `cg` missed the tagged bins. Retags for `cg` (under the
+    /// `stock` lock) when a drainer has been here or the bins were given back, on the first
+    /// miss under a new tenant when the bins are empty or hold at least `TRANSFER_MIN` objects
+    /// of a tenant that died (a tenant per request: the last request's objects will never be
+    /// reused by it), and after `RETAG_AFTER` misses. The misses in between (a thread
+    /// interleaving live tenants) cost a counter update: no lock, no scan.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn note_miss(&self, lines: &Lines, uncharged: &Uncharged, cg: ObjCgId) {
+        // A racy read: a drainer may set STEAL or DRAINED at any time, and the next miss (or
+        // the next slow path's settle) sees it; only the owner changes the tenant bits.
+        let t = self.tag.load(Ordering::Relaxed);
+        if t == u64::from(cg) {
+            return;
+        }
+        let misses = self.tag_misses.get() + 1;
+        let new_cg = self.miss_cg.replace(cg) != cg;
+        // NO_TAG (the bins were given back: this thread's own drain, `trim`, a settle) retags at
+        // once below, as do a drainer's bits.
+        if !new_cg && misses < RETAG_AFTER && t & (NO_TAG | STEAL | DRAINED) == 0 {
+            self.tag_misses.set(misses);
+            return;
+        }
+        let d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        let drained = t & (STEAL | DRAINED) != 0;
+        let empty = !drained && lines.iter().all(|b| b.tagged.count() == 0);
+        if empty {
+            // Nothing to give back (and `rec` is all zero without DRAINED): just retag. A
+            // thread that works for one short-lived tenant after another (a tenant per query)
+            // comes here once per tenant.
+            self.note_retag(lines, cg);
+            self.tag.store(u64::from(cg), Ordering::Relaxed);
+            self.tag_misses.set(0);
+            drop(d);
+        } else if drained
+            || misses >= RETAG_AFTER
+            || (new_cg && tagged_slots(lines) >= TRANSFER_MIN && !tag_alive(t))
+        {
+            self.retag_giving_back(lines, uncharged, d, cg);
+        } else {
+            self.tag_misses.set(misses);
+        }
     }
-    let misses = self.tag_misses.get() + 1;
-    let new_cg = self.miss_cg.replace(cg) != cg;
-    // NO_TAG (the bins were given back: this thread's own drain, `trim`, a settle) retags at
-    // once below, as do a drainer's bits.
-    if !new_cg && misses < RETAG_AFTER && t & (NO_TAG | STEAL | DRAINED) == 0 {
-        self.tag_misses.set(misses);
-        return;
+
+    /// The first allocation under a new tenant `cg` found another tenant's objects in the
+    /// tagged bins (`charge::alloc_small_put_back`): when that tenant died and the bins hold at
+    /// least `TRANSFER_MIN` objects, hands them to `cg` in place now, so that this allocation
+    /// takes one of them. True when the thread now caches for `cg`. Everything else is left to
+    /// [`note_miss`], after the allocation's charge, which makes `cg`'s byte-stock slot first
+    /// (a retag that gives the objects back then finds the slot, and keeps caching); a refused
+    /// transfer leaves the objects to the retag after `RETAG_AFTER` misses.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn transfer_on_miss(&self, lines: &Lines, cg: ObjCgId) -> bool {
+        if self.miss_cg.get() == cg {
+            return false;
+        }
+        let t = self.tag.load(Ordering::Relaxed);
+        if t == u64::from(cg) || t & (NO_TAG | STEAL | DRAINED) != 0 {
+            return false;
+        }
+        // From here on, `note_miss` need not look at this tenant's first miss again: the scan
+        // and the liveness check below are the ones it would make.
+        self.miss_cg.set(cg);
+        if tagged_slots(lines) < TRANSFER_MIN {
+            return false;
+        }
+        let _d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        if t & (NO_TAG | STEAL | DRAINED) != 0 {
+            // A drainer came meanwhile: `note_miss` settles, as on any first miss.
+            self.miss_cg.set(0);
+            return false;
+        }
+        if tag_alive(t) || !self.transfer_bins(lines, cg) {
+            return false;
+        }
+        self.note_retag(lines, cg);
+        self.tag.store(u64::from(cg), Ordering::Relaxed);
+        self.tag_misses.set(0);
+        true
     }
-    let d = self.lock();
-    let t = self.tag.load(Ordering::Relaxed);
-    let drained = t & (STEAL | DRAINED) != 0;
-    let empty = !drained && lines.iter().all(|b| b.tagged.count() == 0);
-    if empty {
-        // Nothing to give back (and `rec` is all zero without DRAINED): just retag. A
-        // thread that works for one short-lived tenant after another (a tenant per query)
-        // comes here once per tenant.
+
+    /// Just before a retag, under the thread's `stock` lock (which a drain of this object stock
+    /// takes): the accounting learns that this thread may keep `cg`'s freed objects charged, so
+    /// that a refused charge of that tenant drains stocks again.
+    ///
+    /// The object stock follows the byte stock's budget (the accounting's stock budget: 4
+    /// slots per CPU for one tenant, all threads together): a thread keeps `cg`'s freed objects
+    /// only if its byte stock holds a slot for `cg` now (it just charged the allocation that
+    /// missed). Else its tagged bins get no capacity until the next retag, and it stays off the
+    /// armed list: so thousands of threads that served one tenant leave about as many armed
+    /// caches as the budget has slots, and a refusal's drain visits those, not every thread.
+    fn note_retag(&self, lines: &Lines, cg: ObjCgId) {
+        {
+            // Tagged bins that still hold objects at a retag (a transfer hands them over in
+            // place; the other retags empty them first) hold charged objects
+            // of `cg` from now on, which drains must find: then the thread keeps caching and
+            // is armed whatever the budget says. The scan only runs past the budget.
+            let caching = hooks::stock_holds(cg) || lines.iter().any(|b| b.tagged.count() != 0);
+            set_caching(self, lines, caching);
+            // On the armed list first, then the record: a refusal's drain that missed this
+            // thread (it took the list before we joined it) started before the record's read,
+            // so the record is at least its generation and it completes nothing for `cg` (see
+            // `ArmedList`).
+            if caching {
+                arm(self);
+            }
+        }
+        // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
+        // it), so its tenant is alive.
+        unsafe { hooks::note_object_stock(cg) };
+    }
+
+    /// A thread tagged `cg` whose tagged bins have no capacity (it retagged while `cg`'s stock
+    /// budget was spent, or before the allocation that made its byte slot) starts caching once
+    /// its byte stock holds a slot for `cg`: otherwise it would charge and uncharge every object
+    /// until its next retag. Called from the charging allocation path only.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn recheck_caching(&self, lines: &Lines, cg: ObjCgId) {
+        if !hooks::stock_holds(cg) {
+            return;
+        }
+        let _d = self.lock();
+        if self.tag.load(Ordering::Relaxed) != u64::from(cg) || self.caching.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        self.note_retag(lines, cg);
+    }
+
+    /// [`note_miss`]'s retag when the tagged bins hold objects or a drainer has been here:
+    /// takes them under the lock `d`, then gives them back after releasing it.
+    #[cold]
+    #[inline(never)]
+    fn retag_giving_back(
+        &self,
+        lines: &Lines,
+        uncharged: &Uncharged,
+        mut d: SpinGuard<'_, Drained>,
+        cg: ObjCgId,
+    ) {
+        if self.transfer_bins(lines, cg) {
+            self.note_retag(lines, cg);
+            self.tag.store(u64::from(cg), Ordering::Relaxed);
+            self.tag_misses.set(0);
+            return;
+        }
+        let taken = self.take_bins(lines, &mut d, Count::Trusted);
         self.note_retag(lines, cg);
         self.tag.store(u64::from(cg), Ordering::Relaxed);
         self.tag_misses.set(0);
         drop(d);
-    } else if drained
-        || misses >= RETAG_AFTER
-        || (new_cg && tagged_slots(lines) >= TRANSFER_MIN && !tag_alive(t))
-    {
-        self.retag_giving_back(lines, uncharged, d, cg);
-    } else {
-        self.tag_misses.set(misses);
+        give_back(lines, &taken, GiveTo::OwnBins(uncharged));
     }
-}
 
-/// The first allocation under a new tenant `cg` found another tenant's objects in the
-/// tagged bins (`charge::alloc_small_put_back`): when that tenant died and the bins hold at
-/// least `TRANSFER_MIN` objects, hands them to `cg` in place now, so that this allocation
-/// takes one of them. True when the thread now caches for `cg`. Everything else is left to
-/// [`note_miss`], after the allocation's charge, which makes `cg`'s byte-stock slot first
-/// (a retag that gives the objects back then finds the slot, and keeps caching); a refused
-/// transfer leaves the objects to the retag after `RETAG_AFTER` misses.
-#[cold]
-#[inline(never)]
-pub(crate) fn transfer_on_miss(&self, lines: &Lines, cg: ObjCgId) -> bool {
-    if self.miss_cg.get() == cg {
-        return false;
-    }
-    let t = self.tag.load(Ordering::Relaxed);
-    if t == u64::from(cg) || t & (NO_TAG | STEAL | DRAINED) != 0 {
-        return false;
-    }
-    // From here on, `note_miss` need not look at this tenant's first miss again: the scan
-    // and the liveness check below are the ones it would make.
-    self.miss_cg.set(cg);
-    if tagged_slots(lines) < TRANSFER_MIN {
-        return false;
-    }
-    let _d = self.lock();
-    let t = self.tag.load(Ordering::Relaxed);
-    if t & (NO_TAG | STEAL | DRAINED) != 0 {
-        // A drainer came meanwhile: `note_miss` settles, as on any first miss.
-        self.miss_cg.set(0);
-        return false;
-    }
-    if tag_alive(t) || !self.transfer_bins(lines, cg) {
-        return false;
-    }
-    self.note_retag(lines, cg);
-    self.tag.store(u64::from(cg), Ordering::Relaxed);
-    self.tag_misses.set(0);
-    true
-}
-
-/// Just before a retag, under the thread's `stock` lock (which a drain of this object stock
-/// takes): the accounting learns that this thread may keep `cg`'s freed objects charged, so
-/// that a refused charge of that tenant drains stocks again.
-///
-/// The object stock follows the byte stock's budget (the accounting's stock budget: 4
-/// slots per CPU for one tenant, all threads together): a thread keeps `cg`'s freed objects
-/// only if its byte stock holds a slot for `cg` now (it just charged the allocation that
-/// missed). Else its tagged bins get no capacity until the next retag, and it stays off the
-/// armed list: so thousands of threads that served one tenant leave about as many armed
-/// caches as the budget has slots, and a refusal's drain visits those, not every thread.
-fn note_retag(&self, lines: &Lines, cg: ObjCgId) {
-    {
-        // Tagged bins that still hold objects at a retag (a transfer hands them over in
-        // place; the other retags empty them first) hold charged objects
-        // of `cg` from now on, which drains must find: then the thread keeps caching and
-        // is armed whatever the budget says. The scan only runs past the budget.
-        let caching = hooks::stock_holds(cg) || lines.iter().any(|b| b.tagged.count() != 0);
-        set_caching(self, lines, caching);
-        // On the armed list first, then the record: a refusal's drain that missed this
-        // thread (it took the list before we joined it) started before the record's read,
-        // so the record is at least its generation and it completes nothing for `cg` (see
-        // `ArmedList`).
-        if caching {
-            arm(self);
+    /// Hands the tagged objects to `cg` in place (`hooks::transfer_charge`): their charge moves
+    /// from the tag's tenant (for a dead request, the customer it was reparented to) to `cg`'s
+    /// below the two's common ancestor, their owner words become `cg`, and they stay in the
+    /// tagged bins, so `cg`'s allocations take them without charging: a tenant per request pays
+    /// one transfer per request instead of a charge per object. False, with nothing changed,
+    /// when a drainer has been here, the bins hold too many slots, or a limit on `cg`'s side
+    /// refuses. Under the thread's `stock` lock.
+    fn transfer_bins(&self, lines: &Lines, cg: ObjCgId) -> bool {
+        let t = self.tag.load(Ordering::Relaxed);
+        if t & (NO_TAG | STEAL | DRAINED) != 0 {
+            return false;
         }
-    }
-    // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
-    // it), so its tenant is alive.
-    unsafe { hooks::note_object_stock(cg) };
-}
-
-/// A thread tagged `cg` whose tagged bins have no capacity (it retagged while `cg`'s stock
-/// budget was spent, or before the allocation that made its byte slot) starts caching once
-/// its byte stock holds a slot for `cg`: otherwise it would charge and uncharge every object
-/// until its next retag. Called from the charging allocation path only.
-#[cold]
-#[inline(never)]
-pub(crate) fn recheck_caching(&self, lines: &Lines, cg: ObjCgId) {
-    if !hooks::stock_holds(cg) {
-        return;
-    }
-    let _d = self.lock();
-    if self.tag.load(Ordering::Relaxed) != u64::from(cg) || self.caching.load(Ordering::Relaxed) {
-        return;
-    }
-    self.note_retag(lines, cg);
-}
-
-/// [`note_miss`]'s retag when the tagged bins hold objects or a drainer has been here:
-/// takes them under the lock `d`, then gives them back after releasing it.
-#[cold]
-#[inline(never)]
-fn retag_giving_back(
-    &self,
-    lines: &Lines,
-    uncharged: &Uncharged,
-    mut d: SpinGuard<'_, Drained>,
-    cg: ObjCgId,
-) {
-    if self.transfer_bins(lines, cg) {
-        self.note_retag(lines, cg);
-        self.tag.store(u64::from(cg), Ordering::Relaxed);
-        self.tag_misses.set(0);
-        return;
-    }
-    let taken = self.take_bins(lines, &mut d, Count::Trusted);
-    self.note_retag(lines, cg);
-    self.tag.store(u64::from(cg), Ordering::Relaxed);
-    self.tag_misses.set(0);
-    drop(d);
-    give_back(lines, &taken, GiveTo::OwnBins(uncharged));
-}
-
-/// Hands the tagged objects to `cg` in place (`hooks::transfer_charge`): their charge moves
-/// from the tag's tenant (for a dead request, the customer it was reparented to) to `cg`'s
-/// below the two's common ancestor, their owner words become `cg`, and they stay in the
-/// tagged bins, so `cg`'s allocations take them without charging: a tenant per request pays
-/// one transfer per request instead of a charge per object. False, with nothing changed,
-/// when a drainer has been here, the bins hold too many slots, or a limit on `cg`'s side
-/// refuses. Under the thread's `stock` lock.
-fn transfer_bins(&self, lines: &Lines, cg: ObjCgId) -> bool {
-    let t = self.tag.load(Ordering::Relaxed);
-    if t & (NO_TAG | STEAL | DRAINED) != 0 {
-        return false;
-    }
-    // The classes that hold slots, and their bytes (most bins are empty).
-    let mut parts = [(StatIdx::slab(0), 0u64); NUM_CLASSES];
-    let mut classes = [0u8; NUM_CLASSES];
-    let (mut k, mut slots) = (0, 0);
-    for (c, b) in lines.iter().enumerate() {
-        let n = b.tagged.count();
-        if n != 0 {
-            parts[k] = (StatIdx::slab(c), u64::from(n) * class_size(c) as u64);
-            classes[k] = c as u8;
-            k += 1;
-            slots += n;
-        }
-    }
-    // The owner words are rewritten one by one: past this many slots (objects the tenants
-    // before did not reuse pile up), give them all back instead, which empties the bins.
-    // Below TRANSFER_MIN, the transfer's fixed cost is more than charging the few objects.
-    if !(TRANSFER_MIN..=TRANSFER_MAX).contains(&slots) {
-        return false;
-    }
-    // SAFETY: with no drainer's bit in the tag, and this thread holding `stock`, every slot
-    // of the tagged bins is charged to the tag's objcg with its class size (module
-    // invariants), holding those bytes' refs; `cg` is the current scope. On success the
-    // owner words are rewritten to `cg` below, before anything reads them.
-    if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
-        return false;
-    }
-    for &c in &classes[..k] {
-        let b = &lines[c as usize];
-        let mut o = b.tagged.head();
-        while !o.is_null() {
-            // SAFETY: o is a free slot of this class's accounted cache on this thread's own
-            // tagged bin, whose links the owner alone follows and writes.
-            unsafe {
-                let w = b.owner.word(o as *mut u8);
-                debug_assert!(core::ptr::eq(w, crate::owner::owner_word(o as *mut u8)));
-                (*w).store(cg, Ordering::Relaxed);
-                o = (*o).next;
+        // The classes that hold slots, and their bytes (most bins are empty).
+        let mut parts = [(StatIdx::slab(0), 0u64); NUM_CLASSES];
+        let mut classes = [0u8; NUM_CLASSES];
+        let (mut k, mut slots) = (0, 0);
+        for (c, b) in lines.iter().enumerate() {
+            let n = b.tagged.count();
+            if n != 0 {
+                parts[k] = (StatIdx::slab(c), u64::from(n) * class_size(c) as u64);
+                classes[k] = c as u8;
+                k += 1;
+                slots += n;
             }
         }
-    }
-    true
-}
-
-/// Empties the tagged bins of this thread, whatever a drainer did to them, and untags it.
-/// Called with the thread's `stock` lock held (`d`): by the owner outside its fast paths, or
-/// in a fork child for a thread that did not survive (`walked`: count the lists by walking
-/// them, see [`give_back_orphan`]).
-fn take_bins(&self, lines: &Lines, d: &mut Drained, walked: Count) -> Taken {
-    let tag = self.tag.load(Ordering::Relaxed);
-    let chains = core::array::from_fn(|c| {
-        let bin = &lines[c].tagged;
-        match walked {
-            Count::Walked => bin.take_all_walked(),
-            Count::Trusted => bin.take_all(),
+        // The owner words are rewritten one by one: past this many slots (objects the tenants
+        // before did not reuse pile up), give them all back instead, which empties the bins.
+        // Below TRANSFER_MIN, the transfer's fixed cost is more than charging the few objects.
+        if !(TRANSFER_MIN..=TRANSFER_MAX).contains(&slots) {
+            return false;
         }
-    });
-    // Invariant of `Drained`: `rec` is all zero unless the tag says DRAINED.
-    let rec = core::mem::replace(&mut d.rec, [0; NUM_CLASSES]);
-    debug_assert!(tag & DRAINED != 0 || rec.iter().all(|&r| r == 0));
-    // Outside the fast paths the owner's bins hold at least what a drainer counted.
-    debug_assert!(walked == Count::Walked || (0..NUM_CLASSES).all(|c| chains[c].1 >= rec[c]));
-    self.tag.store(NO_TAG, Ordering::Relaxed);
-    Taken { tag, chains, rec }
-}
-
-/// The owner's way back after a drainer has been at its stock (`tag` has `STEAL` or
-/// `DRAINED`): takes its tagged bins back, uncharges what the drainer did not, and frees
-/// the slots. Called from the allocation and free paths that leave the fast path. (What
-/// settles a drain is the drainer's own last pass, which finds a `DRAINED` thread quiet;
-/// this is the owner's side.)
-#[cold]
-#[inline(never)]
-pub(crate) fn reclaim(&self, lines: &Lines, uncharged: &Uncharged) {
-    let mut taken = NOTHING;
-    {
-        let mut d = self.lock();
-        if self.must_reclaim() {
-            taken = self.take_bins(lines, &mut d, Count::Trusted);
+        // SAFETY: with no drainer's bit in the tag, and this thread holding `stock`, every slot
+        // of the tagged bins is charged to the tag's objcg with its class size (module
+        // invariants), holding those bytes' refs; `cg` is the current scope. On success the
+        // owner words are rewritten to `cg` below, before anything reads them.
+        if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
+            return false;
         }
+        for &c in &classes[..k] {
+            let b = &lines[c as usize];
+            let mut o = b.tagged.head();
+            while !o.is_null() {
+                // SAFETY: o is a free slot of this class's accounted cache on this thread's own
+                // tagged bin, whose links the owner alone follows and writes.
+                unsafe {
+                    let w = b.owner.word(o as *mut u8);
+                    debug_assert!(core::ptr::eq(w, crate::owner::owner_word(o as *mut u8)));
+                    (*w).store(cg, Ordering::Relaxed);
+                    o = (*o).next;
+                }
+            }
+        }
+        true
     }
-    give_back(lines, &taken, GiveTo::OwnBins(uncharged));
-}
 
-/// Gives back this thread's own tagged objects (thread exit, trim).
-pub(crate) fn give_back_own(&self, lines: &Lines) {
-    let taken = self.take_bins(lines, &mut self.lock(), Count::Trusted);
-    give_back(lines, &taken, GiveTo::Slabs);
-}
+    /// Empties the tagged bins of this thread, whatever a drainer did to them, and untags it.
+    /// Called with the thread's `stock` lock held (`d`): by the owner outside its fast paths, or
+    /// in a fork child for a thread that did not survive (`walked`: count the lists by walking
+    /// them, see [`give_back_orphan`]).
+    fn take_bins(&self, lines: &Lines, d: &mut Drained, walked: Count) -> Taken {
+        let tag = self.tag.load(Ordering::Relaxed);
+        let chains = core::array::from_fn(|c| {
+            let bin = &lines[c].tagged;
+            match walked {
+                Count::Walked => bin.take_all_walked(),
+                Count::Trusted => bin.take_all(),
+            }
+        });
+        // Invariant of `Drained`: `rec` is all zero unless the tag says DRAINED.
+        let rec = core::mem::replace(&mut d.rec, [0; NUM_CLASSES]);
+        debug_assert!(tag & DRAINED != 0 || rec.iter().all(|&r| r == 0));
+        // Outside the fast paths the owner's bins hold at least what a drainer counted.
+        debug_assert!(walked == Count::Walked || (0..NUM_CLASSES).all(|c| chains[c].1 >= rec[c]));
+        self.tag.store(NO_TAG, Ordering::Relaxed);
+        Taken { tag, chains, rec }
+    }
 
-/// In a fork child: uncharges the tagged objects of a thread that did not survive the fork.
-/// A cache whose owner held its `stock` lock at the fork may be half-updated and is left
-/// alone (its charges stay, a bounded inexactness of the child; a transfer stopped half
-/// way leaves up to `TRANSFER_MAX` objects' charge half moved between two tenants). A fast path stopped by
-/// the fork may have left a bin's `count` off by one, so the lists are counted by walking
-/// them. A slot whose pop or push had not yet stored `head` is given back if it is still on
-/// the list; one that is off the list stays charged, as the live object it was or was about
-/// to be (a bounded leak of the child).
-pub(crate) fn give_back_orphan(&self, lines: &Lines) {
-    let Some(mut d) = self.lock.try_lock() else {
-        return;
-    };
-    let taken = self.take_bins(lines, &mut d, Count::Walked);
-    drop(d);
-    give_back(lines, &taken, GiveTo::Slabs);
-}
+    /// The owner's way back after a drainer has been at its stock (`tag` has `STEAL` or
+    /// `DRAINED`): takes its tagged bins back, uncharges what the drainer did not, and frees
+    /// the slots. Called from the allocation and free paths that leave the fast path. (What
+    /// settles a drain is the drainer's own last pass, which finds a `DRAINED` thread quiet;
+    /// this is the owner's side.)
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn reclaim(&self, lines: &Lines, uncharged: &Uncharged) {
+        let mut taken = NOTHING;
+        {
+            let mut d = self.lock();
+            if self.must_reclaim() {
+                taken = self.take_bins(lines, &mut d, Count::Trusted);
+            }
+        }
+        give_back(lines, &taken, GiveTo::OwnBins(uncharged));
+    }
 
+    /// Gives back this thread's own tagged objects (thread exit, trim).
+    pub(crate) fn give_back_own(&self, lines: &Lines) {
+        let taken = self.take_bins(lines, &mut self.lock(), Count::Trusted);
+        give_back(lines, &taken, GiveTo::Slabs);
+    }
 
+    /// In a fork child: uncharges the tagged objects of a thread that did not survive the fork.
+    /// A cache whose owner held its `stock` lock at the fork may be half-updated and is left
+    /// alone (its charges stay, a bounded inexactness of the child; a transfer stopped half
+    /// way leaves up to `TRANSFER_MAX` objects' charge half moved between two tenants). A fast path stopped by
+    /// the fork may have left a bin's `count` off by one, so the lists are counted by walking
+    /// them. A slot whose pop or push had not yet stored `head` is given back if it is still on
+    /// the list; one that is off the list stays charged, as the live object it was or was about
+    /// to be (a bounded leak of the child).
+    pub(crate) fn give_back_orphan(&self, lines: &Lines) {
+        let Some(mut d) = self.lock.try_lock() else {
+            return;
+        };
+        let taken = self.take_bins(lines, &mut d, Count::Walked);
+        drop(d);
+        give_back(lines, &taken, GiveTo::Slabs);
+    }
 }
 
 /// Whether the tenant of tag `t` (untouched by a drainer, with objects in the tagged bins)
@@ -924,7 +926,7 @@ pub(crate) fn drain(
     which: hooks::ObjectDrain,
     own: &ObjectStock,
     own_live: bool,
-    all: &dyn Fn(&mut dyn FnMut(&ObjectStock)),
+    all: &EveryStock<'_>,
 ) {
     let mut held = take_armed();
     if which == hooks::ObjectDrain::Idle {

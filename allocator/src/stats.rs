@@ -164,7 +164,10 @@ fn add_slabs(s: &mut AllocStats, cache: &crate::cache::SlabCache) -> (usize, usi
 /// per class each) are left alone.
 pub fn trim() {
     thread_cache::flush_current();
-    for c in class_caches::PLAIN.iter().chain(class_caches::ACCOUNTED.iter()) {
+    for c in class_caches::PLAIN
+        .iter()
+        .chain(class_caches::ACCOUNTED.iter())
+    {
         c.trim();
     }
     crate::cache::for_each_dedicated(|c| c.trim());
