@@ -35,10 +35,10 @@ pub const SEGMENT: usize = 1 << SEGMENT_SHIFT;
 /// Set in the address of every slot of an accounted segment, clear in every plain one.
 pub const ACCOUNTED_BIT: usize = SEGMENT;
 
-/// What the slots of a cache are, as its segments record it: the first field of every cache
+/// What the slots of a cache are, as its segments record it: a field of every cache
 /// (`cache::SlabCache::id`). A segment header points here, so that a slot address leads to
-/// its size class and to whether it is accounted without this layer knowing caches; its
-/// address is the cache's identity (`SlabCache::owns`).
+/// its size class and to whether it is accounted without this layer knowing caches; the
+/// field's address identifies the cache (`SlabCache::owns`).
 pub struct CacheId {
     /// Whether slots carry owner metadata (the kmalloc-cg-N twin of a size class).
     pub accounted: bool,
@@ -83,8 +83,7 @@ pub struct SlabDesc {
 /// mutated under the owning cache's lock.
 #[repr(C)]
 pub struct Segment {
-    /// The cache every slab in this segment belongs to (its [`CacheId`], the cache's first
-    /// field).
+    /// The cache every slab in this segment belongs to (its [`CacheId`] field).
     pub cache: *const CacheId,
     /// Offset of slab 0 from the segment start: a multiple of the slab size (`geometry`).
     pub slabs_offset: usize,
