@@ -3,7 +3,7 @@
 //! nothing left charged or allocated when the run cannot be completed.
 
 use crate::dedicated::Cache;
-use crate::segment::FreeObj;
+use crate::slab::FreeObj;
 
 impl Cache {
     /// Fills every entry of `out` with a fresh object and returns `out.len()`, or returns 0

@@ -1,6 +1,6 @@
 //! A cache: the shared (cross-thread) half of one object size — its segments, its slabs and
-//! the lists that sort them. Thread caches take slots from it in batches ([`CacheCore::refill`])
-//! and give them back in batches ([`CacheCore::flush`]); everything here runs under the cache's
+//! the lists that sort them. Thread caches take slots from it in batches ([`SlabCache::refill`])
+//! and give them back in batches ([`SlabCache::flush`]); everything here runs under the cache's
 //! spin lock, off the fast path.
 //!
 //! Slab lists, by [`SlabState`]:
@@ -11,11 +11,11 @@
 //!   fresh slabs, and reading zero when touched again.
 //! - full slabs and fresh (never used) slabs are on no list.
 //!
-//! In front of the slabs sits a transfer cache (tcmalloc's idea): a bin that overflows hands
+//! In front of the slabs sits parked batches (tcmalloc's idea): a bin that overflows hands
 //! its batch over whole, and a bin that runs dry takes a whole batch back, in O(1) under the
 //! lock, without visiting any slab. Producer/consumer threads (one allocates, another frees)
 //! and programs that allocate and free more than a bin holds then cost one lock round trip
-//! per batch. Batches beyond `TRANSFER_BYTES` per cache go back to their slabs.
+//! per batch. Batches beyond `PARKED_BYTES` per cache go back to their slabs.
 
 use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -24,15 +24,15 @@ use slabcg_accounting::hooks;
 
 use crate::free_mark;
 use crate::lock::SpinLock;
-use crate::segment::{is_segment, segment_of, FreeObj, Segment, SlabDesc, SlabState};
-use crate::slab::SlabLayout;
+use crate::segment::{is_segment, segment_of, CacheId, Segment, SlabDesc, SlabState};
+use crate::slab::{FreeObj, SlabLayout};
 use crate::sys;
 
 /// Bytes of empty slabs a cache keeps resident before releasing more to the OS.
 const RESERVE_BYTES: usize = 128 * 1024;
-/// Batches the transfer cache holds at most, and their bytes.
-const TRANSFER_SLOTS: usize = 16;
-const TRANSFER_BYTES: usize = 512 * 1024;
+/// Batches the parked batches holds at most, and their bytes.
+const PARKED_BATCHES: usize = 16;
+const PARKED_BYTES: usize = 512 * 1024;
 
 struct Lists {
     partial: *mut SlabDesc,
@@ -41,11 +41,11 @@ struct Lists {
     released: *mut SlabDesc,
     /// The newest segment; the only one that may still have fresh slabs.
     segments: *mut Segment,
-    /// Whole batches handed over by thread bins: `transfer[..ntransfer]`.
-    transfer: [(*mut FreeObj, usize); TRANSFER_SLOTS],
-    ntransfer: usize,
-    /// Slots in the transfer cache (`sum of transfer[..ntransfer].1`).
-    transfer_objects: usize,
+    /// Whole batches handed over by thread bins: `parked[..nparked]`.
+    parked: [(*mut FreeObj, usize); PARKED_BATCHES],
+    nparked: usize,
+    /// Slots in the parked batches (`sum of parked[..nparked].1`).
+    parked_objects: usize,
 }
 
 // SAFETY: the raw pointers name slab descriptors and segments that live for the whole process;
@@ -65,54 +65,67 @@ pub struct CacheCounters {
     pub released_slabs: AtomicUsize,
     /// Segments mapped.
     pub segments: AtomicUsize,
-    /// Slots held in the transfer cache (handed out by slabs, not held by the program).
+    /// Slots held in the parked batches (handed out by slabs, not held by the program).
     pub transfer: AtomicUsize,
     /// Objects of a dedicated accounted cache charged to a tenant (not those allocated
     /// outside every scope, which belong to the root).
     pub charged: AtomicUsize,
 }
 
-/// The shared part of one cache.
-pub struct CacheCore {
+/// A cache: the slabs of one object layout, shared by every thread (the size classes' and
+/// the dedicated caches' alike).
+///
+/// Invariants, under the lock ([`SlabCache::check`] walks them):
+/// - every slab carved from (`k < fresh` of its segment) that is `Partial`, `Full` or
+///   `Empty`: `|free| == carved - used` and `carved <= objects`; `Partial`:
+///   `0 < used < objects`, on the partial list; `Full`: `used == objects`, on no list;
+///   `Empty` and `Released`: `used == 0` (a released slab's free list is gone with its pages);
+/// - `|partial| + #Full == counters.active_slabs`, `|empty| == empty_count ==
+///   counters.empty_slabs`, `|released| == counters.released_slabs`, `|segments| ==
+///   counters.segments`;
+/// - parked batches: `parked_objects == Σ parked[..nparked].1 == counters.transfer`, and each
+///   batch is a chain of its count.
+pub struct SlabCache {
+    /// What its slots are (accounted, size class); its segments point here.
+    pub id: CacheId,
     pub layout: SlabLayout,
-    /// Whether slots carry owner metadata (the kmalloc-cg-N twin of a size class).
-    pub accounted: bool,
-    /// Size class index, or `u32::MAX` for a dedicated cache.
-    pub class: u32,
     lists: SpinLock<Lists>,
     pub counters: CacheCounters,
     /// Next dedicated cache in `DEDICATED` (fork handlers lock them all).
-    next_dedicated: AtomicPtr<CacheCore>,
+    next_dedicated: AtomicPtr<SlabCache>,
     /// A dedicated cache's identity and state, for reusing the core of a dropped one
     /// (`dedicated.rs`): a hash of its name, its stat index, and whether no `Cache` handle
     /// uses it now. Unused by size classes.
     pub(crate) name_hash: AtomicU64,
     pub(crate) stat: AtomicU8,
     pub(crate) retired: AtomicBool,
+    /// Refills and flushes since the last invariant walk (`crate::invariant::due`).
+    #[cfg(debug_assertions)]
+    walks: core::sync::atomic::AtomicU32,
 }
 
 /// Every dedicated cache ever built (they are never freed), newest first.
-static DEDICATED: AtomicPtr<CacheCore> = AtomicPtr::new(ptr::null_mut());
+static DEDICATED: AtomicPtr<SlabCache> = AtomicPtr::new(ptr::null_mut());
 
 /// Links a dedicated cache into the list the fork handlers walk. Under the lifecycle lock
 /// (`hooks::lifecycle_lock`), which the fork handlers hold from prepare to parent or child:
 /// a cache that joined in between would not have been locked by prepare, yet be unlocked
 /// after the fork (releasing a lock another thread holds) or inherited locked by the child.
-pub fn register_dedicated(c: &'static CacheCore) {
+pub fn register_dedicated(c: &'static SlabCache) {
     let _lifecycle = hooks::lifecycle_lock();
     // The lock makes this the only writer; readers walk the list without it, so the head is
     // published with Release after the link (and the core's fields) are written.
     c.next_dedicated
         .store(DEDICATED.load(Ordering::Relaxed), Ordering::Relaxed);
-    DEDICATED.store(c as *const CacheCore as *mut CacheCore, Ordering::Release);
+    DEDICATED.store(c as *const SlabCache as *mut SlabCache, Ordering::Release);
 }
 
 /// Calls `f` on every dedicated cache.
-pub fn for_each_dedicated(mut f: impl FnMut(&'static CacheCore)) {
+pub fn for_each_dedicated(mut f: impl FnMut(&'static SlabCache)) {
     let mut p = DEDICATED.load(Ordering::Acquire);
     while !p.is_null() {
         // SAFETY: dedicated caches are leaked, so they live forever.
-        let c: &'static CacheCore = unsafe { &*p };
+        let c: &'static SlabCache = unsafe { &*p };
         f(c);
         p = c.next_dedicated.load(Ordering::Relaxed);
     }
@@ -124,21 +137,20 @@ pub struct Chain {
     pub count: usize,
 }
 
-impl CacheCore {
-    pub const fn new(layout: SlabLayout, class: u32, accounted: bool) -> CacheCore {
-        CacheCore {
+impl SlabCache {
+    pub const fn new(layout: SlabLayout, class: u32, accounted: bool) -> SlabCache {
+        SlabCache {
+            id: CacheId { accounted, class },
             layout,
-            accounted,
-            class,
             lists: SpinLock::new(Lists {
                 partial: ptr::null_mut(),
                 empty: ptr::null_mut(),
                 empty_count: 0,
                 released: ptr::null_mut(),
                 segments: ptr::null_mut(),
-                transfer: [(ptr::null_mut(), 0); TRANSFER_SLOTS],
-                ntransfer: 0,
-                transfer_objects: 0,
+                parked: [(ptr::null_mut(), 0); PARKED_BATCHES],
+                nparked: 0,
+                parked_objects: 0,
             }),
             counters: CacheCounters {
                 used: AtomicUsize::new(0),
@@ -153,14 +165,22 @@ impl CacheCore {
             name_hash: AtomicU64::new(0),
             stat: AtomicU8::new(0),
             retired: AtomicBool::new(false),
+            #[cfg(debug_assertions)]
+            walks: core::sync::atomic::AtomicU32::new(0),
         }
+    }
+
+    /// Whether a segment header's `cache` names this cache.
+    #[inline]
+    pub fn owns(&self, id: *const CacheId) -> bool {
+        ptr::eq(id, &self.id)
     }
 
     fn reserve_slabs(&self) -> usize {
         (RESERVE_BYTES >> self.layout.slab_shift).max(1)
     }
 
-    /// Takes at least `want` (>= 1) and at most `most` slots: a batch from the transfer cache
+    /// Takes at least `want` (>= 1) and at most `most` slots: a batch from the parked batches
     /// when one fits, topped up from the slabs. Returns fewer than `want` only when the OS
     /// refuses memory; an empty chain means out of memory.
     pub fn refill(&self, want: usize, most: usize) -> Chain {
@@ -170,9 +190,9 @@ impl CacheCore {
         };
         let mut l = self.lists.lock();
         let mut from_slabs = 0;
-        if l.ntransfer > 0 && l.transfer[l.ntransfer - 1].1 <= most {
-            let (head, count) = self.pop_transfer(&mut l);
-            // Slots in the transfer cache already count as handed out (`used`).
+        if l.nparked > 0 && l.parked[l.nparked - 1].1 <= most {
+            let (head, count) = self.unpark(&mut l);
+            // Slots in the parked batches already count as handed out (`used`).
             chain = Chain { head, count };
         }
         let marks = free_mark::fits(&self.layout);
@@ -220,6 +240,7 @@ impl CacheCore {
         }
         drop(l);
         self.add_used(from_slabs as isize);
+        self.check_if_due();
         chain
     }
 
@@ -245,7 +266,7 @@ impl CacheCore {
             } else {
                 let mut seg = l.segments;
                 if seg.is_null() || (*seg).fresh == (*seg).nslabs {
-                    seg = Segment::create(self, self.layout);
+                    seg = Segment::create(&self.id, self.layout);
                     if seg.is_null() {
                         return None;
                     }
@@ -275,24 +296,25 @@ impl CacheCore {
     /// The chain must be well formed: `count` slots linked through their first word.
     pub unsafe fn flush(&self, head: *mut FreeObj, count: usize) {
         // Dedicated caches return slots to their slabs: their refills want exact counts.
-        if count > 1 && self.class != u32::MAX {
+        if count > 1 && self.id.class != u32::MAX {
             // SAFETY: caller's contract.
-            if unsafe { self.try_transfer(head, count) } {
+            if unsafe { self.try_park(head, count) } {
                 return;
             }
         }
         // SAFETY: caller's contract.
-        unsafe { self.flush_to_slabs(head, count) }
+        unsafe { self.flush_to_slabs(head, count) };
+        self.check_if_due();
     }
 
-    /// Parks a whole batch in the transfer cache when it has room. Checks that every slot
+    /// Parks a whole batch in the parked batches when it has room. Checks that every slot
     /// lies in a segment of this cache and is not on its slab's free list (the full checks
     /// run when slots reach their slabs). Parked slots are not marked: clearing the marks
     /// would cost the refill that takes the batch a walk over it.
     ///
     /// # Safety
     /// As [`flush`](Self::flush).
-    unsafe fn try_transfer(&self, head: *mut FreeObj, count: usize) -> bool {
+    unsafe fn try_park(&self, head: *mut FreeObj, count: usize) -> bool {
         let bytes = count * self.layout.stride;
         let marks = free_mark::fits(&self.layout);
         let mut suspect = false;
@@ -301,7 +323,7 @@ impl CacheCore {
         while !o.is_null() {
             let seg = segment_of(o as *const u8);
             // SAFETY: is_segment says the header is readable.
-            if !is_segment(o as *const u8) || !ptr::eq(unsafe { (*seg).cache }, self) {
+            if !is_segment(o as *const u8) || !self.owns(unsafe { (*seg).cache }) {
                 sys::fatal("free of a pointer that slabcg did not allocate with this layout");
             }
             // SAFETY: o lies in a segment of this cache, whose slots have a second word when
@@ -322,31 +344,31 @@ impl CacheCore {
             // SAFETY: the chain is well formed (just walked); under the lock.
             unsafe { self.check_not_free(&l, head, count) };
         }
-        if l.ntransfer == TRANSFER_SLOTS
-            || (l.transfer_objects * self.layout.stride + bytes > TRANSFER_BYTES && l.ntransfer > 0)
+        if l.nparked == PARKED_BATCHES
+            || (l.parked_objects * self.layout.stride + bytes > PARKED_BYTES && l.nparked > 0)
         {
             return false;
         }
-        let i = l.ntransfer;
-        l.transfer[i] = (head, count);
-        l.ntransfer += 1;
-        l.transfer_objects += count;
+        let i = l.nparked;
+        l.parked[i] = (head, count);
+        l.nparked += 1;
+        l.parked_objects += count;
         self.counters
             .transfer
-            .store(l.transfer_objects, Ordering::Relaxed);
+            .store(l.parked_objects, Ordering::Relaxed);
         true
     }
 
-    /// Takes the newest batch out of the transfer cache (`l.ntransfer > 0`), keeping
-    /// `transfer_objects` and the stats counter in step.
-    fn pop_transfer(&self, l: &mut Lists) -> (*mut FreeObj, usize) {
-        debug_assert!(l.ntransfer > 0);
-        l.ntransfer -= 1;
-        let (head, count) = l.transfer[l.ntransfer];
-        l.transfer_objects -= count;
+    /// Takes the newest batch out of the parked batches (`l.nparked > 0`), keeping
+    /// `parked_objects` and the stats counter in step.
+    fn unpark(&self, l: &mut Lists) -> (*mut FreeObj, usize) {
+        debug_assert!(l.nparked > 0);
+        l.nparked -= 1;
+        let (head, count) = l.parked[l.nparked];
+        l.parked_objects -= count;
         self.counters
             .transfer
-            .store(l.transfer_objects, Ordering::Relaxed);
+            .store(l.parked_objects, Ordering::Relaxed);
         (head, count)
     }
 
@@ -464,7 +486,7 @@ impl CacheCore {
         let seg = segment_of(p);
         // SAFETY: is_segment says seg is a live segment header.
         unsafe {
-            if !ptr::eq((*seg).cache, self) {
+            if !self.owns((*seg).cache) {
                 sys::fatal(
                     "free of a pointer of another cache or size class (layout does not match)",
                 );
@@ -516,7 +538,7 @@ impl CacheCore {
     }
 
     /// Reports a double free when a slot of the chain is on its slab's free list
-    /// (try_transfer's slow path: some slot carried the mark).
+    /// (try_park's slow path: some slot carried the mark).
     ///
     /// # Safety
     /// `head` starts a well-formed chain of `count` slots of this cache; under the lock.
@@ -557,17 +579,17 @@ impl CacheCore {
         }
     }
 
-    /// Returns the transfer cache's slots to their slabs, then releases every empty slab to
+    /// Returns the parked batches's slots to their slabs, then releases every empty slab to
     /// the OS.
     pub fn trim(&self) {
         loop {
             let mut l = self.lists.lock();
-            if l.ntransfer == 0 {
+            if l.nparked == 0 {
                 break;
             }
-            let (head, count) = self.pop_transfer(&mut l);
+            let (head, count) = self.unpark(&mut l);
             drop(l);
-            // SAFETY: a batch parked by try_transfer: count slots of this cache.
+            // SAFETY: a batch parked by try_park: count slots of this cache.
             unsafe { self.flush_to_slabs(head, count) };
         }
         let mut l = self.lists.lock();
@@ -587,6 +609,102 @@ impl CacheCore {
         drop(l);
         // SAFETY: the slabs on chain have nothing handed out and are on no list.
         unsafe { self.release_slabs(chain) };
+    }
+
+    /// The invariants of the cache (struct docs), by walking its segments, slabs, free lists,
+    /// lists and parked batches under its lock. Expensive (`crate::invariant`).
+    pub(crate) fn check(&self) {
+        use crate::invariant::broken;
+        let l = self.lists.lock();
+        let objects = self.layout.objects as u32;
+        let (mut active, mut segments) = (0, 0);
+        let mut seg = l.segments;
+        // SAFETY: the cache's segments, descriptors, slab free lists and parked chains are
+        // live and only changed under the lock held here; free-list walks are bounded by the
+        // slab's slot count, and slabs whose pages were released are not walked.
+        unsafe {
+            while !seg.is_null() {
+                segments += 1;
+                for k in 0..(*seg).fresh {
+                    let d = Segment::desc(seg, k);
+                    let (used, carved) = ((*d).used, (*d).carved);
+                    let ok = match (*d).state {
+                        SlabState::Partial => 0 < used && used < objects,
+                        SlabState::Full => used == objects,
+                        SlabState::Empty | SlabState::Released => used == 0,
+                        SlabState::Fresh => false,
+                    };
+                    if !ok || carved > objects {
+                        broken("cache: a slab's state does not match its counts");
+                    }
+                    if matches!((*d).state, SlabState::Partial | SlabState::Full) {
+                        active += 1;
+                    }
+                    if (*d).state != SlabState::Released {
+                        let mut n = 0;
+                        let mut f = (*d).free;
+                        while !f.is_null() && n <= objects {
+                            n += 1;
+                            f = (*f).next;
+                        }
+                        if n != carved - used {
+                            broken("cache: a slab's |free| != carved - used");
+                        }
+                    }
+                }
+                seg = (*seg).next;
+            }
+            let count = |head: *mut SlabDesc, state: SlabState| {
+                let mut n = 0;
+                let mut d = head;
+                while !d.is_null() {
+                    if (*d).state != state {
+                        broken("cache: a slab on the wrong list");
+                    }
+                    n += 1;
+                    d = (*d).next;
+                }
+                n
+            };
+            let partial = count(l.partial, SlabState::Partial);
+            let full = active - partial;
+            let empty = count(l.empty, SlabState::Empty);
+            let released = count(l.released, SlabState::Released);
+            let k = &self.counters;
+            if partial + full != k.active_slabs.load(Ordering::Relaxed)
+                || empty != l.empty_count
+                || empty != k.empty_slabs.load(Ordering::Relaxed)
+                || released != k.released_slabs.load(Ordering::Relaxed)
+                || segments != k.segments.load(Ordering::Relaxed)
+            {
+                broken("cache: a list's length does not match its counter");
+            }
+            let mut parked = 0;
+            for &(head, n) in &l.parked[..l.nparked] {
+                let mut len = 0;
+                let mut o = head;
+                while !o.is_null() && len <= n {
+                    len += 1;
+                    o = (*o).next;
+                }
+                if len != n {
+                    broken("cache: a parked batch is not a chain of its count");
+                }
+                parked += n;
+            }
+            if parked != l.parked_objects || parked != k.transfer.load(Ordering::Relaxed) {
+                broken("cache: parked objects != Σ batch counts");
+            }
+        }
+    }
+
+    /// The walk of [`check`](Self::check) when one is due, in `debug_assertions` builds.
+    #[inline]
+    fn check_if_due(&self) {
+        #[cfg(debug_assertions)]
+        if crate::invariant::due(&self.walks) {
+            self.check();
+        }
     }
 
     /// Takes the lock and keeps it (fork prepare).

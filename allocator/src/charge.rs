@@ -14,9 +14,8 @@
 //! and the next allocation takes it back. Everything else goes through the byte stock
 //! (`slabcg-accounting`).
 //!
-//! Owner metadata of slot `i` of a slab is the u32 at
-//! `slab_start + meta_offset + i * meta_stride` (see `slab.rs`): one formula whatever the
-//! placement (leftover tail, per-slot padding, or the carved array).
+//! Owner words (where a slot records its owner, and how an address finds it) are
+//! `owner.rs`.
 //!
 //! Who is charged (documented for users):
 //! - `alloc`/`alloc_zeroed`: the calling thread's current tenant, with the usable size.
@@ -32,64 +31,29 @@
 //!   block's charge with it instead of charging the new block first, so no limit can refuse
 //!   it (`realloc_shrink_small`, `realloc_shrink_large`).
 
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
+use crate::large::CHARGED_LARGE as LARGE_CHARGED;
 use crate::object_stock::Pop;
-use crate::segment::{segment_of, Segment, ACCOUNTED_BIT};
-use crate::size_class::class_size;
-use crate::{large, object_stock, thread_cache};
+use crate::size_class::{class_size, Kind};
+use crate::{class_caches, init, large, thread_cache};
 
-/// Usable bytes of live large allocations that are charged to a tenant (for `stats()` and
-/// the root tenant's view). Updated on the large-allocation slow paths only.
-pub static CHARGED_LARGE: AtomicUsize = AtomicUsize::new(0);
+/// Where the charged large bytes are counted now (`large.rs`); the old path.
+pub use crate::large::CHARGED_LARGE;
+/// Where the address test lives now (`owner.rs`); the old path.
+pub use crate::owner::is_accounted;
 
-/// The owner word of slot `p`, for any accounted cache (size class or dedicated).
-///
-/// # Safety
-/// `p` must be a slot of an accounted segment.
-#[inline(always)]
-pub(crate) unsafe fn owner_word(p: *mut u8) -> *const AtomicU32 {
-    let seg: *mut Segment = segment_of(p);
-    // SAFETY: p lies in a live accounted segment; its header is immutable after creation,
-    // and for a slot start the metadata address lies inside p's slab (slab.rs:
-    // `metadata_fits_where_promised`).
-    unsafe {
-        let h = &*seg;
-        let l = &h.layout;
-        // Slabs are aligned to their size (segment::geometry).
-        debug_assert!((*h.cache).accounted && h.slabs_offset.is_multiple_of(l.slab_bytes()));
-        let in_slab = p as usize & (l.slab_bytes() - 1);
-        p.sub(in_slab)
-            .add(l.meta_offset + l.slot_index(in_slab) * l.meta_stride) as *const AtomicU32
-    }
-}
-
-/// [`owner_word`] for a slot of size class `c`, from the class's geometry in the thread
-/// cache (`ClassBins::owner`, the same cache line as the bins the free touches next) instead
-/// of the segment header: size classes are multiples of 8 aligned to 8, so their slots have no
-/// padding and their owner words always form a 4-byte array, whose index scales in the
-/// address.
+/// The owner word of slot `p` of size class `c`, from this thread cache's copy of the
+/// class's geometry (`owner::class_owner_word`).
 ///
 /// # Safety
 /// `p` must be a slot of the accounted cache of class `c`.
 #[inline(always)]
-pub(crate) unsafe fn class_owner_word(p: *mut u8, c: usize) -> *const AtomicU32 {
-    thread_cache::with(|tc| {
-        // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
-        let g = unsafe { &tc.bins.get_unchecked(c).owner };
-        // SAFETY: p is a slot of the accounted cache of class c (caller's contract).
-        let w = unsafe { g.word(p) };
-        // Checked against the header only where there is one of this class to read: an
-        // invalid free (foreign pointer, wrong layout) must reach the fatal checks, not panic.
-        debug_assert!(
-            !is_slot_of(p, crate::classes::cache(c, true))
-                // SAFETY: p lies in a segment of the accounted cache of class c.
-                || core::ptr::eq(w, unsafe { owner_word(p) })
-        );
-        w
-    })
+unsafe fn class_owner_word(p: *mut u8, c: usize) -> *const AtomicU32 {
+    // SAFETY: caller's contract.
+    thread_cache::with(|tc| unsafe { tc.owner_word(p, c) })
 }
 
 /// Allocates a slot of class `c` charged to `cg` (non-zero): from the object stock when it
@@ -117,7 +81,7 @@ pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
 unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
     // SAFETY: caller's contract.
     thread_cache::with(|tc| unsafe { tc.put_back(c, p) });
-    if thread_cache::with(|tc| object_stock::transfer_on_miss(tc, cg)) {
+    if thread_cache::with(|tc| tc.transfer_on_miss(cg)) {
         match thread_cache::with(|tc| tc.tagged_pop(c, cg)) {
             Pop::Hit(q) => return q,
             Pop::Empty => {}
@@ -134,10 +98,10 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
     let p = charge_slot(c, cg);
     if !p.is_null() {
         thread_cache::with(|tc| {
-            if tc.tag.load(Ordering::Relaxed) != u64::from(cg) {
-                object_stock::note_miss(tc, cg);
-            } else if !tc.caching.load(Ordering::Relaxed) {
-                object_stock::recheck_caching(tc, cg);
+            if tc.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
+                tc.note_miss(cg);
+            } else if !tc.stock.caching.load(Ordering::Relaxed) {
+                tc.recheck_caching(cg);
             }
         });
     }
@@ -153,9 +117,9 @@ fn charge_slot(c: usize, cg: ObjCgId) -> *mut u8 {
     if !unsafe { hooks::charge(cg, size, StatIdx::slab(c)) } {
         return core::ptr::null_mut();
     }
-    let mut p = thread_cache::with(|tc| tc.bin(c, true).pop());
+    let mut p = thread_cache::with(|tc| tc.bin(c, Kind::Accounted).pop());
     if p.is_null() {
-        p = thread_cache::alloc_slow(c, true);
+        p = init::alloc_slow(c, Kind::Accounted);
         if p.is_null() {
             // SAFETY: the `size` bytes charged to cg just above, given back unused.
             unsafe { hooks::uncharge(cg, size, StatIdx::slab(c)) };
@@ -165,28 +129,6 @@ fn charge_slot(c: usize, cg: ObjCgId) -> *mut u8 {
     // SAFETY: p is a slot of the accounted cache of class c.
     unsafe { (*class_owner_word(p, c)).store(cg, Ordering::Relaxed) };
     p
-}
-
-/// True when slot `p` belongs to an accounted segment: one bit of its address
-/// (`segment::ACCOUNTED_BIT`), no load. Only meaningful for slots (size classes).
-#[inline(always)]
-pub fn is_accounted(p: *mut u8) -> bool {
-    let acct = p as usize & ACCOUNTED_BIT != 0;
-    debug_assert!(
-        !crate::segment::is_segment(p)
-            // SAFETY: is_segment says p lies in a live segment, whose header is immutable and
-            // names its cache, a static.
-            || acct == unsafe { (*(*segment_of(p)).cache).accounted }
-    );
-    acct
-}
-
-/// Whether `p` lies in a segment of `cache` (for debug checks that must not read the header
-/// of a pointer the allocator never handed out).
-fn is_slot_of(p: *mut u8, cache: &crate::cache::CacheCore) -> bool {
-    crate::segment::is_segment(p)
-        // SAFETY: is_segment says p lies in a live segment, whose header is immutable.
-        && core::ptr::eq(unsafe { (*segment_of(p)).cache }, cache)
 }
 
 /// Frees an accounted slot of class `c`: kept charged in the object stock when its owner is
@@ -215,10 +157,9 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
     // Before anything is written through the owner address computed from p, make sure p is
     // a slot of this accounted class: an invalid free (a foreign pointer, the middle of a
     // slot, the wrong layout) is reported instead of clearing some other slot's owner.
-    crate::classes::cache(c, true).check_slot_start(p);
+    class_caches::cache(c, Kind::Accounted).check_slot_start(p);
     // The tagged push refuses a slot that already heads the tagged bin: a double free.
-    // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
-    if thread_cache::with(|tc| unsafe { tc.bins.get_unchecked(c) }.tagged.is_head(p)) {
+    if thread_cache::with(|tc| tc.tagged_is_head(c, p)) {
         crate::sys::fatal(
             "double free of an accounted object (the slot is already the first kept slot of this thread)",
         );
@@ -237,8 +178,8 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
     unsafe { free_uncharged(p, c) };
     // A drainer may be why the slot was not kept: give back what it left in the bins.
     thread_cache::with(|tc| {
-        if tc.must_settle() {
-            object_stock::settle(tc);
+        if tc.must_reclaim() {
+            tc.reclaim();
         }
     });
 }
@@ -251,8 +192,8 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
 unsafe fn free_uncharged(p: *mut u8, c: usize) {
     // SAFETY: caller's contract.
     unsafe {
-        if !thread_cache::with(|tc| tc.bin(c, true).push(p)) {
-            thread_cache::free_slow(p, c, true);
+        if !thread_cache::with(|tc| tc.bin(c, Kind::Accounted).push(p)) {
+            init::free_slow(p, c, Kind::Accounted);
         }
     }
 }
@@ -275,7 +216,7 @@ pub unsafe fn realloc_shrink_small(p: *mut u8, old_c: usize, new_c: usize, copy:
     if cg == 0 || !is_accounted(p) || class_size(new_c) >= class_size(old_c) {
         return core::ptr::null_mut();
     }
-    crate::classes::cache(old_c, true).check_slot_start(p);
+    class_caches::cache(old_c, Kind::Accounted).check_slot_start(p);
     // SAFETY: p is a slot of the accounted cache of class old_c (just checked).
     let w = unsafe { &*class_owner_word(p, old_c) };
     if w.load(Ordering::Relaxed) != cg {
@@ -314,7 +255,7 @@ pub unsafe fn realloc_shrink_large(p: *mut u8, new_c: usize, copy: usize) -> *mu
     let q = unsafe { move_into_slot(cg, usable, StatIdx::LARGE, new_c, p, copy) };
     if !q.is_null() {
         owner.store(0, Ordering::Relaxed);
-        CHARGED_LARGE.fetch_sub(usable, Ordering::Relaxed);
+        LARGE_CHARGED.fetch_sub(usable, Ordering::Relaxed);
         // SAFETY: p is a live large allocation, given up, charged to nobody now.
         unsafe { large::free(p) };
     }
@@ -337,9 +278,9 @@ unsafe fn move_into_slot(
     src: *const u8,
     copy: usize,
 ) -> *mut u8 {
-    let mut q = thread_cache::with(|tc| tc.bin(c, true).pop());
+    let mut q = thread_cache::with(|tc| tc.bin(c, Kind::Accounted).pop());
     if q.is_null() {
-        q = thread_cache::alloc_slow(c, true);
+        q = init::alloc_slow(c, Kind::Accounted);
         if q.is_null() {
             return q;
         }
@@ -377,7 +318,7 @@ pub fn alloc_large(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     }
     // SAFETY: p is a live large allocation.
     unsafe { large::owner(p).store(cg, Ordering::Relaxed) };
-    CHARGED_LARGE.fetch_add(usable, Ordering::Relaxed);
+    LARGE_CHARGED.fetch_add(usable, Ordering::Relaxed);
     p
 }
 
@@ -396,7 +337,7 @@ pub unsafe fn free_large(p: *mut u8) {
             // hooks::uncharge's contract: a live large block is charged its usable size to
             // the owner its header records (charged at allocation, adjusted by every resize).
             hooks::uncharge(owner, usable, StatIdx::LARGE);
-            CHARGED_LARGE.fetch_sub(usable, Ordering::Relaxed);
+            LARGE_CHARGED.fetch_sub(usable, Ordering::Relaxed);
         }
         large::free(p);
     }
@@ -439,7 +380,7 @@ pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> LargeResize {
                 hooks::uncharge(owner, new_usable - old_usable, StatIdx::LARGE);
                 return LargeResize::Failed;
             }
-            CHARGED_LARGE.fetch_add(new_usable - old_usable, Ordering::Relaxed);
+            LARGE_CHARGED.fetch_add(new_usable - old_usable, Ordering::Relaxed);
             return LargeResize::Done(q);
         }
         let q = large::realloc(p, new_size);
@@ -450,7 +391,7 @@ pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> LargeResize {
             // hooks::uncharge's contract: the block was charged old_usable to owner; it now
             // holds new_usable.
             hooks::uncharge(owner, old_usable - new_usable, StatIdx::LARGE);
-            CHARGED_LARGE.fetch_sub(old_usable - new_usable, Ordering::Relaxed);
+            LARGE_CHARGED.fetch_sub(old_usable - new_usable, Ordering::Relaxed);
         }
         LargeResize::Done(q)
     }

@@ -2,7 +2,7 @@
 //! packs into slabs chosen for its size instead of rounding up to a power-of-two class
 //! (seed 004: a 2312-byte object gets 14 per 32 KiB slab instead of one per 4 KiB).
 //!
-//! A dedicated cache shares the slab machinery of the size classes ([`CacheCore`]). Its
+//! A dedicated cache shares the slab machinery of the size classes ([`SlabCache`]). Its
 //! objects are not cached per thread: `alloc`/`free` take the cache's lock, so bulk calls
 //! (`alloc_bulk`/`free_bulk`, one lock round trip and one charge per call) are the fast way
 //! to move many objects.
@@ -26,9 +26,9 @@ use core::sync::atomic::Ordering;
 
 use slabcg_accounting::hooks::{self, StatIdx};
 
-use crate::cache::CacheCore;
-use crate::charge::owner_word;
-use crate::segment::FreeObj;
+use crate::cache::SlabCache;
+use crate::owner::owner_word;
+use crate::slab::FreeObj;
 use crate::slab::{MetaPlacement, SlabLayout};
 
 /// The geometry of a dedicated cache.
@@ -108,8 +108,8 @@ impl CacheBuilder {
         // The core and the stat name live as long as the process: no tenant pays for them,
         // whichever scope the cache is built in.
         let _root = hooks::unscoped();
-        let core: &'static CacheCore =
-            Box::leak(Box::new(CacheCore::new(layout, u32::MAX, self.account)));
+        let core: &'static SlabCache =
+            Box::leak(Box::new(SlabCache::new(layout, u32::MAX, self.account)));
         let stat = if self.account {
             stat_index(&self.name, &layout)
         } else {
@@ -131,11 +131,11 @@ impl CacheBuilder {
 /// `Cache`: a program that builds and drops the same cache again and again (say, per request)
 /// reuses one core and its segments instead of mapping new ones each time. The claim is a
 /// compare-and-swap of `retired`, so two builds never share a core.
-fn revive(layout: &SlabLayout, account: bool, key: u64) -> Option<&'static CacheCore> {
+fn revive(layout: &SlabLayout, account: bool, key: u64) -> Option<&'static SlabCache> {
     let mut found = None;
     crate::cache::for_each_dedicated(|c| {
         if found.is_none()
-            && c.accounted == account
+            && c.id.accounted == account
             && c.layout == *layout
             && c.name_hash.load(Ordering::Relaxed) == key
             && c.retired
@@ -179,7 +179,7 @@ impl std::error::Error for CacheError {}
 
 /// A dedicated cache of equal-sized objects.
 pub struct Cache {
-    pub(crate) core: &'static CacheCore,
+    pub(crate) core: &'static SlabCache,
     name: String,
     /// Where tenant stats count this cache's objects.
     stat: StatIdx,
@@ -194,7 +194,7 @@ fn stat_index(name: &str, layout: &SlabLayout) -> StatIdx {
     static NEXT: AtomicUsize = AtomicUsize::new(crate::size_class::NUM_CLASSES);
     let i = NEXT.fetch_add(1, Ordering::Relaxed);
     if i < hooks::MAX_SLAB_CLASSES && hooks::set_slab_name(StatIdx::slab(i), name) {
-        hooks::set_slab_meta(StatIdx::slab(i), crate::classes::owner_meta(layout));
+        hooks::set_slab_meta(StatIdx::slab(i), crate::class_caches::owner_meta(layout));
         StatIdx::slab(i)
     } else {
         StatIdx::SLAB_OTHER
@@ -272,7 +272,7 @@ impl Cache {
 
     /// Charges `bytes` to the current tenant when accounted. Some(owner id, 0 = none).
     pub(crate) fn charge_current(&self, bytes: usize) -> Option<u32> {
-        if !self.core.accounted {
+        if !self.core.id.accounted {
             return Some(0);
         }
         let cg = hooks::current_objcg();
@@ -295,7 +295,7 @@ impl Cache {
     }
 
     pub(crate) fn set_owner(&self, p: *mut u8, cg: u32) {
-        if self.core.accounted {
+        if self.core.id.accounted {
             // SAFETY: p is a slot of this accounted cache.
             unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
             if cg != 0 {
@@ -306,7 +306,7 @@ impl Cache {
 
     /// Clears the owner of `p` and uncharges it.
     pub(crate) fn release_owner(&self, p: *mut u8) {
-        if self.core.accounted {
+        if self.core.id.accounted {
             // The owner address is computed from p: a pointer that is not a slot start of
             // this cache (another cache's, into a header, a slab's tail or the middle of a
             // slot) would make it point outside the slab's metadata, so such a free is

@@ -2,14 +2,14 @@
 //! double free) without a bitmap and without any work on the fast path.
 //!
 //! While a slot sits on its slab's free list its second word holds `KEY ^ address`. Slots
-//! leave the list only through `CacheCore::refill`, which clears the mark; freshly carved
+//! leave the list only through `SlabCache::refill`, which clears the mark; freshly carved
 //! slots are cleared too, since a reused slab still holds the marks of its earlier life. So
 //! a slot that reaches a flush already marked is, almost surely, already free. Almost: a
 //! program's data may happen to equal the mark, so a marked slot is only a suspect, and the
 //! flush confirms by finding the slot on the list before it reports
-//! (`CacheCore::is_free_in`). A false suspect costs one walk of a slab's free list.
+//! (`SlabCache::is_free_in`). A false suspect costs one walk of a slab's free list.
 //!
-//! Slots parked in the transfer cache are not marked: clearing their marks would cost the
+//! Slots parked in the parked batches are not marked: clearing their marks would cost the
 //! refill that takes a batch a walk over it (a chain of cache misses in a producer/consumer
 //! program), where today it takes the batch in O(1). Slots in thread bins carry no mark
 //! either; a bin's own commonest double free is caught when the slot already heads it
@@ -19,7 +19,7 @@
 //! and dedicated caches whose stride is at least 16 (less those that keep an owner word
 //! there, [`fits`]).
 
-use crate::segment::FreeObj;
+use crate::slab::FreeObj;
 use crate::slab::{MetaPlacement, SlabLayout};
 
 /// Mixed with the address, so that a slot's mark is not the same word in every slot (a
@@ -155,14 +155,14 @@ mod tests {
         }
     }
 
-    /// A batch of slots whose data looks like the mark goes through the transfer cache (the
+    /// A batch of slots whose data looks like the mark goes through the parked batches (the
     /// check suspects it, finds none of its slots on a slab's free list, and parks it), and
     /// comes back whole. Sent to their slabs, the slots are marked; taken again, cleared.
     #[test]
     #[cfg_attr(miri, ignore = "Miri runs the caches without the mark (HAS_LOAD)")]
     fn a_batch_with_lookalike_data_is_parked_and_slots_leave_their_slab_unmarked() {
         // A size class that nothing else in this test binary allocates from.
-        let core = crate::classes::cache(class_of(1800), false);
+        let core = crate::class_caches::cache(class_of(1800), crate::size_class::Kind::Plain);
         let chain = core.refill(4, 4);
         assert_eq!(chain.count, 4);
         let slots = chain_slots(chain.head);

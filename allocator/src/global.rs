@@ -3,9 +3,10 @@
 //! Fast paths (always inlined into the caller):
 //! ```text
 //! alloc(layout)   size <= 128 KiB && align <= 8 → class (table or lzcnt) → thread bin pop
-//!                 → miss: thread_cache::alloc_slow (refill)      other layouts: alloc_other
+//!                 → miss: init::alloc_slow (refill)              other layouts: alloc_other
 //! dealloc(p, l)   same class computation → thread bin push
-//!                 → full: thread_cache::free_slow (flush half)   other layouts: dealloc_other
+//!                 → full: free_plain_slow → init::free_slow (flush half)
+//!                                                                other layouts: dealloc_other
 //! ```
 //! Rust hands `dealloc` the layout, so a free finds its class without touching the object's
 //! slab. A request's category (size class or large) is a pure function of its layout, so
@@ -14,12 +15,16 @@
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::Ordering;
 
-use crate::size_class::{class_for, class_of_small, LUT_MAX, MAX_SMALL};
+use crate::size_class::{class_for, class_of_small, Kind, LUT_MAX, MAX_SMALL};
 use slabcg_accounting::hooks;
 
-use crate::{charge, classes, large, segment, sys, thread_cache};
+use crate::{charge, init, large, owner, segment, sys, thread_cache};
+
+/// Where process setup lives now (`init.rs`); the old path, kept for callers outside the
+/// crate.
+pub use crate::init::init_once;
 
 /// The slabcg global allocator. Install with
 /// `#[global_allocator] static GLOBAL: SlabAlloc = SlabAlloc::new();`
@@ -80,11 +85,11 @@ fn alloc_class(c: usize) -> *mut u8 {
     if cg != 0 {
         return charge::alloc_small(c, cg);
     }
-    let p = thread_cache::with(|tc| tc.bin(c, false).pop());
+    let p = thread_cache::with(|tc| tc.bin(c, Kind::Plain).pop());
     if !p.is_null() {
         return p;
     }
-    thread_cache::alloc_slow(c, false)
+    init::alloc_slow(c, Kind::Plain)
 }
 
 /// Frees slot `p` of class `c`.
@@ -103,16 +108,35 @@ pub(crate) unsafe fn free_class(p: *mut u8, c: usize) {
     // in the object stock (its word happened to equal this thread's tag) is caught only when
     // the stock is flushed.
     if p as usize & thread_cache::with(|tc| tc.acct_mask.load(Ordering::Relaxed)) != 0 {
-        debug_assert!(charge::is_accounted(p));
+        debug_assert!(owner::is_accounted(p));
         // SAFETY: caller's contract; the address says the slot is accounted.
         return unsafe { charge::free_small(p, c) };
     }
     // SAFETY: caller's contract.
-    if unsafe { thread_cache::with(|tc| tc.bin(c, false).push(p)) } {
+    if unsafe { thread_cache::with(|tc| tc.bin(c, Kind::Plain).push(p)) } {
         return;
     }
     // SAFETY: caller's contract.
-    unsafe { thread_cache::free_slow(p, c, false) }
+    unsafe { free_plain_slow(p, c) }
+}
+
+/// The plain bin refused slot `p` of class `c` (full, or closed).
+///
+/// A thread whose bins are closed (not yet set up, or exiting) has a zero `acct_mask`, so its
+/// fast path does not check for accounted objects; this does, before the thread cache's
+/// slow path (which would file an accounted slot as a plain one).
+///
+/// # Safety
+/// As [`free_class`].
+#[cold]
+#[inline(never)]
+unsafe fn free_plain_slow(p: *mut u8, c: usize) {
+    if hooks::accounting_active() && segment::is_segment(p) && owner::is_accounted(p) {
+        // SAFETY: caller's contract; p lies in a segment and its address says accounted.
+        return unsafe { charge::free_small(p, c) };
+    }
+    // SAFETY: caller's contract: a plain slot of class c.
+    unsafe { init::free_slow(p, c, Kind::Plain) }
 }
 
 /// Allocates `size` bytes aligned to `align`; null when that cannot be served (including a
@@ -248,136 +272,5 @@ unsafe impl GlobalAlloc for SlabAlloc {
             }
         }
         q
-    }
-}
-
-static INIT: AtomicU8 = AtomicU8::new(0);
-
-/// Process-wide setup, run by the first thread that takes a slow path: fork handlers.
-pub fn init_once() {
-    if INIT.load(Ordering::Acquire) == 2 {
-        return;
-    }
-    if INIT
-        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok()
-    {
-        if !sys::check_page_size() {
-            sys::fatal("the OS page size is larger than the 4 KiB slabcg was built for");
-        }
-        sys::thread::register_fork_handlers(fork_prepare, fork_parent, fork_child);
-        hooks::read_environment();
-        classes::register_with_accounting();
-        hooks::set_root_usage_source(root_usage);
-        hooks::set_object_drain(crate::object_stock::drain_all);
-        hooks::set_on_activate(thread_cache::activate);
-        if hooks::accounting_active() {
-            // A scope was entered before the hook was registered (no allocation had been
-            // made yet): catch up.
-            thread_cache::activate();
-        }
-        INIT.store(2, Ordering::Release);
-    } else {
-        while INIT.load(Ordering::Acquire) != 2 {
-            sys::yield_now();
-        }
-    }
-}
-
-/// Bytes allocated outside every tenant scope: what the root tenant holds beyond its
-/// children's charges.
-fn root_usage() -> hooks::Unscoped {
-    let s = crate::stats::stats();
-    let unscoped = s.allocated.saturating_sub(s.allocated_charged) as u64;
-    let large = (s.large_allocated as u64)
-        .saturating_sub(charge::CHARGED_LARGE.load(core::sync::atomic::Ordering::Relaxed) as u64)
-        .min(unscoped);
-    hooks::Unscoped {
-        slab: unscoped - large,
-        large,
-    }
-}
-
-// Fork handlers: take every lock an allocation or free can need, in the order the runtime
-// paths nest them (thread registry -> accounting registry -> caches -> large-mapping cache),
-// so that the child inherits none of them held by a thread that does not exist there.
-
-/// The caches the fork handlers lock and unlock: every size class and every dedicated cache
-/// (none joins during a fork: `cache::register_dedicated`).
-fn for_each_cache(mut f: impl FnMut(&crate::cache::CacheCore)) {
-    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
-        f(c);
-    }
-    crate::cache::for_each_dedicated(&mut f);
-}
-
-unsafe extern "C" fn fork_prepare() {
-    // First: the tenant locks' holders allocate, so they come before every allocator lock.
-    hooks::fork_prepare_tenants();
-    thread_cache::fork_prepare();
-    hooks::fork_prepare();
-    for_each_cache(|c| c.lock_for_fork());
-    large::fork_prepare();
-}
-
-unsafe extern "C" fn fork_parent() {
-    // SAFETY (all unlocks below): locked by fork_prepare in this thread.
-    unsafe { large::fork_release() };
-    for_each_cache(|c| unsafe { c.unlock_after_fork() });
-    hooks::fork_parent();
-    // SAFETY: as above.
-    unsafe { thread_cache::fork_parent() };
-    hooks::fork_release_tenants();
-}
-
-unsafe extern "C" fn fork_child() {
-    // SAFETY (all unlocks below): locked by fork_prepare in the thread that forked, which is
-    // the child's only thread.
-    unsafe { large::fork_release() };
-    for_each_cache(|c| unsafe { c.unlock_after_fork() });
-    hooks::fork_child();
-    // SAFETY: as above.
-    unsafe { thread_cache::fork_child() };
-    hooks::fork_release_tenants();
-}
-
-#[cfg(test)]
-mod tests {
-    use core::alloc::Layout;
-
-    use crate::dedicated::Cache;
-
-    /// A dedicated cache cannot be registered while a fork is in progress (between the
-    /// prepare handler, which locks every registered cache, and the parent or child handler,
-    /// which unlocks them): a cache registered then was never locked, and was unlocked
-    /// anyway (releasing a lock another thread held) or inherited locked by the child.
-    /// Registration waits for the fork to finish. Runs the handlers without forking.
-    #[test]
-    fn a_cache_built_during_a_fork_registers_after_it() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
-        let layout = Layout::from_size_align(40, 8).unwrap();
-        let before = Cache::builder("fork-before", layout).build();
-        // SAFETY: paired with fork_parent below, in this thread.
-        unsafe { super::fork_prepare() };
-        assert!(before.core.lock_is_held(), "prepare locks every cache");
-        let built = Arc::new(AtomicBool::new(false));
-        let builder = {
-            let built = built.clone();
-            std::thread::spawn(move || {
-                let c = Cache::builder("fork-during", layout).build();
-                built.store(true, Ordering::SeqCst);
-                c
-            })
-        };
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(
-            !built.load(Ordering::SeqCst),
-            "a cache was registered during the fork"
-        );
-        // SAFETY: after fork_prepare in this thread.
-        unsafe { super::fork_parent() };
-        let during = builder.join().unwrap();
-        assert!(!before.core.lock_is_held() && !during.core.lock_is_held());
     }
 }

@@ -10,7 +10,7 @@
 //! Growing and shrinking use `mremap`, which moves page tables instead of copying bytes. A
 //! fresh mapping reads as zero, so `alloc_zeroed` needs no memset.
 //!
-//! Freed mappings of up to 64 MiB are kept in a small cache (at most `CACHE_ENTRIES`
+//! Freed mappings of up to 64 MiB are kept in a small cache (at most `MAPPING_ENTRIES`
 //! mappings, and at most as many bytes as live large allocations hold, between 64 MiB and
 //! 1 GiB; oldest evicted first) and reused by the next large allocation, best fit, the rest
 //! of a bigger mapping going back to the cache: a program that keeps replacing big buffers
@@ -35,38 +35,61 @@ struct LargeHeader {
     owner: AtomicU32,
 }
 
+/// Usable bytes of live large allocations that are charged to a tenant (for `stats()` and
+/// the root tenant's view). Updated by the charge hooks (`charge.rs`), on the
+/// large-allocation slow paths only.
+pub static CHARGED_LARGE: AtomicUsize = AtomicUsize::new(0);
+
 /// Live large allocations and their mapped bytes, for `stats()`.
 pub static COUNT: AtomicUsize = AtomicUsize::new(0);
 pub static MAPPED: AtomicUsize = AtomicUsize::new(0);
 /// Bytes of freed mappings kept for reuse.
 pub static CACHED: AtomicUsize = AtomicUsize::new(0);
 
-const CACHE_ENTRIES: usize = 32;
-const CACHE_MIN_BYTES: usize = 64 << 20;
-const CACHE_MAX_BYTES: usize = 1 << 30;
-const CACHE_MAX_ONE: usize = 64 << 20;
+const MAPPING_ENTRIES: usize = 32;
+const MAPPINGS_MIN_BYTES: usize = 64 << 20;
+const MAPPINGS_MAX_BYTES: usize = 1 << 30;
+const MAPPING_MAX_ONE: usize = 64 << 20;
 
 /// The cache's byte bound: as much as live large allocations hold, within bounds.
-fn cache_bytes() -> usize {
+fn mapping_cache_bytes() -> usize {
     MAPPED
         .load(Ordering::Relaxed)
-        .clamp(CACHE_MIN_BYTES, CACHE_MAX_BYTES)
+        .clamp(MAPPINGS_MIN_BYTES, MAPPINGS_MAX_BYTES)
 }
 
-/// Freed mappings: `entries[..n]`, oldest first, `bytes == sum of their lengths`.
-struct Cache {
-    entries: [(usize, usize); CACHE_ENTRIES],
+/// The mapping cache: freed mappings kept for reuse, `entries[..n]`, oldest first.
+///
+/// Invariant ([`MappingCache::check`]): `bytes == Σ entries[..n].1 == CACHED`, `n <=
+/// MAPPING_ENTRIES`, every length a positive page multiple of at most `MAPPING_MAX_ONE`
+/// (a tail cut from a longer one is shorter still).
+struct MappingCache {
+    entries: [(usize, usize); MAPPING_ENTRIES],
     n: usize,
     bytes: usize,
 }
 
-static CACHE: SpinLock<Cache> = SpinLock::new(Cache {
-    entries: [(0, 0); CACHE_ENTRIES],
+static MAPPINGS: SpinLock<MappingCache> = SpinLock::new(MappingCache {
+    entries: [(0, 0); MAPPING_ENTRIES],
     n: 0,
     bytes: 0,
 });
 
-impl Cache {
+impl MappingCache {
+    /// The invariant (struct docs), under the lock (the caller holds `self`).
+    fn check(&self) {
+        let sum: usize = self.entries[..self.n].iter().map(|e| e.1).sum();
+        if self.n > MAPPING_ENTRIES || sum != self.bytes || CACHED.load(Ordering::Relaxed) != sum {
+            crate::invariant::broken("mapping cache: bytes != Σ lengths");
+        }
+        if self.entries[..self.n]
+            .iter()
+            .any(|e| e.1 == 0 || e.1 % PAGE != 0 || e.1 > MAPPING_MAX_ONE)
+        {
+            crate::invariant::broken("mapping cache: a length is not a page multiple in bounds");
+        }
+    }
+
     fn remove(&mut self, i: usize) -> (usize, usize) {
         let e = self.entries[i];
         self.entries.copy_within(i + 1..self.n, i);
@@ -80,7 +103,7 @@ impl Cache {
 /// A cached mapping of at least `len` bytes, cut to exactly `len` (the rest stays cached),
 /// or null.
 fn take_cached(len: usize) -> *mut u8 {
-    let mut c = CACHE.lock();
+    let mut c = MAPPINGS.lock();
     let mut best = usize::MAX;
     for i in 0..c.n {
         let l = c.entries[i].1;
@@ -129,14 +152,14 @@ fn take_cached(len: usize) -> *mut u8 {
 /// Keeps a freed mapping for reuse, evicting the oldest ones beyond the bounds. False when
 /// the mapping is too big to keep (the caller unmaps it).
 fn keep_cached(base: *mut u8, len: usize) -> bool {
-    if len > CACHE_MAX_ONE {
+    if len > MAPPING_MAX_ONE {
         return false;
     }
-    let mut evicted = [(0usize, 0usize); CACHE_ENTRIES];
+    let mut evicted = [(0usize, 0usize); MAPPING_ENTRIES];
     let mut ne = 0;
-    let bound = cache_bytes();
-    let mut c = CACHE.lock();
-    while c.n > 0 && (c.n == CACHE_ENTRIES || c.bytes + len > bound) {
+    let bound = mapping_cache_bytes();
+    let mut c = MAPPINGS.lock();
+    while c.n > 0 && (c.n == MAPPING_ENTRIES || c.bytes + len > bound) {
         evicted[ne] = c.remove(0);
         ne += 1;
     }
@@ -156,7 +179,7 @@ fn keep_cached(base: *mut u8, len: usize) -> bool {
 
 /// Fork support: hold the mapping cache's lock across `fork`.
 pub fn fork_prepare() {
-    CACHE.lock_raw();
+    MAPPINGS.lock_raw();
 }
 
 /// Fork support: release the lock taken by [`fork_prepare`] (parent and child).
@@ -165,13 +188,18 @@ pub fn fork_prepare() {
 /// After `fork_prepare` in this thread (or in the fork child).
 pub unsafe fn fork_release() {
     // SAFETY: forwarded contract.
-    unsafe { CACHE.unlock_raw() }
+    unsafe { MAPPINGS.unlock_raw() }
+}
+
+/// Checks the mapping cache's invariant (`crate::invariant`).
+pub(crate) fn check() {
+    MAPPINGS.lock().check();
 }
 
 /// Unmaps every cached mapping (trim).
 pub fn trim() {
     loop {
-        let mut c = CACHE.lock();
+        let mut c = MAPPINGS.lock();
         if c.n == 0 {
             return;
         }

@@ -76,11 +76,23 @@ use core::sync::atomic::Ordering;
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
-use crate::classes;
+use core::cell::Cell;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8};
+
+use crate::bin::{Bin, ClassBins};
+use crate::class_caches;
 use crate::lock::{SpinGuard, SpinLock};
-use crate::segment::FreeObj;
-use crate::size_class::{class_size, NUM_CLASSES};
-use crate::thread_cache::{self, ThreadCache};
+use crate::owner::class_owner_word;
+use crate::size_class::{class_size, Kind, NUM_CLASSES};
+use crate::slab::FreeObj;
+
+/// A thread cache's per-class lines, whose `tagged` bins this stock keeps (`ClassBins`).
+pub(crate) type Lines = [ClassBins; NUM_CLASSES];
+/// A thread cache's bins of uncharged accounted slots (`ThreadCache::accounted`).
+pub(crate) type Uncharged = [Bin; NUM_CLASSES];
+/// A walk of every registered thread's object stock, calling the function it is given on
+/// each ([`drain`]'s `all`).
+pub(crate) type EveryStock<'a> = dyn Fn(&mut dyn FnMut(&ObjectStock)) + 'a;
 
 /// `tag` when the tagged bins hold nothing. Above every u32, so no owner word (a real objcg
 /// id, or garbage read for an invalid free) ever equals it and gets kept in an untagged bin.
@@ -129,12 +141,91 @@ impl Drained {
     };
 }
 
-impl ThreadCache {
-    /// Pops a slot of class `c` already charged to `cg`.
+/// A thread's object stock: the state of its tagged bins (which sit in the thread cache's
+/// per-class lines, `ClassBins::tagged`, next to the plain bins the same fast paths touch)
+/// and its place on the armed list. Embedded in the thread cache (`ThreadCache::stock`);
+/// the owner reaches its bins through the thread cache, a drainer through `lines`.
+///
+/// Invariants, as equations, under `lock` and outside the owner's fast paths (checked by
+/// [`ObjectStock::check`]; module docs for why they hold):
+/// - `tag == NO_TAG  =>  Σ_c |tagged[c]| == 0`, and `!caching  =>  Σ_c |tagged[c]| == 0`;
+/// - `tag & DRAINED == 0  =>  rec[c] == 0` for every class;
+/// - `tag & DRAINED != 0  =>  rec[c] <= |tagged[c]|` (the owner has not reclaimed yet);
+/// - `tag` names a tenant `T` (no `NO_TAG`)  `=>`  every slot of every tagged bin has owner
+///   word `T`;
+/// - `|tagged[c]| <= tagged_max(c)` while `caching`.
+pub struct ObjectStock {
+    /// The tenant the tagged bins hold objects of (low 32 bits) and the drainer's state bits
+    /// (`STEAL`, `DRAINED`), in one word so the fast path tests "same tenant, no drainer"
+    /// with one compare. Written only under `lock`.
+    pub(crate) tag: AtomicU64,
+    /// Serialises every change of `tag` and of the tagged bins other than the owner's fast
+    /// paths (module docs), and holds what a drainer uncharged.
+    lock: SpinLock<Drained>,
+    pub(crate) tag_misses: Cell<u32>,
+    /// The tenant of the latest allocation that missed the tagged bins (`note_miss`), so
+    /// that the first miss under each new tenant can look at whether the tag's tenant died.
+    pub(crate) miss_cg: Cell<u32>,
+    /// The armed list of stocks that may hold charged objects, and where this one is on it
+    /// (`UNARMED`, `LISTED`, `HELD`): under that list's lock.
+    pub(crate) armed: AtomicU8,
+    /// Whether the idle decay saw this stock on the armed list at its previous pass with no
+    /// retag since (`drain`, `ObjectDrain::Idle`).
+    pub(crate) aged: AtomicBool,
+    /// Whether the tagged bins may hold objects (their capacity is `tagged_max`, else 0):
+    /// false while the thread's tag is a tenant whose stock budget it has no share of
+    /// ([`note_retag`](Self::note_retag)). Written by the owner under `lock`.
+    pub(crate) caching: AtomicBool,
+    pub(crate) anext: AtomicPtr<ObjectStock>,
+    pub(crate) aprev: AtomicPtr<ObjectStock>,
+    /// The thread cache's lines holding this stock's tagged bins, for a drainer (set when
+    /// the thread registers, before the stock can be armed or found in the registry).
+    lines: AtomicPtr<Lines>,
+}
+
+impl ObjectStock {
+    pub(crate) const fn new() -> ObjectStock {
+        ObjectStock {
+            tag: AtomicU64::new(NO_TAG),
+            lock: SpinLock::new(Drained::NONE),
+            tag_misses: Cell::new(0),
+            miss_cg: Cell::new(0),
+            armed: AtomicU8::new(UNARMED),
+            aged: AtomicBool::new(false),
+            caching: AtomicBool::new(true),
+            anext: AtomicPtr::new(core::ptr::null_mut()),
+            aprev: AtomicPtr::new(core::ptr::null_mut()),
+            lines: AtomicPtr::new(core::ptr::null_mut()),
+        }
+    }
+
+    /// Records where this stock's tagged bins are (`lines`), and gives them their
+    /// capacity: the thread registers. Its owner, before the thread joins the registry.
+    pub(crate) fn attach(&self, lines: &Lines) {
+        self.lines
+            .store(lines as *const Lines as *mut Lines, Ordering::Relaxed);
+        for (c, b) in lines.iter().enumerate() {
+            b.tagged.set_capacity(tagged_max(c));
+        }
+    }
+
+    /// The lines of this stock's thread cache, for a drainer.
+    fn lines(&self) -> &Lines {
+        // SAFETY: set by `attach` before the stock could be armed or registered, pointing
+        // into the same thread cache as the stock, which outlives every visit of a drainer
+        // (it leaves both lists before its thread exits).
+        unsafe { &*self.lines.load(Ordering::Relaxed) }
+    }
+
+    /// Takes the stock's lock.
+    pub(crate) fn lock(&self) -> SpinGuard<'_, Drained> {
+        self.lock.lock()
+    }
+
+    /// Pops a slot of `line`'s class already charged to `cg`.
     #[inline(always)]
-    pub fn tagged_pop(&self, c: usize, cg: ObjCgId) -> Pop {
-        // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
-        let p = unsafe { &self.bins.get_unchecked(c).tagged }.pop();
+    pub(crate) fn pop(&self, line: &ClassBins, cg: ObjCgId) -> Pop {
+        let p = line.tagged.pop();
         if p.is_null() {
             return Pop::Empty;
         }
@@ -147,132 +238,358 @@ impl ThreadCache {
         Pop::Hit(p)
     }
 
-    /// Undoes the pop of [`Pop::Foreign`].
+    /// Keeps slot `p` of `line`'s class, whose owner word says `owner`, charged in the
+    /// tagged bin when `owner` is the tag and there is room. False when it was not kept.
     ///
     /// # Safety
-    /// `p` must be what `tagged_pop(c, _)` just returned as `Pop::Foreign`.
-    pub unsafe fn put_back(&self, c: usize, p: *mut u8) {
-        // SAFETY: c < NUM_CLASSES (it came through tagged_pop); p as the caller promises.
-        unsafe { self.bins.get_unchecked(c).tagged.unpop(p) }
-    }
-
-    /// Keeps slot `p` of class `c`, whose owner word says `owner`, charged in the tagged
-    /// bin when `owner` is the tag and there is room. False when it was not kept.
-    ///
-    /// # Safety
-    /// `p` must be a live accounted slot of class `c` charged to `owner`, given up.
+    /// `p` must be a live accounted slot of that class charged to `owner`, given up.
     #[inline(always)]
-    pub unsafe fn tagged_push(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
+    pub(crate) unsafe fn push(&self, line: &ClassBins, owner: ObjCgId, p: *mut u8) -> bool {
         if self.tag.load(Ordering::Relaxed) != u64::from(owner) {
             return false;
         }
-        // SAFETY: c is valid; the caller gives up p, which stays charged to the tag.
-        unsafe { self.bins.get_unchecked(c).tagged.push(p) }
+        // SAFETY: the caller gives up p, which stays charged to the tag.
+        unsafe { line.tagged.push(p) }
     }
 
-    /// Whether a drainer has been at this thread's tagged bins since the owner last settled.
+    /// Whether a drainer has been at this thread's tagged bins since the owner last
+    /// reclaimed them ([`reclaim`](Self::reclaim)).
     #[inline]
-    pub(crate) fn must_settle(&self) -> bool {
+    pub(crate) fn must_reclaim(&self) -> bool {
         self.tag.load(Ordering::Relaxed) & (STEAL | DRAINED) != 0
+    }
+
+    /// The stock's invariants (struct docs), by walking its tagged bins in `lines` and the
+    /// owner words of their slots: the owner, off its fast paths, under the stock's lock
+    /// (which a drainer takes to change `tag` or `rec`). Expensive (`crate::invariant`).
+    pub(crate) fn check(&self, lines: &Lines) {
+        use crate::invariant::broken;
+        let d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        let caching = self.caching.load(Ordering::Relaxed);
+        for (c, line) in lines.iter().enumerate() {
+            let bin = &line.tagged;
+            bin.check();
+            let n = bin.count();
+            if n != 0 && t & NO_TAG != 0 {
+                broken("object stock: tagged bins hold objects without a tag");
+            }
+            if n != 0 && !caching {
+                broken("object stock: tagged bins hold objects without capacity");
+            }
+            if t & DRAINED == 0 && d.rec[c] != 0 {
+                broken("object stock: a drainer's record without DRAINED");
+            }
+            if t & DRAINED != 0 && d.rec[c] > n {
+                broken("object stock: a drainer uncharged more than the bin holds");
+            }
+            if t & NO_TAG == 0 {
+                let tenant = (t & TENANT) as ObjCgId;
+                let mut o = bin.head();
+                while !o.is_null() {
+                    // SAFETY: o is a free slot of class c's accounted cache on this thread's
+                    // own tagged bin (Bin::check just walked the list), and `line.owner` is
+                    // that cache's geometry.
+                    unsafe {
+                        let w = class_owner_word(o as *mut u8, c, &line.owner);
+                        if (*w).load(Ordering::Relaxed) != tenant {
+                            broken("object stock: a kept slot's owner word is not the tag");
+                        }
+                        o = (*o).next;
+                    }
+                }
+            }
+        }
     }
 }
 
-/// What [`ThreadCache::tagged_pop`] found.
+/// What [`ObjectStock::pop`] found.
 pub enum Pop {
     /// A slot charged to the tenant, now the caller's.
     Hit(*mut u8),
     /// The tagged bin of the class was empty.
     Empty,
     /// The bin held a slot but the tag is not the tenant (or a drainer has been here): the
-    /// caller must [`put_back`](ThreadCache::put_back) the slot.
+    /// caller must put the slot back (`Bin::unpop`, `ThreadCache::put_back`).
     Foreign(*mut u8),
 }
 
-/// Called after an allocation under `cg` missed the tagged bins. Retags for `cg` (under the
-/// `stock` lock) when a drainer has been here or the bins were given back, on the first
-/// miss under a new tenant when the bins are empty or hold at least `TRANSFER_MIN` objects
-/// of a tenant that died (a tenant per request: the last request's objects will never be
-/// reused by it), and after `RETAG_AFTER` misses. The misses in between (a thread
-/// interleaving live tenants) cost a counter update: no lock, no scan.
-#[cold]
-#[inline(never)]
-pub fn note_miss(tc: &ThreadCache, cg: ObjCgId) {
-    if !thread_cache::is_live(tc) {
-        return;
+impl ObjectStock {
+    /// Called after an allocation under `cg` missed the tagged bins. Retags for `cg` (under the
+    /// `stock` lock) when a drainer has been here or the bins were given back, on the first
+    /// miss under a new tenant when the bins are empty or hold at least `TRANSFER_MIN` objects
+    /// of a tenant that died (a tenant per request: the last request's objects will never be
+    /// reused by it), and after `RETAG_AFTER` misses. The misses in between (a thread
+    /// interleaving live tenants) cost a counter update: no lock, no scan.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn note_miss(&self, lines: &Lines, uncharged: &Uncharged, cg: ObjCgId) {
+        // A racy read: a drainer may set STEAL or DRAINED at any time, and the next miss (or
+        // the next slow path's settle) sees it; only the owner changes the tenant bits.
+        let t = self.tag.load(Ordering::Relaxed);
+        if t == u64::from(cg) {
+            return;
+        }
+        let misses = self.tag_misses.get() + 1;
+        let new_cg = self.miss_cg.replace(cg) != cg;
+        // NO_TAG (the bins were given back: this thread's own drain, `trim`, a settle) retags at
+        // once below, as do a drainer's bits.
+        if !new_cg && misses < RETAG_AFTER && t & (NO_TAG | STEAL | DRAINED) == 0 {
+            self.tag_misses.set(misses);
+            return;
+        }
+        let d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        let drained = t & (STEAL | DRAINED) != 0;
+        let empty = !drained && lines.iter().all(|b| b.tagged.count() == 0);
+        if empty {
+            // Nothing to give back (and `rec` is all zero without DRAINED): just retag. A
+            // thread that works for one short-lived tenant after another (a tenant per query)
+            // comes here once per tenant.
+            self.note_retag(lines, cg);
+            self.tag.store(u64::from(cg), Ordering::Relaxed);
+            self.tag_misses.set(0);
+            drop(d);
+        } else if drained
+            || misses >= RETAG_AFTER
+            || (new_cg && tagged_slots(lines) >= TRANSFER_MIN && !tag_alive(t))
+        {
+            self.retag_giving_back(lines, uncharged, d, cg);
+        } else {
+            self.tag_misses.set(misses);
+        }
     }
-    // A racy read: a drainer may set STEAL or DRAINED at any time, and the next miss (or
-    // the next slow path's settle) sees it; only the owner changes the tenant bits.
-    let t = tc.tag.load(Ordering::Relaxed);
-    if t == u64::from(cg) {
-        return;
-    }
-    let misses = tc.tag_misses.get() + 1;
-    let new_cg = tc.miss_cg.replace(cg) != cg;
-    // NO_TAG (the bins were given back: this thread's own drain, `trim`, a settle) retags at
-    // once below, as do a drainer's bits.
-    if !new_cg && misses < RETAG_AFTER && t & (NO_TAG | STEAL | DRAINED) == 0 {
-        tc.tag_misses.set(misses);
-        return;
-    }
-    let d = tc.stock.lock();
-    let t = tc.tag.load(Ordering::Relaxed);
-    let drained = t & (STEAL | DRAINED) != 0;
-    let empty = !drained && tc.bins.iter().all(|b| b.tagged.count() == 0);
-    if empty {
-        // Nothing to give back (and `rec` is all zero without DRAINED): just retag. A
-        // thread that works for one short-lived tenant after another (a tenant per query)
-        // comes here once per tenant.
-        note_retag(cg);
-        tc.tag.store(u64::from(cg), Ordering::Relaxed);
-        tc.tag_misses.set(0);
-        drop(d);
-    } else if drained
-        || misses >= RETAG_AFTER
-        || (new_cg && tagged_slots(tc) >= TRANSFER_MIN && !tag_alive(t))
-    {
-        retag_giving_back(tc, d, cg);
-    } else {
-        tc.tag_misses.set(misses);
-    }
-}
 
-/// The first allocation under a new tenant `cg` found another tenant's objects in the
-/// tagged bins (`charge::alloc_small_put_back`): when that tenant died and the bins hold at
-/// least `TRANSFER_MIN` objects, hands them to `cg` in place now, so that this allocation
-/// takes one of them. True when the thread now caches for `cg`. Everything else is left to
-/// [`note_miss`], after the allocation's charge, which makes `cg`'s byte-stock slot first
-/// (a retag that gives the objects back then finds the slot, and keeps caching); a refused
-/// transfer leaves the objects to the retag after `RETAG_AFTER` misses.
-#[cold]
-#[inline(never)]
-pub fn transfer_on_miss(tc: &ThreadCache, cg: ObjCgId) -> bool {
-    if !thread_cache::is_live(tc) || tc.miss_cg.get() == cg {
-        return false;
+    /// The first allocation under a new tenant `cg` found another tenant's objects in the
+    /// tagged bins (`charge::alloc_small_put_back`): when that tenant died and the bins hold at
+    /// least `TRANSFER_MIN` objects, hands them to `cg` in place now, so that this allocation
+    /// takes one of them. True when the thread now caches for `cg`. Everything else is left to
+    /// [`note_miss`], after the allocation's charge, which makes `cg`'s byte-stock slot first
+    /// (a retag that gives the objects back then finds the slot, and keeps caching); a refused
+    /// transfer leaves the objects to the retag after `RETAG_AFTER` misses.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn transfer_on_miss(&self, lines: &Lines, cg: ObjCgId) -> bool {
+        if self.miss_cg.get() == cg {
+            return false;
+        }
+        let t = self.tag.load(Ordering::Relaxed);
+        if t == u64::from(cg) || t & (NO_TAG | STEAL | DRAINED) != 0 {
+            return false;
+        }
+        // From here on, `note_miss` need not look at this tenant's first miss again: the scan
+        // and the liveness check below are the ones it would make.
+        self.miss_cg.set(cg);
+        if tagged_slots(lines) < TRANSFER_MIN {
+            return false;
+        }
+        let _d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        if t & (NO_TAG | STEAL | DRAINED) != 0 {
+            // A drainer came meanwhile: `note_miss` settles, as on any first miss.
+            self.miss_cg.set(0);
+            return false;
+        }
+        if tag_alive(t) || !self.transfer_bins(lines, cg) {
+            return false;
+        }
+        self.note_retag(lines, cg);
+        self.tag.store(u64::from(cg), Ordering::Relaxed);
+        self.tag_misses.set(0);
+        true
     }
-    let t = tc.tag.load(Ordering::Relaxed);
-    if t == u64::from(cg) || t & (NO_TAG | STEAL | DRAINED) != 0 {
-        return false;
+
+    /// Just before a retag, under the thread's `stock` lock (which a drain of this object stock
+    /// takes): the accounting learns that this thread may keep `cg`'s freed objects charged, so
+    /// that a refused charge of that tenant drains stocks again.
+    ///
+    /// The object stock follows the byte stock's budget (the accounting's stock budget: 4
+    /// slots per CPU for one tenant, all threads together): a thread keeps `cg`'s freed objects
+    /// only if its byte stock holds a slot for `cg` now (it just charged the allocation that
+    /// missed). Else its tagged bins get no capacity until the next retag, and it stays off the
+    /// armed list: so thousands of threads that served one tenant leave about as many armed
+    /// caches as the budget has slots, and a refusal's drain visits those, not every thread.
+    fn note_retag(&self, lines: &Lines, cg: ObjCgId) {
+        {
+            // Tagged bins that still hold objects at a retag (a transfer hands them over in
+            // place; the other retags empty them first) hold charged objects
+            // of `cg` from now on, which drains must find: then the thread keeps caching and
+            // is armed whatever the budget says. The scan only runs past the budget.
+            let caching = hooks::stock_holds(cg) || lines.iter().any(|b| b.tagged.count() != 0);
+            set_caching(self, lines, caching);
+            // On the armed list first, then the record: a refusal's drain that missed this
+            // thread (it took the list before we joined it) started before the record's read,
+            // so the record is at least its generation and it completes nothing for `cg` (see
+            // `ArmedList`).
+            if caching {
+                arm(self);
+            }
+        }
+        // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
+        // it), so its tenant is alive.
+        unsafe { hooks::note_object_stock(cg) };
     }
-    // From here on, `note_miss` need not look at this tenant's first miss again: the scan
-    // and the liveness check below are the ones it would make.
-    tc.miss_cg.set(cg);
-    if tagged_slots(tc) < TRANSFER_MIN {
-        return false;
+
+    /// A thread tagged `cg` whose tagged bins have no capacity (it retagged while `cg`'s stock
+    /// budget was spent, or before the allocation that made its byte slot) starts caching once
+    /// its byte stock holds a slot for `cg`: otherwise it would charge and uncharge every object
+    /// until its next retag. Called from the charging allocation path only.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn recheck_caching(&self, lines: &Lines, cg: ObjCgId) {
+        if !hooks::stock_holds(cg) {
+            return;
+        }
+        let _d = self.lock();
+        if self.tag.load(Ordering::Relaxed) != u64::from(cg) || self.caching.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        self.note_retag(lines, cg);
     }
-    let _d = tc.stock.lock();
-    let t = tc.tag.load(Ordering::Relaxed);
-    if t & (NO_TAG | STEAL | DRAINED) != 0 {
-        // A drainer came meanwhile: `note_miss` settles, as on any first miss.
-        tc.miss_cg.set(0);
-        return false;
+
+    /// [`note_miss`]'s retag when the tagged bins hold objects or a drainer has been here:
+    /// takes them under the lock `d`, then gives them back after releasing it.
+    #[cold]
+    #[inline(never)]
+    fn retag_giving_back(
+        &self,
+        lines: &Lines,
+        uncharged: &Uncharged,
+        mut d: SpinGuard<'_, Drained>,
+        cg: ObjCgId,
+    ) {
+        if self.transfer_bins(lines, cg) {
+            self.note_retag(lines, cg);
+            self.tag.store(u64::from(cg), Ordering::Relaxed);
+            self.tag_misses.set(0);
+            return;
+        }
+        let taken = self.take_bins(lines, &mut d, Count::Trusted);
+        self.note_retag(lines, cg);
+        self.tag.store(u64::from(cg), Ordering::Relaxed);
+        self.tag_misses.set(0);
+        drop(d);
+        give_back(lines, &taken, GiveTo::OwnBins(uncharged));
     }
-    if tag_alive(t) || !transfer_bins(tc, cg) {
-        return false;
+
+    /// Hands the tagged objects to `cg` in place (`hooks::transfer_charge`): their charge moves
+    /// from the tag's tenant (for a dead request, the customer it was reparented to) to `cg`'s
+    /// below the two's common ancestor, their owner words become `cg`, and they stay in the
+    /// tagged bins, so `cg`'s allocations take them without charging: a tenant per request pays
+    /// one transfer per request instead of a charge per object. False, with nothing changed,
+    /// when a drainer has been here, the bins hold too many slots, or a limit on `cg`'s side
+    /// refuses. Under the thread's `stock` lock.
+    fn transfer_bins(&self, lines: &Lines, cg: ObjCgId) -> bool {
+        let t = self.tag.load(Ordering::Relaxed);
+        if t & (NO_TAG | STEAL | DRAINED) != 0 {
+            return false;
+        }
+        // The classes that hold slots, and their bytes (most bins are empty).
+        let mut parts = [(StatIdx::slab(0), 0u64); NUM_CLASSES];
+        let mut classes = [0u8; NUM_CLASSES];
+        let (mut k, mut slots) = (0, 0);
+        for (c, b) in lines.iter().enumerate() {
+            let n = b.tagged.count();
+            if n != 0 {
+                parts[k] = (StatIdx::slab(c), u64::from(n) * class_size(c) as u64);
+                classes[k] = c as u8;
+                k += 1;
+                slots += n;
+            }
+        }
+        // The owner words are rewritten one by one: past this many slots (objects the tenants
+        // before did not reuse pile up), give them all back instead, which empties the bins.
+        // Below TRANSFER_MIN, the transfer's fixed cost is more than charging the few objects.
+        if !(TRANSFER_MIN..=TRANSFER_MAX).contains(&slots) {
+            return false;
+        }
+        // SAFETY: with no drainer's bit in the tag, and this thread holding `stock`, every slot
+        // of the tagged bins is charged to the tag's objcg with its class size (module
+        // invariants), holding those bytes' refs; `cg` is the current scope. On success the
+        // owner words are rewritten to `cg` below, before anything reads them.
+        if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
+            return false;
+        }
+        for &c in &classes[..k] {
+            let b = &lines[c as usize];
+            let mut o = b.tagged.head();
+            while !o.is_null() {
+                // SAFETY: o is a free slot of this class's accounted cache on this thread's own
+                // tagged bin, whose links the owner alone follows and writes.
+                unsafe {
+                    let w = b.owner.word(o as *mut u8);
+                    debug_assert!(core::ptr::eq(w, crate::owner::owner_word(o as *mut u8)));
+                    (*w).store(cg, Ordering::Relaxed);
+                    o = (*o).next;
+                }
+            }
+        }
+        true
     }
-    note_retag(cg);
-    tc.tag.store(u64::from(cg), Ordering::Relaxed);
-    tc.tag_misses.set(0);
-    true
+
+    /// Empties the tagged bins of this thread, whatever a drainer did to them, and untags it.
+    /// Called with the thread's `stock` lock held (`d`): by the owner outside its fast paths, or
+    /// in a fork child for a thread that did not survive (`walked`: count the lists by walking
+    /// them, see [`give_back_orphan`]).
+    fn take_bins(&self, lines: &Lines, d: &mut Drained, walked: Count) -> Taken {
+        let tag = self.tag.load(Ordering::Relaxed);
+        let chains = core::array::from_fn(|c| {
+            let bin = &lines[c].tagged;
+            match walked {
+                Count::Walked => bin.take_all_walked(),
+                Count::Trusted => bin.take_all(),
+            }
+        });
+        // Invariant of `Drained`: `rec` is all zero unless the tag says DRAINED.
+        let rec = core::mem::replace(&mut d.rec, [0; NUM_CLASSES]);
+        debug_assert!(tag & DRAINED != 0 || rec.iter().all(|&r| r == 0));
+        // Outside the fast paths the owner's bins hold at least what a drainer counted.
+        debug_assert!(walked == Count::Walked || (0..NUM_CLASSES).all(|c| chains[c].1 >= rec[c]));
+        self.tag.store(NO_TAG, Ordering::Relaxed);
+        Taken { tag, chains, rec }
+    }
+
+    /// The owner's way back after a drainer has been at its stock (`tag` has `STEAL` or
+    /// `DRAINED`): takes its tagged bins back, uncharges what the drainer did not, and frees
+    /// the slots. Called from the allocation and free paths that leave the fast path. (What
+    /// settles a drain is the drainer's own last pass, which finds a `DRAINED` thread quiet;
+    /// this is the owner's side.)
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn reclaim(&self, lines: &Lines, uncharged: &Uncharged) {
+        let mut taken = NOTHING;
+        {
+            let mut d = self.lock();
+            if self.must_reclaim() {
+                taken = self.take_bins(lines, &mut d, Count::Trusted);
+            }
+        }
+        give_back(lines, &taken, GiveTo::OwnBins(uncharged));
+    }
+
+    /// Gives back this thread's own tagged objects (thread exit, trim).
+    pub(crate) fn give_back_own(&self, lines: &Lines) {
+        let taken = self.take_bins(lines, &mut self.lock(), Count::Trusted);
+        give_back(lines, &taken, GiveTo::Slabs);
+    }
+
+    /// In a fork child: uncharges the tagged objects of a thread that did not survive the fork.
+    /// A cache whose owner held its `stock` lock at the fork may be half-updated and is left
+    /// alone (its charges stay, a bounded inexactness of the child; a transfer stopped half
+    /// way leaves up to `TRANSFER_MAX` objects' charge half moved between two tenants). A fast path stopped by
+    /// the fork may have left a bin's `count` off by one, so the lists are counted by walking
+    /// them. A slot whose pop or push had not yet stored `head` is given back if it is still on
+    /// the list; one that is off the list stays charged, as the live object it was or was about
+    /// to be (a bounded leak of the child).
+    pub(crate) fn give_back_orphan(&self, lines: &Lines) {
+        let Some(mut d) = self.lock.try_lock() else {
+            return;
+        };
+        let taken = self.take_bins(lines, &mut d, Count::Walked);
+        drop(d);
+        give_back(lines, &taken, GiveTo::Slabs);
+    }
 }
 
 /// Whether the tenant of tag `t` (untouched by a drainer, with objects in the tagged bins)
@@ -285,131 +602,9 @@ fn tag_alive(t: u64) -> bool {
     unsafe { hooks::objcg_tenant_alive((t & TENANT) as ObjCgId) }
 }
 
-/// Just before a retag, under the thread's `stock` lock (which a drain of this object stock
-/// takes): the accounting learns that this thread may keep `cg`'s freed objects charged, so
-/// that a refused charge of that tenant drains stocks again.
-///
-/// The object stock follows the byte stock's budget (the accounting's stock budget: 4
-/// slots per CPU for one tenant, all threads together): a thread keeps `cg`'s freed objects
-/// only if its byte stock holds a slot for `cg` now (it just charged the allocation that
-/// missed). Else its tagged bins get no capacity until the next retag, and it stays off the
-/// armed list: so thousands of threads that served one tenant leave about as many armed
-/// caches as the budget has slots, and a refusal's drain visits those, not every thread.
-fn note_retag(cg: ObjCgId) {
-    thread_cache::with(|tc| {
-        // Tagged bins that still hold objects at a retag (a transfer hands them over in
-        // place; the other retags empty them first) hold charged objects
-        // of `cg` from now on, which drains must find: then the thread keeps caching and
-        // is armed whatever the budget says. The scan only runs past the budget.
-        let caching = hooks::stock_holds(cg) || tc.bins.iter().any(|b| b.tagged.count() != 0);
-        set_caching(tc, caching);
-        // On the armed list first, then the record: a refusal's drain that missed this
-        // thread (it took the list before we joined it) started before the record's read,
-        // so the record is at least its generation and it completes nothing for `cg` (see
-        // `ArmedList`).
-        if caching {
-            arm(tc);
-        }
-    });
-    // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
-    // it), so its tenant is alive.
-    unsafe { hooks::note_object_stock(cg) };
-}
-
-/// A thread tagged `cg` whose tagged bins have no capacity (it retagged while `cg`'s stock
-/// budget was spent, or before the allocation that made its byte slot) starts caching once
-/// its byte stock holds a slot for `cg`: otherwise it would charge and uncharge every object
-/// until its next retag. Called from the charging allocation path only.
-#[cold]
-#[inline(never)]
-pub fn recheck_caching(tc: &ThreadCache, cg: ObjCgId) {
-    if !thread_cache::is_live(tc) || !hooks::stock_holds(cg) {
-        return;
-    }
-    let _d = tc.stock.lock();
-    if tc.tag.load(Ordering::Relaxed) != u64::from(cg) || tc.caching.load(Ordering::Relaxed) {
-        return;
-    }
-    note_retag(cg);
-}
-
-/// [`note_miss`]'s retag when the tagged bins hold objects or a drainer has been here:
-/// takes them under the lock `d`, then gives them back after releasing it.
-#[cold]
-#[inline(never)]
-fn retag_giving_back(tc: &ThreadCache, mut d: SpinGuard<'_, Drained>, cg: ObjCgId) {
-    if transfer_bins(tc, cg) {
-        note_retag(cg);
-        tc.tag.store(u64::from(cg), Ordering::Relaxed);
-        tc.tag_misses.set(0);
-        return;
-    }
-    let taken = take_bins(tc, &mut d, false);
-    note_retag(cg);
-    tc.tag.store(u64::from(cg), Ordering::Relaxed);
-    tc.tag_misses.set(0);
-    drop(d);
-    give_back(&taken, GiveTo::OwnBins(tc));
-}
-
-/// Hands the tagged objects to `cg` in place (`hooks::transfer_charge`): their charge moves
-/// from the tag's tenant (for a dead request, the customer it was reparented to) to `cg`'s
-/// below the two's common ancestor, their owner words become `cg`, and they stay in the
-/// tagged bins, so `cg`'s allocations take them without charging: a tenant per request pays
-/// one transfer per request instead of a charge per object. False, with nothing changed,
-/// when a drainer has been here, the bins hold too many slots, or a limit on `cg`'s side
-/// refuses. Under the thread's `stock` lock.
-fn transfer_bins(tc: &ThreadCache, cg: ObjCgId) -> bool {
-    let t = tc.tag.load(Ordering::Relaxed);
-    if t & (NO_TAG | STEAL | DRAINED) != 0 {
-        return false;
-    }
-    // The classes that hold slots, and their bytes (most bins are empty).
-    let mut parts = [(StatIdx::slab(0), 0u64); NUM_CLASSES];
-    let mut classes = [0u8; NUM_CLASSES];
-    let (mut k, mut slots) = (0, 0);
-    for (c, b) in tc.bins.iter().enumerate() {
-        let n = b.tagged.count();
-        if n != 0 {
-            parts[k] = (StatIdx::slab(c), u64::from(n) * class_size(c) as u64);
-            classes[k] = c as u8;
-            k += 1;
-            slots += n;
-        }
-    }
-    // The owner words are rewritten one by one: past this many slots (objects the tenants
-    // before did not reuse pile up), give them all back instead, which empties the bins.
-    // Below TRANSFER_MIN, the transfer's fixed cost is more than charging the few objects.
-    if !(TRANSFER_MIN..=TRANSFER_MAX).contains(&slots) {
-        return false;
-    }
-    // SAFETY: with no drainer's bit in the tag, and this thread holding `stock`, every slot
-    // of the tagged bins is charged to the tag's objcg with its class size (module
-    // invariants), holding those bytes' refs; `cg` is the current scope. On success the
-    // owner words are rewritten to `cg` below, before anything reads them.
-    if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
-        return false;
-    }
-    for &c in &classes[..k] {
-        let b = &tc.bins[c as usize];
-        let mut o = b.tagged.head();
-        while !o.is_null() {
-            // SAFETY: o is a free slot of this class's accounted cache on this thread's own
-            // tagged bin, whose links the owner alone follows and writes.
-            unsafe {
-                let w = b.owner.word(o as *mut u8);
-                debug_assert!(core::ptr::eq(w, crate::charge::owner_word(o as *mut u8)));
-                (*w).store(cg, Ordering::Relaxed);
-                o = (*o).next;
-            }
-        }
-    }
-    true
-}
-
 /// Slots in this thread's tagged bins (the owner's count).
-fn tagged_slots(tc: &ThreadCache) -> u32 {
-    tc.bins.iter().map(|b| b.tagged.count()).sum()
+fn tagged_slots(lines: &Lines) -> u32 {
+    lines.iter().map(|b| b.tagged.count()).sum()
 }
 
 /// What an owner took from its tagged bins: their tag, the chains per class (head, count),
@@ -426,27 +621,14 @@ const NOTHING: Taken = Taken {
     rec: [0; NUM_CLASSES],
 };
 
-/// Empties the tagged bins of this thread, whatever a drainer did to them, and untags it.
-/// Called with the thread's `stock` lock held (`d`): by the owner outside its fast paths, or
-/// in a fork child for a thread that did not survive (`walked`: count the lists by walking
-/// them, see [`give_back_orphan`]).
-fn take_bins(tc: &ThreadCache, d: &mut Drained, walked: bool) -> Taken {
-    let tag = tc.tag.load(Ordering::Relaxed);
-    let chains = core::array::from_fn(|c| {
-        let bin = &tc.bins[c].tagged;
-        if walked {
-            bin.take_all_walked()
-        } else {
-            bin.take_all()
-        }
-    });
-    // Invariant of `Drained`: `rec` is all zero unless the tag says DRAINED.
-    let rec = core::mem::replace(&mut d.rec, [0; NUM_CLASSES]);
-    debug_assert!(tag & DRAINED != 0 || rec.iter().all(|&r| r == 0));
-    // Outside the fast paths the owner's bins hold at least what a drainer counted.
-    debug_assert!(walked || (0..NUM_CLASSES).all(|c| chains[c].1 >= rec[c]));
-    tc.tag.store(NO_TAG, Ordering::Relaxed);
-    Taken { tag, chains, rec }
+/// How [`ObjectStock::take_bins`] counts a tagged bin.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Count {
+    /// Its `count`: the owner, outside its fast paths.
+    Trusted,
+    /// By walking its list: in a fork child, for a thread that did not survive
+    /// ([`ObjectStock::give_back_orphan`]).
+    Walked,
 }
 
 /// Where [`give_back`] puts the slots it takes back from the tagged bins.
@@ -456,14 +638,14 @@ enum GiveTo<'a> {
     /// next charged allocation of any tenant takes): a thread that moves from one tenant to
     /// the next (a tenant per request) keeps its slots instead of flushing them to their
     /// slabs and refilling. What does not fit goes to the slabs.
-    OwnBins(&'a ThreadCache),
+    OwnBins(&'a Uncharged),
     /// Their caches' slabs (thread exit, trim, a fork child's orphans).
     Slabs,
 }
 
 /// Uncharges what a drainer did not (one uncharge per class), and returns the taken slots
 /// to `to`.
-fn give_back(t: &Taken, to: GiveTo<'_>) {
+fn give_back(lines: &Lines, t: &Taken, to: GiveTo<'_>) {
     if t.tag == NO_TAG {
         // Invariant: untagged bins are empty (no owner word equals NO_TAG).
         debug_assert!(t.chains.iter().all(|&(_, n)| n == 0));
@@ -486,13 +668,13 @@ fn give_back(t: &Taken, to: GiveTo<'_>) {
         // fits in the owner's accounted bin; flush the rest.
         let mut o = head;
         let mut rest = n as usize;
-        if let GiveTo::OwnBins(tc) = to {
+        if let GiveTo::OwnBins(uncharged) = to {
             while !o.is_null() {
                 // SAFETY: o is a free slot of the accounted cache of class c (the chain).
-                let next = unsafe { clear_owner(o, c) };
+                let next = unsafe { clear_owner(lines, o, c) };
                 // SAFETY: an uncharged free slot of class c's accounted cache, handed over by
                 // this thread, the bins' owner; its link was read above.
-                if !unsafe { tc.bin(c, true).push(o as *mut u8) } {
+                if !unsafe { uncharged[c].push(o as *mut u8) } {
                     break;
                 }
                 rest -= 1;
@@ -502,11 +684,11 @@ fn give_back(t: &Taken, to: GiveTo<'_>) {
         let mut p = o;
         while !p.is_null() {
             // SAFETY: as above.
-            p = unsafe { clear_owner(p, c) };
+            p = unsafe { clear_owner(lines, p, c) };
         }
         if rest > 0 {
             // SAFETY: a chain of `rest` free slots of the accounted cache of class c.
-            unsafe { classes::cache(c, true).flush(o, rest) };
+            unsafe { class_caches::cache(c, Kind::Accounted).flush(o, rest) };
         }
     }
 }
@@ -515,54 +697,16 @@ fn give_back(t: &Taken, to: GiveTo<'_>) {
 ///
 /// # Safety
 /// `o` is a free slot of that cache, on a chain the caller owns.
-unsafe fn clear_owner(o: *mut FreeObj, c: usize) -> *mut FreeObj {
-    // SAFETY: by the caller's promise.
+unsafe fn clear_owner(lines: &Lines, o: *mut FreeObj, c: usize) -> *mut FreeObj {
+    // SAFETY: by the caller's promise; `lines[c].owner` is the geometry of class c's
+    // accounted cache.
     unsafe {
-        (*crate::charge::class_owner_word(o as *mut u8, c)).store(0, Ordering::Relaxed);
+        (*class_owner_word(o as *mut u8, c, &lines[c].owner)).store(0, Ordering::Relaxed);
         (*o).next
     }
 }
 
-/// The owner's way back after a drainer has been at its stock (`tag` has `STEAL` or
-/// `DRAINED`): takes its tagged bins, uncharges what the drainer did not, and frees the
-/// slots. Called from the allocation and free paths that leave the fast path.
-#[cold]
-#[inline(never)]
-pub fn settle(tc: &ThreadCache) {
-    let mut taken = NOTHING;
-    {
-        let mut d = tc.stock.lock();
-        if tc.must_settle() {
-            taken = take_bins(tc, &mut d, false);
-        }
-    }
-    give_back(&taken, GiveTo::OwnBins(tc));
-}
-
-/// Gives back this thread's own tagged objects (thread exit, trim).
-pub fn give_back_own(tc: &ThreadCache) {
-    let taken = take_bins(tc, &mut tc.stock.lock(), false);
-    give_back(&taken, GiveTo::Slabs);
-}
-
-/// In a fork child: uncharges the tagged objects of a thread that did not survive the fork.
-/// A cache whose owner held its `stock` lock at the fork may be half-updated and is left
-/// alone (its charges stay, a bounded inexactness of the child; a transfer stopped half
-/// way leaves up to `TRANSFER_MAX` objects' charge half moved between two tenants). A fast path stopped by
-/// the fork may have left a bin's `count` off by one, so the lists are counted by walking
-/// them. A slot whose pop or push had not yet stored `head` is given back if it is still on
-/// the list; one that is off the list stays charged, as the live object it was or was about
-/// to be (a bounded leak of the child).
-pub fn give_back_orphan(tc: &ThreadCache) {
-    let Some(mut d) = tc.stock.try_lock() else {
-        return;
-    };
-    let taken = take_bins(tc, &mut d, true);
-    drop(d);
-    give_back(&taken, GiveTo::Slabs);
-}
-
-/// `ThreadCache::armed`: off the armed list.
+/// `ObjectStock::armed`: off the armed list.
 pub const UNARMED: u8 = 0;
 /// On the armed list.
 const LISTED: u8 = 1;
@@ -595,7 +739,7 @@ const HELD: u8 = 2;
 /// drainer that took them holds the thread registry's lock, so no `HELD` cache exits.
 /// Lock order: thread registry, then a thread's `stock`, then this list.
 struct ArmedList {
-    head: *mut ThreadCache,
+    head: *mut ObjectStock,
 }
 
 // SAFETY: the pointers name live threads' caches (a cache leaves the list before its thread
@@ -607,8 +751,8 @@ static ARMED: SpinLock<ArmedList> = SpinLock::new(ArmedList {
 });
 
 /// Links `tc` at the head of the list, as `LISTED`. Under the list's lock (`a`).
-fn push_armed(a: &mut ArmedList, tc: &ThreadCache) {
-    let me = tc as *const ThreadCache as *mut ThreadCache;
+fn push_armed(a: &mut ArmedList, tc: &ObjectStock) {
+    let me = tc as *const ObjectStock as *mut ObjectStock;
     tc.aprev.store(core::ptr::null_mut(), Ordering::Relaxed);
     tc.anext.store(a.head, Ordering::Relaxed);
     // SAFETY: the head is a listed cache, valid under the lock (list invariant).
@@ -623,13 +767,13 @@ fn push_armed(a: &mut ArmedList, tc: &ThreadCache) {
 /// `stock` lock, at a retag; without capacity only when the tagged bins are empty (so
 /// `caching == false  =>  every tagged bin is empty`, as pushes then fail); a store per
 /// class only when the state changes.
-fn set_caching(tc: &ThreadCache, caching: bool) {
-    debug_assert!(caching || tc.bins.iter().all(|b| b.tagged.count() == 0));
-    if tc.caching.load(Ordering::Relaxed) == caching {
+fn set_caching(s: &ObjectStock, lines: &Lines, caching: bool) {
+    debug_assert!(caching || lines.iter().all(|b| b.tagged.count() == 0));
+    if s.caching.load(Ordering::Relaxed) == caching {
         return;
     }
-    tc.caching.store(caching, Ordering::Relaxed);
-    for (c, b) in tc.bins.iter().enumerate() {
+    s.caching.store(caching, Ordering::Relaxed);
+    for (c, b) in lines.iter().enumerate() {
         b.tagged
             .set_capacity(if caching { tagged_max(c) } else { 0 });
     }
@@ -643,7 +787,7 @@ fn set_caching(tc: &ThreadCache, caching: bool) {
 /// lock: the read of `armed` under the caller's `stock` lock is exact enough, since every
 /// change to `UNARMED` is made under that lock too, and a stale `LISTED` is a cache that a
 /// drainer holds and decides on under that lock, after this retag.
-fn arm(tc: &ThreadCache) {
+fn arm(tc: &ObjectStock) {
     if tc.aged.load(Ordering::Relaxed) {
         tc.aged.store(false, Ordering::Relaxed);
     }
@@ -656,9 +800,16 @@ fn arm(tc: &ThreadCache) {
     }
 }
 
+/// Leaves the held (or own, given back) stock `s` off the list: under the list's lock, as
+/// every change of `armed`.
+fn unlist(s: &ObjectStock) {
+    let _a = ARMED.lock();
+    s.armed.store(UNARMED, Ordering::Relaxed);
+}
+
 /// Takes `tc` off the armed list (thread exit), under the thread registry's lock, so no
 /// drainer holds it.
-pub(crate) fn disarm(tc: &ThreadCache) {
+pub(crate) fn disarm(tc: &ObjectStock) {
     let mut a = ARMED.lock();
     debug_assert!(tc.armed.load(Ordering::Relaxed) != HELD);
     if tc.armed.load(Ordering::Relaxed) == LISTED {
@@ -699,7 +850,7 @@ pub(crate) unsafe fn fork_parent_armed() {
 ///
 /// # Safety
 /// After [`fork_prepare_armed`], in the child (single-threaded).
-pub(crate) unsafe fn fork_child_armed(own: &ThreadCache, live: bool) {
+pub(crate) unsafe fn fork_child_armed(own: &ObjectStock, live: bool) {
     // SAFETY: forwarded contract.
     unsafe { ARMED.unlock_raw() };
     let mut a = ARMED.lock();
@@ -711,8 +862,8 @@ pub(crate) unsafe fn fork_child_armed(own: &ThreadCache, live: bool) {
 }
 
 /// Takes the whole armed list for a drain: every cache on it becomes `HELD`, and the chain
-/// keeps its `anext` links. Under the thread registry's lock.
-fn take_armed(_threads: &thread_cache::Threads) -> *mut ThreadCache {
+/// keeps its `anext` links. Under the thread registry's lock (the caller of [`drain`]).
+fn take_armed() -> *mut ObjectStock {
     let mut a = ARMED.lock();
     let head = core::mem::replace(&mut a.head, core::ptr::null_mut());
     let mut p = head;
@@ -727,12 +878,12 @@ fn take_armed(_threads: &thread_cache::Threads) -> *mut ThreadCache {
 /// The idle decay's choice from a chain of held caches: those it saw at its previous pass
 /// with no retag since (`aged`), in a chain of their own, still held. The others are marked
 /// and put back on the list.
-fn take_aged(held: *mut ThreadCache) -> *mut ThreadCache {
-    let mut chosen: *mut ThreadCache = core::ptr::null_mut();
+fn take_aged(held: *mut ObjectStock) -> *mut ObjectStock {
+    let mut chosen: *mut ObjectStock = core::ptr::null_mut();
     for_each_held(held, |tc| {
         if tc.aged.load(Ordering::Relaxed) {
             tc.anext.store(chosen, Ordering::Relaxed);
-            chosen = tc as *const ThreadCache as *mut ThreadCache;
+            chosen = tc as *const ObjectStock as *mut ObjectStock;
         } else {
             tc.aged.store(true, Ordering::Relaxed);
             push_armed(&mut ARMED.lock(), tc);
@@ -743,7 +894,7 @@ fn take_aged(held: *mut ThreadCache) -> *mut ThreadCache {
 
 /// Calls `f` on each cache of a chain from [`take_armed`]; `f` may relink the cache it is
 /// given (its link is read first).
-fn for_each_held(head: *mut ThreadCache, mut f: impl FnMut(&ThreadCache)) {
+fn for_each_held(head: *mut ObjectStock, mut f: impl FnMut(&ObjectStock)) {
     let mut p = head;
     // SAFETY: held caches cannot exit while the caller holds the thread registry's lock,
     // and only this drainer follows or changes their links until it puts them back.
@@ -766,23 +917,30 @@ fn for_each_held(head: *mut ThreadCache, mut f: impl FnMut(&ThreadCache)) {
 ///    running has pushed by then. Growth found here leaves this drain incomplete
 ///    (`hooks::note_object_drain_unsettled`), as the next one must look again. The armed
 ///    list is rebuilt in this pass (`ArmedList`).
-pub fn drain_all(which: hooks::ObjectDrain) {
-    let own = thread_cache::with(|tc| tc as *const ThreadCache);
-    // One registry lock hold for every pass: no thread joins or leaves in between.
-    let threads = thread_cache::Threads::lock();
-    let mut held = take_armed(&threads);
+///
+/// The caller (`thread_cache::drain_object_stocks`, which the accounting calls) holds the
+/// thread registry's lock for the whole drain, so that no thread joins or leaves in between,
+/// and passes this thread's stock (`own`, with whether its thread cache is live) and a walk
+/// of every registered thread's stock (`all`).
+pub(crate) fn drain(
+    which: hooks::ObjectDrain,
+    own: &ObjectStock,
+    own_live: bool,
+    all: &EveryStock<'_>,
+) {
+    let mut held = take_armed();
     if which == hooks::ObjectDrain::Idle {
         held = take_aged(held);
     }
-    let walk = |f: &mut dyn FnMut(&ThreadCache)| match which {
-        hooks::ObjectDrain::All => threads.for_each(f),
+    let walk = |f: &mut dyn FnMut(&ObjectStock)| match which {
+        hooks::ObjectDrain::All => all(f),
         hooks::ObjectDrain::Armed | hooks::ObjectDrain::Idle => for_each_held(held, f),
     };
     // This thread is here, not in a fast path: it gives its own objects back directly.
-    // SAFETY: `own` is this thread's cache, which outlives the call.
-    let own_tc = unsafe { &*own };
-    if thread_cache::is_live(own_tc) {
-        give_back_own(own_tc);
+    let own_tc = own;
+    let own: *const ObjectStock = own;
+    if own_live {
+        own_tc.give_back_own(own_tc.lines());
     }
     let only_own = held.is_null()
         || (core::ptr::eq(held, own) && own_tc.anext.load(Ordering::Relaxed).is_null());
@@ -791,8 +949,7 @@ pub fn drain_all(which: hooks::ObjectDrain) {
         // the list, and no barrier is needed.
         if !held.is_null() {
             debug_assert!(own_tc.tag.load(Ordering::Relaxed) & NO_TAG != 0);
-            let _a = ARMED.lock();
-            own_tc.armed.store(UNARMED, Ordering::Relaxed);
+            unlist(own_tc);
         }
         return;
     }
@@ -800,7 +957,7 @@ pub fn drain_all(which: hooks::ObjectDrain) {
         if core::ptr::eq(tc, own) {
             return;
         }
-        let _d = tc.stock.lock();
+        let _d = tc.lock();
         let t = tc.tag.load(Ordering::Relaxed);
         if t & (NO_TAG | DRAINED) == 0 {
             tc.tag.store(t | STEAL, Ordering::SeqCst);
@@ -815,14 +972,14 @@ pub fn drain_all(which: hooks::ObjectDrain) {
         let mut tenant = 0;
         let mut counts = [0u32; NUM_CLASSES];
         {
-            let mut d = tc.stock.lock();
+            let mut d = tc.lock();
             let t = tc.tag.load(Ordering::Relaxed);
             if t & STEAL != 0 && !remote {
                 // No barrier, so no count can be trusted: withdraw the request.
                 tc.tag.store(t & !STEAL, Ordering::Relaxed);
             } else if t & STEAL != 0 {
                 for (c, n) in counts.iter_mut().enumerate() {
-                    *n = tc.bins[c].tagged.count();
+                    *n = tc.lines()[c].tagged.count();
                     d.rec[c] = *n;
                 }
                 tc.tag.store(t & !STEAL | DRAINED, Ordering::Relaxed);
@@ -842,7 +999,7 @@ pub fn drain_all(which: hooks::ObjectDrain) {
     if drained && !recheck {
         hooks::note_object_drain_unsettled();
     }
-    let mut pass3 = |tc: &ThreadCache| {
+    let mut pass3 = |tc: &ObjectStock| {
         // Without the lock: only a drainer (this one, under the registry lock) sets
         // `DRAINED` or `HELD`, so a thread that has neither now has nothing for this pass.
         if tc.armed.load(Ordering::Relaxed) != HELD && tc.tag.load(Ordering::Relaxed) & DRAINED == 0
@@ -852,7 +1009,7 @@ pub fn drain_all(which: hooks::ObjectDrain) {
         let mut tenant = 0;
         let mut counts = [0u32; NUM_CLASSES];
         {
-            let mut d = tc.stock.lock();
+            let mut d = tc.lock();
             let t = tc.tag.load(Ordering::Relaxed);
             let mut settled = true;
             if recheck && t & DRAINED != 0 && !core::ptr::eq(tc, own) {
@@ -870,11 +1027,10 @@ pub fn drain_all(which: hooks::ObjectDrain) {
                 let keep = t & NO_TAG == 0
                     && tc.caching.load(Ordering::Relaxed)
                     && (t & DRAINED == 0 || !settled);
-                let mut a = ARMED.lock();
                 if keep {
-                    push_armed(&mut a, tc);
+                    push_armed(&mut ARMED.lock(), tc);
                 } else {
-                    tc.armed.store(UNARMED, Ordering::Relaxed);
+                    unlist(tc);
                 }
             }
         }
@@ -882,7 +1038,7 @@ pub fn drain_all(which: hooks::ObjectDrain) {
     };
     match which {
         hooks::ObjectDrain::All => {
-            threads.for_each(&mut pass3);
+            all(&mut pass3);
             // Held caches not registered cannot be: a cache leaves the list before the
             // registry (`disarm`), so every one was visited above.
         }
@@ -894,10 +1050,10 @@ pub fn drain_all(which: hooks::ObjectDrain) {
 /// the drainer's record (a free racing that drain pushed), recorded in `d.rec`, into
 /// `counts`. Returns the tag's tenant if anything grew, else 0. A count below `rec` is an
 /// allocation putting its pop back; it is ignored.
-fn regrown(tc: &ThreadCache, d: &mut Drained, counts: &mut [u32; NUM_CLASSES]) -> ObjCgId {
+fn regrown(tc: &ObjectStock, d: &mut Drained, counts: &mut [u32; NUM_CLASSES]) -> ObjCgId {
     let mut grew = false;
     for (c, n) in counts.iter_mut().enumerate() {
-        let now = tc.bins[c].tagged.count();
+        let now = tc.lines()[c].tagged.count();
         if now > d.rec[c] {
             *n = now - d.rec[c];
             d.rec[c] = now;

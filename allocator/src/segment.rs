@@ -27,8 +27,7 @@
 use core::ptr;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::cache::CacheCore;
-use crate::slab::SlabLayout;
+use crate::slab::{FreeObj, SlabLayout};
 use crate::sys::{self, PAGE};
 
 pub const SEGMENT_SHIFT: u32 = 22;
@@ -36,10 +35,15 @@ pub const SEGMENT: usize = 1 << SEGMENT_SHIFT;
 /// Set in the address of every slot of an accounted segment, clear in every plain one.
 pub const ACCOUNTED_BIT: usize = SEGMENT;
 
-/// A free slot: the link of a free list lives in the slot's first word.
-#[repr(C)]
-pub struct FreeObj {
-    pub next: *mut FreeObj,
+/// What the slots of a cache are, as its segments record it: a field of every cache
+/// (`cache::SlabCache::id`). A segment header points here, so that a slot address leads to
+/// its size class and to whether it is accounted without this layer knowing caches; the
+/// field's address identifies the cache (`SlabCache::owns`).
+pub struct CacheId {
+    /// Whether slots carry owner metadata (the kmalloc-cg-N twin of a size class).
+    pub accounted: bool,
+    /// Size class index, or `u32::MAX` for a dedicated cache.
+    pub class: u32,
 }
 
 /// Which list a slab is on (see [`crate::cache`]).
@@ -79,8 +83,8 @@ pub struct SlabDesc {
 /// mutated under the owning cache's lock.
 #[repr(C)]
 pub struct Segment {
-    /// The cache every slab in this segment belongs to.
-    pub cache: *const CacheCore,
+    /// The cache every slab in this segment belongs to (its [`CacheId`] field).
+    pub cache: *const CacheId,
     /// Offset of slab 0 from the segment start: a multiple of the slab size (`geometry`).
     pub slabs_offset: usize,
     /// Copy of the cache's layout, so code that starts from a slot address (`usable_size`,
@@ -96,7 +100,7 @@ pub struct Segment {
 
 impl Segment {
     /// Maps and initialises a segment for `cache`. Null when the OS refuses.
-    pub fn create(cache: &CacheCore, layout: SlabLayout) -> *mut Segment {
+    pub fn create(cache: &CacheId, layout: SlabLayout) -> *mut Segment {
         let (_, slabs_offset, nslabs) = geometry(layout.slab_shift);
         // Odd multiples of SEGMENT for accounted segments (ACCOUNTED_BIT).
         let offset = if cache.accounted { ACCOUNTED_BIT } else { 0 };

@@ -14,6 +14,27 @@
 //! 65..=128 KiB; the test `waste_bounds` computes both. Requests above `MAX_SMALL`, or aligned
 //! above a page, are large allocations with their own mapping.
 
+/// Which of a size class's two caches: the plain one (kmalloc-N) or its accounted twin
+/// (kmalloc-cg-N), whose slots carry owner words (`class_caches`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// Unaccounted objects.
+    Plain,
+    /// Objects charged to a tenant, or free slots that will be.
+    Accounted,
+}
+
+impl Kind {
+    /// Both kinds, plain first.
+    pub const BOTH: [Kind; 2] = [Kind::Plain, Kind::Accounted];
+
+    /// Whether this is the accounted twin.
+    #[inline(always)]
+    pub const fn is_accounted(self) -> bool {
+        matches!(self, Kind::Accounted)
+    }
+}
+
 /// Number of size classes.
 pub const NUM_CLASSES: usize = 52;
 /// The largest request served from a size class.

@@ -9,7 +9,7 @@ use core::sync::atomic::Ordering;
 
 use crate::segment::{geometry, SEGMENT};
 use crate::size_class::{class_size, NUM_CLASSES};
-use crate::{classes, large, sys, thread_cache};
+use crate::{class_caches, large, sys, thread_cache};
 
 /// Counts for one size class (plain and accounted caches together).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -18,7 +18,7 @@ pub struct ClassStats {
     pub size: usize,
     /// Objects the program holds.
     pub objects: usize,
-    /// Objects cached in thread bins and transfer caches.
+    /// Objects cached in thread bins and parked batches.
     pub cached: usize,
     /// Slabs with at least one object handed out.
     pub active_slabs: usize,
@@ -68,14 +68,14 @@ pub struct AllocStats {
 pub fn stats() -> AllocStats {
     let mut classes_out = [ClassStats::default(); NUM_CLASSES];
     let mut cached = [[0usize; 2]; NUM_CLASSES];
-    thread_cache::for_each_bin_count(|c, acc, n| cached[c][acc as usize] += n as usize);
+    thread_cache::for_each_bin_count(|c, kind, n| cached[c][kind as usize] += n as usize);
     let mut s = AllocStats {
         allocated: 0,
         active: 0,
         resident: 0,
         mapped: 0,
         metadata: 0,
-        allocated_charged: crate::charge::CHARGED_LARGE.load(Ordering::Relaxed),
+        allocated_charged: large::CHARGED_LARGE.load(Ordering::Relaxed),
         large_count: large::COUNT.load(Ordering::Relaxed),
         large_allocated: 0,
         dedicated_caches: 0,
@@ -88,13 +88,13 @@ pub fn stats() -> AllocStats {
     for (c, out) in classes_out.iter_mut().enumerate() {
         out.size = class_size(c);
         out.cached = cached[c][0] + cached[c][1];
-        out.slab_bytes = classes::PLAIN[c].layout.slab_bytes();
-        for (acc, cache) in [&classes::PLAIN[c], &classes::ACCOUNTED[c]]
+        out.slab_bytes = class_caches::PLAIN[c].layout.slab_bytes();
+        for (acc, cache) in [&class_caches::PLAIN[c], &class_caches::ACCOUNTED[c]]
             .into_iter()
             .enumerate()
         {
             let k = &cache.counters;
-            // Slots parked in the transfer cache left their slabs but nobody holds them.
+            // Slots parked in the parked batches left their slabs but nobody holds them.
             let parked = k.transfer.load(Ordering::Relaxed);
             out.cached += parked;
             let held = k
@@ -112,7 +112,7 @@ pub fn stats() -> AllocStats {
         s.allocated += out.objects * out.size;
     }
     // Dedicated caches have no thread bins: what they handed out, less what waits in their
-    // transfer cache, is what the program holds.
+    // parked batches, is what the program holds.
     crate::cache::for_each_dedicated(|cache| {
         let k = &cache.counters;
         let held = k
@@ -144,7 +144,7 @@ pub fn stats() -> AllocStats {
 
 /// Adds `cache`'s slabs and segments to `s`'s active, resident, mapped and metadata bytes;
 /// returns its (active, empty) slab counts.
-fn add_slabs(s: &mut AllocStats, cache: &crate::cache::CacheCore) -> (usize, usize) {
+fn add_slabs(s: &mut AllocStats, cache: &crate::cache::SlabCache) -> (usize, usize) {
     let k = &cache.counters;
     let slab = cache.layout.slab_bytes();
     let active = k.active_slabs.load(Ordering::Relaxed);
@@ -158,13 +158,16 @@ fn add_slabs(s: &mut AllocStats, cache: &crate::cache::CacheCore) -> (usize, usi
     (active, empty)
 }
 
-/// Gives free memory back to the OS now: this thread's cached slots and every transfer cache
+/// Gives free memory back to the OS now: this thread's cached slots and every parked batch
 /// go back to their slabs, every empty slab of every cache (size classes and dedicated) is
 /// released, and cached large mappings are unmapped. Other threads' bins (bounded to 128 KiB
 /// per class each) are left alone.
 pub fn trim() {
     thread_cache::flush_current();
-    for c in classes::PLAIN.iter().chain(classes::ACCOUNTED.iter()) {
+    for c in class_caches::PLAIN
+        .iter()
+        .chain(class_caches::ACCOUNTED.iter())
+    {
         c.trim();
     }
     crate::cache::for_each_dedicated(|c| c.trim());

@@ -8,7 +8,10 @@ use slabcg::allocator::thread_cache;
 
 /// Slots in this thread's bin of uncharged accounted slots of class `c`.
 fn uncharged_in_bin(c: usize) -> u32 {
-    thread_cache::with(|tc| tc.bin(c, true).count())
+    thread_cache::with(|tc| {
+        tc.bin(c, slabcg::allocator::size_class::Kind::Accounted)
+            .count()
+    })
 }
 
 /// Allocates one 256-byte object (class `c`) in the current scope and frees it; true when

@@ -426,6 +426,9 @@ struct Ledger {
 
 /// Checks every live tenant against the ledger (all workers at the barrier).
 fn check(tenants: &[Option<Tenant>], ledger: &Ledger, epoch: usize) {
+    // The allocator's own equations (slab free counts, bin counts, object-stock sums), walked
+    // while the workers wait at the barrier.
+    slabcg::allocator::check_invariants();
     for (i, tenant) in tenants.iter().enumerate() {
         let Some(tenant) = tenant else { continue };
         let objects: u64 = ledger

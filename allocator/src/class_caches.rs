@@ -1,4 +1,4 @@
-//! The caches behind the size classes: for every class a plain cache (kmalloc-N) and an
+//! The caches behind the size classes (the table itself is `size_class.rs`): for every class a plain cache (kmalloc-N) and an
 //! accounted twin (kmalloc-cg-N) whose slabs carry owner metadata. Keeping charged objects on
 //! their own slabs, as the kernel does, means slabs of unaccounted objects never pay for
 //! metadata and the free path learns whether an object is charged from one bit of its address
@@ -6,15 +6,15 @@
 
 use slabcg_accounting::hooks::{self, SlabMeta, StatIdx};
 
-use crate::cache::CacheCore;
-use crate::size_class::{CLASS_SIZES, NUM_CLASSES};
+use crate::cache::SlabCache;
+use crate::size_class::{Kind, CLASS_SIZES, NUM_CLASSES};
 use crate::slab::SlabLayout;
 
-const fn build(accounted: bool) -> [CacheCore; NUM_CLASSES] {
-    let mut caches = [const { CacheCore::new(placeholder_layout(), 0, false) }; NUM_CLASSES];
+const fn build(kind: Kind) -> [SlabCache; NUM_CLASSES] {
+    let mut caches = [const { SlabCache::new(placeholder_layout(), 0, false) }; NUM_CLASSES];
     let mut c = 0;
     while c < NUM_CLASSES {
-        caches[c] = CacheCore::new(class_layout(c, accounted), c as u32, accounted);
+        caches[c] = SlabCache::new(class_layout(c, kind), c as u32, kind.is_accounted());
         c += 1;
     }
     caches
@@ -23,8 +23,8 @@ const fn build(accounted: bool) -> [CacheCore; NUM_CLASSES] {
 /// The layout of class `c`'s plain cache or accounted twin (what `PLAIN[c].layout` and
 /// `ACCOUNTED[c].layout` hold), usable in const contexts such as the thread cache's
 /// initialiser.
-pub const fn class_layout(c: usize, accounted: bool) -> SlabLayout {
-    match SlabLayout::new(CLASS_SIZES[c] as usize, 8, accounted, false) {
+pub const fn class_layout(c: usize, kind: Kind) -> SlabLayout {
+    match SlabLayout::new(CLASS_SIZES[c] as usize, 8, kind.is_accounted(), false) {
         Some(l) => l,
         None => panic!("size class does not fit a slab"),
     }
@@ -38,17 +38,16 @@ const fn placeholder_layout() -> SlabLayout {
 }
 
 /// kmalloc-N: unaccounted objects of class N.
-pub static PLAIN: [CacheCore; NUM_CLASSES] = build(false);
+pub static PLAIN: [SlabCache; NUM_CLASSES] = build(Kind::Plain);
 /// kmalloc-cg-N: charged objects of class N, with owner metadata.
-pub static ACCOUNTED: [CacheCore; NUM_CLASSES] = build(true);
+pub static ACCOUNTED: [SlabCache; NUM_CLASSES] = build(Kind::Accounted);
 
-/// The cache for class `c`, plain or accounted.
+/// The cache of class `c` of this kind.
 #[inline(always)]
-pub fn cache(c: usize, accounted: bool) -> &'static CacheCore {
-    if accounted {
-        &ACCOUNTED[c]
-    } else {
-        &PLAIN[c]
+pub fn cache(c: usize, kind: Kind) -> &'static SlabCache {
+    match kind {
+        Kind::Plain => &PLAIN[c],
+        Kind::Accounted => &ACCOUNTED[c],
     }
 }
 

@@ -1,0 +1,239 @@
+//! A bin: a thread's singly linked list of free slots of one cache, and the per-class line
+//! that puts a class's plain bin, its object-stock bin and its owner geometry side by side.
+//!
+//! The same-thread fast paths are a pop from and a push onto a bin: no lock, no atomic
+//! read-modify-write.
+//!
+//! Invariant of every bin (checked by [`Bin::check`]):
+//! `count == |list from head|`, `count <= max` (`max` may drop below `count` only where the
+//! owner closes the bin and empties it right after, at thread exit), and no slot on the list
+//! twice.
+
+use core::cell::Cell;
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+use crate::class_caches;
+use crate::owner::OwnerGeom;
+use crate::size_class::{Kind, NUM_CLASSES};
+use crate::slab::FreeObj;
+
+pub struct Bin {
+    /// Relaxed atomics compile to plain moves. `count` is one because a drainer reads it from
+    /// another thread (object-stock protocol, `object_stock.rs`). Only the owning thread
+    /// touches `head` (and a fork child, for a thread that is gone); it is an atomic only
+    /// because the struct is reachable from other threads through the registry.
+    head: AtomicPtr<FreeObj>,
+    count: AtomicU32,
+    max: Cell<u32>,
+}
+
+impl Bin {
+    pub(crate) const fn new() -> Bin {
+        Bin {
+            head: AtomicPtr::new(ptr::null_mut()),
+            count: AtomicU32::new(0),
+            max: Cell::new(0),
+        }
+    }
+
+    /// Sets how many slots the bin may hold (its owner thread, off the fast paths).
+    pub(crate) fn set_capacity(&self, n: u32) {
+        self.max.set(n);
+    }
+
+    /// How many slots the bin may hold (0: closed, every push fails).
+    pub(crate) fn capacity(&self) -> u32 {
+        self.max.get()
+    }
+
+    /// Makes a chain of `count` slots from a refill the bin's list; the bin must be empty.
+    pub(crate) fn fill(&self, head: *mut FreeObj, count: u32) {
+        debug_assert_eq!(self.count(), 0);
+        self.head.store(head, Ordering::Relaxed);
+        self.count.store(count, Ordering::Relaxed);
+    }
+
+    /// Pops a slot, or returns null when the bin is empty.
+    #[inline(always)]
+    pub fn pop(&self) -> *mut u8 {
+        let p = self.head.load(Ordering::Relaxed);
+        if p.is_null() {
+            return ptr::null_mut();
+        }
+        // SAFETY: p heads this bin's list, so it is a free slot whose first word is the link
+        // (invariant: count == |list|).
+        self.head.store(unsafe { (*p).next }, Ordering::Relaxed);
+        self.count
+            .store(self.count.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+        p.cast()
+    }
+
+    /// Pushes a slot, or returns false when the bin is full (or not initialised), or when
+    /// `p` already heads the bin.
+    ///
+    /// A slot that already heads the bin is being freed twice (the commonest double free:
+    /// the same pointer twice with no free of its class between). Pushing it would link it
+    /// to itself, and every later allocation would hand it out again. The callers' slow
+    /// paths report it ([`Bin::is_head`]); the compare is the only double-free check on the
+    /// fast path, the flushes check the rest (`cache.rs`).
+    ///
+    /// # Safety
+    /// `p` must be a slot of this bin's class that nobody uses any more.
+    #[inline(always)]
+    pub unsafe fn push(&self, p: *mut u8) -> bool {
+        let n = self.count.load(Ordering::Relaxed);
+        let o = p as *mut FreeObj;
+        let head = self.head.load(Ordering::Relaxed);
+        if n >= self.max.get() || o == head {
+            return false;
+        }
+        // SAFETY: the caller hands us the slot; its first word becomes the link.
+        unsafe { (*o).next = head };
+        self.head.store(o, Ordering::Relaxed);
+        self.count.store(n + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Whether `p` is the first free slot of this bin: freeing it now is a double free.
+    pub fn is_head(&self, p: *mut u8) -> bool {
+        !p.is_null() && self.head.load(Ordering::Relaxed) == p as *mut FreeObj
+    }
+
+    /// Puts back the slot [`pop`](Self::pop) just returned, whatever the capacity (the
+    /// object stock's allocation undoes a pop this way when its check after the pop fails).
+    ///
+    /// # Safety
+    /// `p` must be the slot the last `pop` of this bin returned, not used since.
+    #[inline]
+    pub unsafe fn unpop(&self, p: *mut u8) {
+        let o = p as *mut FreeObj;
+        // SAFETY: p is a free slot of this bin's class (caller's contract).
+        unsafe { (*o).next = self.head.load(Ordering::Relaxed) };
+        self.head.store(o, Ordering::Relaxed);
+        self.count
+            .store(self.count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Detaches the first `k` slots (k <= count) as a chain.
+    pub(crate) fn take(&self, k: u32) -> *mut FreeObj {
+        let head = self.head.load(Ordering::Relaxed);
+        let mut last = head;
+        let mut i = 1;
+        while i < k {
+            // SAFETY: the list holds count >= k slots, each linking to the next.
+            last = unsafe { (*last).next };
+            i += 1;
+        }
+        // SAFETY: last is the k-th slot (k >= 1).
+        unsafe {
+            self.head.store((*last).next, Ordering::Relaxed);
+            (*last).next = ptr::null_mut();
+        }
+        self.count
+            .store(self.count.load(Ordering::Relaxed) - k, Ordering::Relaxed);
+        head
+    }
+
+    /// Detaches the whole list: (head, count). Only the owner calls it (a drainer reads a
+    /// tagged bin's `count` and nothing else), so plain loads and stores do; an empty bin is
+    /// only read.
+    pub(crate) fn take_all(&self) -> (*mut FreeObj, u32) {
+        let n = self.count.load(Ordering::Relaxed);
+        if n == 0 {
+            debug_assert!(self.head.load(Ordering::Relaxed).is_null());
+            return (ptr::null_mut(), 0);
+        }
+        let head = self.head.load(Ordering::Relaxed);
+        self.head.store(ptr::null_mut(), Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
+        (head, n)
+    }
+
+    /// Detaches the whole list and counts it by walking it instead of trusting `count`: in a
+    /// fork child, a thread that did not survive may have stopped between a fast path's
+    /// stores to `head` and to `count`. Each of those stores leaves a well-formed list.
+    pub(crate) fn take_all_walked(&self) -> (*mut FreeObj, u32) {
+        let head = self.head.load(Ordering::Relaxed);
+        let mut n = 0;
+        let mut o = head;
+        while !o.is_null() {
+            n += 1;
+            // SAFETY: every slot on the list links to the next free slot or to null.
+            o = unsafe { (*o).next };
+        }
+        self.head.store(ptr::null_mut(), Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
+        (head, n)
+    }
+
+    /// The first free slot of the list (null when empty), for the owner's walks of its
+    /// own bins.
+    pub(crate) fn head(&self) -> *mut FreeObj {
+        self.head.load(Ordering::Relaxed)
+    }
+
+    /// Number of slots held (may be read by any thread; racy but never torn).
+    pub fn count(&self) -> u32 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The bin's invariant, by walking its list (module docs): `count == |list|` and
+    /// `count <= max` for an open bin; a slot on the list twice makes a cycle, which the
+    /// walk (stopped past `count`) reports as a length mismatch. Only the owner calls it,
+    /// off the fast paths; a walk of the whole list, so only from `debug_assertions` builds
+    /// and the test hook (`crate::invariant`).
+    pub(crate) fn check(&self) {
+        let n = self.count();
+        let max = self.capacity();
+        let mut len = 0u32;
+        let mut o = self.head();
+        // A cycle (a slot on the list twice) would never end: stop past `count`.
+        while !o.is_null() && len <= n {
+            len += 1;
+            // SAFETY: every slot on the list links to the next free slot or to null.
+            o = unsafe { (*o).next };
+        }
+        if len != n {
+            crate::invariant::broken("bin: count != |list|");
+        }
+        if max != 0 && n > max {
+            crate::invariant::broken("bin: count > max");
+        }
+    }
+}
+
+/// The plain bin and the object-stock bin of one class, side by side, and what an
+/// accounted free of the class needs to find its owner word: the fast paths address all of
+/// it from one `class * 64` offset in one cache line, so the tagged bin costs no extra
+/// address add and the owner lookup reads no segment header.
+#[repr(C, align(64))]
+pub struct ClassBins {
+    pub plain: Bin,
+    pub(crate) tagged: Bin,
+    /// Immutable copy of the accounted twin's geometry (`class_caches::class_layout`).
+    pub(crate) owner: OwnerGeom,
+}
+
+// The fast paths count on one line per class (the `class * 64` offset).
+const _: () = assert!(core::mem::size_of::<ClassBins>() == 64);
+
+impl ClassBins {
+    const fn new(c: usize) -> ClassBins {
+        ClassBins {
+            plain: Bin::new(),
+            tagged: Bin::new(),
+            owner: OwnerGeom::of_layout(&class_caches::class_layout(c, Kind::Accounted)),
+        }
+    }
+}
+
+pub(crate) const fn new_lines() -> [ClassBins; NUM_CLASSES] {
+    let mut bins = [const { ClassBins::new(0) }; NUM_CLASSES];
+    let mut c = 1;
+    while c < NUM_CLASSES {
+        bins[c] = ClassBins::new(c);
+        c += 1;
+    }
+    bins
+}
