@@ -76,6 +76,7 @@ pub struct Events {
     /// [`Tenant::kill`] is not counted here.
     ///
     /// [`OomPolicy::Kill`]: crate::OomPolicy::Kill
+    /// [`Tenant::kill`]: crate::Tenant::kill
     pub oom_kill: u64,
 }
 

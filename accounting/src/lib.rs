@@ -73,21 +73,27 @@
 //!   names, owner-metadata geometry): written once each, at allocator init or when a
 //!   dedicated cache is built; read only by `stat()`, which derives `owner_meta` from it.
 //! - Activation (scope.rs): the first `enter()` of a non-root tenant runs the allocator's
-//!   hook (`hooks::set_on_activate`, kept in callbacks.rs) before any scope is entered, so the allocator can tell
-//!   its threads that frees may meet accounted objects.
+//!   hook (`hooks::set_on_activate`, kept in callbacks.rs) before any scope is entered, so
+//!   the allocator can tell its threads that frees may meet accounted objects.
 //!
 //! - At `max` (oom.rs, state in oom_state.rs): the charge ladder's last step, under the
 //!   tree lock, kills a victim under `OomPolicy::Kill` and opens the refusing tenant's
-//!   overdraft window (a counter field); killed futures (task.rs) see it through a kill epoch at their next poll and are
-//!   woken by the background thread, which also gives idle threads' stocks back
-//!   (`drain::drain_idle`) once many threads hold stocks.
+//!   overdraft window (a counter field); killed futures (task.rs) see it through a kill
+//!   epoch at their next poll and are woken by the background thread, which also gives
+//!   idle threads' stocks back (`drain::drain_idle`) once many threads hold stocks.
 //! - Objcg readers (objcg.rs): every slow-path use of the node an objcg points at is a short
 //!   read section; a tenant's death re-points its objcgs after their readers left, then its
 //!   node is freed.
 //!
 //! Runtime paths (everything the hooks reach) never allocate through the global allocator,
-//! never panic, never unwind, and take only the registry spin lock, whose holders do
-//! bounded work. User-facing APIs may allocate.
+//! never panic and never unwind. The charge and uncharge paths take the registry spin lock,
+//! whose holders do bounded work; only a charge at its limit goes further, into the reclaim
+//! callback and the OOM killer under the tree lock (tree.rs). User-facing APIs may
+//! allocate.
+//!
+//! Dropping a value can call upward where importing cannot: a `ScopeGuard` (scope.rs) or a
+//! `Tenant` handle (node.rs) that is the last handle runs `Drop for Tenant` (tenant.rs:
+//! death, reparenting). Both are dropped in user context only.
 
 // The layer order, bottom to top, is the design note's "Layers" list above.
 mod callbacks;

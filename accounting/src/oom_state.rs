@@ -36,6 +36,7 @@ pub(crate) const BY_REQUEST: u8 = 2;
 const DEFAULT_OVERDRAFT_CAP: u64 = 64 << 20;
 /// `OomState::overdraft` before `set_overdraft`.
 const UNSET: u64 = u64::MAX;
+
 /// The OOM state of one node.
 pub(crate) struct OomState {
     policy: AtomicU8,

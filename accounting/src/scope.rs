@@ -1,8 +1,9 @@
 //! The current tenant of a thread: a const-initialised `Cell<u32>` thread-local holding the
 //! objcg id of the innermost entered scope (0 = root / unscoped), the `enter()` guard, and
 //! the root scope ([`unscoped`]) that the library's own bookkeeping runs in. Below every
-//! layer that allocates (they all take the root scope); it knows the tenant handle only as
-//! the type a guard keeps alive (`node.rs`). `current_tenant` is in `tenant.rs`.
+//! layer that needs the root scope; it knows the tenant handle only as the type a guard
+//! keeps alive (`node.rs`), but dropping the last one runs `Drop for Tenant` (tenant.rs).
+//! `current_tenant` is in `tenant.rs`.
 
 use core::cell::Cell;
 use core::marker::PhantomData;
