@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 
 use slabcg::accounting::hooks;
-use slabcg::allocator::size_class::class_of;
+use slabcg::allocator::testing::class_of;
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]
