@@ -27,8 +27,8 @@ mod batch4;
 use batch4::batch4;
 
 use slabcg::{Cache, MetaPlacement, SlabAlloc, StatItem, Tenant};
-use slabcg_allocator::size_class::{class_size, NUM_CLASSES};
 use slabcg_allocator::SlabLayout;
+use slabcg_allocator::{class_size, NUM_CLASSES};
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();

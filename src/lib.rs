@@ -112,6 +112,8 @@
 //! the same name, layout and accounting. The first 76 accounted dedicated caches get their
 //! own `slab_cache_<name>` line in `stat()`; later ones count only in the `slab` total.
 
+#![warn(missing_docs)]
+
 pub use slabcg_accounting::{
     checkpoint, current_tenant, drain_all_stocks, ChargeError, Events, InFlight, InTenant, Killed,
     OomPolicy, ScopeGuard, Scoped, StatItem, Tenant, TenantError, TenantStat,
@@ -124,7 +126,11 @@ pub use slabcg_allocator::{
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
 
-/// The accounting crate, for its lower-level parts (`hooks`).
+/// The accounting crate (`slabcg-accounting`), whose public API is the items above plus
+/// `hooks`: the allocator's façade, with the idle-decay switch and the drain barrier's name.
 pub use slabcg_accounting as accounting;
-/// The allocator crate, for its lower-level parts (layouts, size classes).
+/// The allocator crate (`slabcg-allocator`), whose public API is the items above plus
+/// `SlabLayout` (a slab's geometry), the size-class table (`class_for`, `class_size`,
+/// `NUM_CLASSES`, `MAX_SMALL`; a class is an index of [`AllocStats::classes`]) and `raw`
+/// (the entry points of the C front-end).
 pub use slabcg_allocator as allocator;

@@ -64,7 +64,7 @@ fn check_cost_then_free(free_on_threads: usize) {
     eprintln!(
         "{n} dead tenants with one live object each: {per_dead:.1} bytes of bookkeeping each \
          (id table {} bytes)",
-        slabcg::accounting::hooks::objcg_table_bytes()
+        slabcg::accounting::testing::objcg_table_bytes()
     );
     assert!(per_dead <= 64.0, "{per_dead} bytes per dead tenant");
 
@@ -92,7 +92,7 @@ fn check_cost_then_free(free_on_threads: usize) {
     eprintln!(
         "after freeing: allocated {alloc0} -> {alloc2}, resident {res0} -> {res2} \
          (id table {} bytes)",
-        slabcg::accounting::hooks::objcg_table_bytes()
+        slabcg::accounting::testing::objcg_table_bytes()
     );
     assert!(
         alloc2 <= alloc0 + (1 << 20),

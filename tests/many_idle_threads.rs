@@ -7,7 +7,7 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 
-use slabcg::accounting::hooks::{drain_visits, stock_budget_slots};
+use slabcg::accounting::testing::{drain_visits, stock_budget_slots};
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]

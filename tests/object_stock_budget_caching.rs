@@ -7,8 +7,8 @@
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 
-use slabcg::accounting::hooks;
-use slabcg::allocator::size_class::class_of;
+use slabcg::accounting::{hooks, testing};
+use slabcg::allocator::testing::class_of;
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]
@@ -23,7 +23,7 @@ fn caching_resumes_once_the_budget_has_room() {
     hooks::set_idle_decay(false);
     let c = class_of(256);
     let t = Tenant::new("review2-budget");
-    let budget = hooks::stock_budget_slots() as usize;
+    let budget = testing::stock_budget_slots() as usize;
     // `budget` threads take every share of t's stock budget and hold their slots.
     let charged = Arc::new(Barrier::new(budget + 1));
     let release = Arc::new(Barrier::new(budget + 1));

@@ -6,7 +6,7 @@
 
 use std::hint::black_box;
 
-use slabcg::allocator::size_class::class_of;
+use slabcg::allocator::testing::class_of;
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]

@@ -4,8 +4,9 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 
-use slabcg::allocator::classes::ACCOUNTED;
-use slabcg::allocator::slab::{SlabLayout, META_BYTES};
+use slabcg::allocator::testing::ACCOUNTED;
+use slabcg::allocator::testing::META_BYTES;
+use slabcg::allocator::SlabLayout;
 use slabcg::{Cache, MetaPlacement, SlabAlloc, Tenant, TenantStat};
 
 #[global_allocator]

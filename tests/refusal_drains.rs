@@ -6,7 +6,7 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::mpsc;
 
-use slabcg::accounting::hooks::drain_walks;
+use slabcg::accounting::testing::drain_walks;
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]

@@ -8,7 +8,7 @@
 
 use std::alloc::{alloc, dealloc, Layout};
 
-use slabcg::accounting::hooks;
+use slabcg::accounting::{hooks, testing};
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]
@@ -346,7 +346,7 @@ fn dead_requests_objcgs_are_freed() {
     slabcg::drain_all_stocks();
     for id in ids {
         assert!(
-            !hooks::objcg_live(id),
+            !testing::objcg_live(id),
             "objcg {id} of a dead request still allocated"
         );
     }

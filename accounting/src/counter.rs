@@ -73,7 +73,7 @@ pub struct Events {
     /// `Tenant::charge` calls that returned an error.
     pub oom: u64,
     /// Times the OOM killer picked this tenant as its victim (with [`OomPolicy::Kill`]);
-    /// [`Tenant::kill`] is not counted here.
+    /// [`Tenant::kill`](crate::Tenant::kill) is not counted here.
     ///
     /// [`OomPolicy::Kill`]: crate::OomPolicy::Kill
     /// [`Tenant::kill`]: crate::Tenant::kill

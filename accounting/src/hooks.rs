@@ -1,6 +1,14 @@
-//! What the allocator calls. `charge`/`uncharge` are the fast paths: one TLS stock, a
-//! handful of plain loads and stores, no atomic read-modify-write, no shared cache line;
-//! everything else is behind a `#[cold] #[inline(never)]` call.
+//! What the allocator calls: the public façade between `slabcg-allocator` and this crate
+//! (two crates of one project, so the interface is public, but it is the allocator's, not
+//! an application's; applications use [`Tenant`](crate::Tenant) and its scopes). Besides
+//! the allocator's calls it holds two process-wide knobs for probes and operators:
+//! [`set_idle_decay`] (switch the background decay of idle stocks off, as tests that look at
+//! idle threads' stocks do) and [`remote_barrier_kind`] (which barrier drains use).
+//! Test-only probes of the internals are in the hidden `testing` module, not here.
+//!
+//! `charge`/`uncharge` are the fast paths: one TLS stock, a handful of plain loads and
+//! stores, no atomic read-modify-write, no shared cache line; everything else is behind a
+//! `#[cold] #[inline(never)]` call.
 //!
 //! They may be called from inside the global allocator, before `main`, from thread-local
 //! destructors and after this thread's stock was given back at exit (then the counters are
@@ -163,12 +171,6 @@ pub fn fork_release_tenants() {
     crate::tree::unlock_after_fork();
 }
 
-/// Whether `id` is currently an allocated objcg (false once it died and was freed). For
-/// tests and debugging; not a fast path.
-pub fn objcg_live(id: ObjCgId) -> bool {
-    crate::objcg::is_live(id)
-}
-
 /// Moves free objects kept charged (an object stock's) from objcg `from` to objcg `to`
 /// without a round trip through every level: only the tenants below the two sides' lowest
 /// common ancestor change, the `to` side checking its limits. `parts` lists the bytes per
@@ -233,34 +235,6 @@ pub fn set_idle_decay(on: bool) {
 /// incomplete, so the next refused charge drains again instead of skipping.
 pub fn note_object_drain_unsettled() {
     crate::drain::note_unsettled();
-}
-
-/// Drains of every stock that walked the threads so far (tests: a refusal that needed no
-/// drain does not walk them).
-#[doc(hidden)]
-pub fn drain_walks() -> u64 {
-    crate::drain::walks()
-}
-
-/// Stocks that drains walked so far, and how many stocks are on the list of those that
-/// may hold something now (tests: a refused charge walks those, not every thread).
-#[doc(hidden)]
-pub fn drain_visits() -> (u64, usize) {
-    crate::drain::visits()
-}
-
-/// Stock slots, all threads together, that may cache one tenant's objcg at once (4 per
-/// CPU): what stocks pre-charge for it stays under that times 256 KiB (tests).
-#[doc(hidden)]
-pub fn stock_budget_slots() -> u32 {
-    crate::objcg::hold_budget()
-}
-
-/// Bytes the objcg id table holds now (its chunks, directories and free lists): what dead
-/// tenants with live objects cost, for tests and debugging.
-#[doc(hidden)]
-pub fn objcg_table_bytes() -> usize {
-    crate::objcg::table_bytes()
 }
 
 /// Forces a full memory barrier on every other running thread (membarrier, or the

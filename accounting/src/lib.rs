@@ -94,6 +94,16 @@
 //! Dropping a value can call upward where importing cannot: a `ScopeGuard` (scope.rs) or a
 //! `Tenant` handle (node.rs) that is the last handle runs `Drop for Tenant` (tenant.rs:
 //! death, reparenting). Both are dropped in user context only.
+//!
+//! ## Public API
+//! Every module but `hooks` is private. Applications use the crate-root re-exports
+//! ([`Tenant`], [`ScopeGuard`], [`Scoped`] and [`InTenant`], [`StatItem`], [`TenantStat`],
+//! [`Events`], [`OomPolicy`], [`Killed`], [`ChargeError`], ...). [`hooks`] is the façade the
+//! allocator crate calls (charge, uncharge, registration, fork support), public because the
+//! allocator is another crate. The hidden `testing` module holds probes of the internals for
+//! the workspace's own tests; it is not part of the API.
+
+#![warn(missing_docs)]
 
 // The layer order, bottom to top, is the design note's "Layers" list above.
 mod callbacks;
@@ -124,6 +134,45 @@ pub use scope::ScopeGuard;
 pub use stat::StatItem;
 pub use task::{checkpoint, InFlight, InTenant, Scoped};
 pub use tenant::{current_tenant, drain_all_stocks, ChargeError, TenantError};
+
+/// Probes of the accounting's internals for the workspace's own tests; not a stable API
+/// (hidden from the docs, may change in any release).
+#[doc(hidden)]
+pub mod testing {
+    use crate::types::ObjCgId;
+
+    /// Whether `id` is currently an allocated objcg (false once it died and was freed).
+    /// `accounting/tests/reparent.rs`, `tests/request_transfer.rs`: a zombie objcg is freed.
+    pub fn objcg_live(id: ObjCgId) -> bool {
+        crate::objcg::is_live(id)
+    }
+
+    /// Drains of every stock that walked the threads so far. `tests/refusal_drains.rs`: a
+    /// refusal that needed no drain does not walk them.
+    pub fn drain_walks() -> u64 {
+        crate::drain::walks()
+    }
+
+    /// Stocks that drains walked so far, and how many stocks are on the list of those that
+    /// may hold something now. `tests/many_idle_threads.rs`, the unit tests: a refused
+    /// charge walks those, not every thread.
+    pub fn drain_visits() -> (u64, usize) {
+        crate::drain::visits()
+    }
+
+    /// Stock slots, all threads together, that may cache one tenant's objcg at once (4 per
+    /// CPU): what stocks pre-charge for it stays under that times 256 KiB.
+    /// `tests/many_idle_threads.rs`, `tests/object_stock_budget_caching.rs`.
+    pub fn stock_budget_slots() -> u32 {
+        crate::objcg::hold_budget()
+    }
+
+    /// Bytes the objcg id table holds now (its chunks, directories and free lists): what
+    /// dead tenants with live objects cost. `tests/dead_tenants.rs`.
+    pub fn objcg_table_bytes() -> usize {
+        crate::objcg::table_bytes()
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -115,10 +115,13 @@ fn owner_meta(slab_classes: &[u64; MAX_SLAB_CLASSES]) -> (u64, u64) {
 /// usage, raised to `current` when that is higher (unscoped bytes have no recorded peak).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TenantStat {
+    /// The tenant's name (`Tenant::name`).
     pub name: String,
     /// The tenant's path below the root, "/"-separated (`Tenant::path`).
     pub path: String,
+    /// Bytes charged (`Tenant::current`), read after the drain that `stat()` starts with.
     pub current: u64,
+    /// The highest `current` so far (`Tenant::peak`).
     pub peak: u64,
     /// `u64::MAX` = unlimited.
     pub max: u64,
@@ -128,6 +131,7 @@ pub struct TenantStat {
     pub events: Events,
     /// This tenant's own events (memory.events.local).
     pub events_local: Events,
+    /// Usage is above `high` (`Tenant::under_pressure`).
     pub under_pressure: bool,
     /// All slab bytes: the sum of `slab_classes` plus slab charged through `Tenant::charge`.
     pub slab: u64,
@@ -144,7 +148,9 @@ pub struct TenantStat {
     /// objects); words in per-slot padding or the leftover tail are free. Because whole
     /// slots are given up, this can exceed the 4 bytes per object that the words use.
     pub owner_meta_paid: u64,
+    /// Bytes of large allocations (`StatItem::Large`).
     pub large: u64,
+    /// Bytes charged as `StatItem::Sock` (socket buffers, through `Tenant::charge`).
     pub sock: u64,
 }
 

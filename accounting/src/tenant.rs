@@ -167,10 +167,12 @@ impl Tenant {
         Ok(Tenant { node })
     }
 
+    /// The name this tenant was created with (the root's is `"root"`).
     pub fn name(&self) -> &str {
         self.node.name()
     }
 
+    /// The parent tenant; `None` for the root.
     pub fn parent(&self) -> Option<Tenant> {
         let p = self.node.parent.as_ref()?;
         // Alive: this live tenant holds a count on it.
@@ -200,6 +202,7 @@ impl Tenant {
             drain::drain_all();
         }
     }
+    /// The hard limit in bytes (`u64::MAX`: unlimited, the default).
     pub fn max(&self) -> u64 {
         self.node.counter.max()
     }
@@ -210,6 +213,7 @@ impl Tenant {
             self.node.counter.set_high(bytes);
         }
     }
+    /// The soft limit in bytes (`u64::MAX`: none, the default).
     pub fn high(&self) -> u64 {
         self.node.counter.high()
     }
@@ -241,6 +245,7 @@ impl Tenant {
         self.current()
     }
 
+    /// The highest `current` seen so far, in bytes.
     pub fn peak(&self) -> u64 {
         self.node.counter.peak()
     }

@@ -337,7 +337,7 @@ fn stock_budget_bounds_the_slots_of_one_tenant() {
     charged.wait();
     // Every thread charged; `budget` of them cache the objcg, the others charged directly.
     assert_eq!(oc.holders(), budget);
-    let (_, holding) = hooks::drain_visits();
+    let (_, holding) = crate::testing::drain_visits();
     assert!(
         holding >= budget as usize,
         "the holders are on the holding list"

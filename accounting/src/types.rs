@@ -17,7 +17,9 @@ pub(crate) const NR_STAT: usize = MAX_SLAB_CLASSES + 3;
 pub struct StatIdx(pub u8);
 
 impl StatIdx {
+    /// Large allocations (`StatItem::Large`).
     pub const LARGE: StatIdx = StatIdx(MAX_SLAB_CLASSES as u8);
+    /// Socket buffers (`StatItem::Sock`).
     pub const SOCK: StatIdx = StatIdx(MAX_SLAB_CLASSES as u8 + 1);
     /// Slab bytes not tied to one size class (`StatItem::Slab` through `Tenant::charge`).
     pub const SLAB_OTHER: StatIdx = StatIdx(MAX_SLAB_CLASSES as u8 + 2);

@@ -5,6 +5,7 @@ mod common;
 
 use common::{charge, give_back};
 use slabcg_accounting::hooks::{self, StatIdx};
+use slabcg_accounting::testing;
 use slabcg_accounting::{drain_all_stocks, Tenant};
 use std::thread;
 
@@ -28,7 +29,7 @@ fn reparenting() {
     assert_eq!(child.current_exact(), 1300);
     drop(child);
     assert_eq!(parent.current_exact(), 1300);
-    assert!(hooks::objcg_live(id), "live charges keep the objcg");
+    assert!(testing::objcg_live(id), "live charges keep the objcg");
     // A grandchild dying too: objcgs inherited by the parent move up again.
     thread::spawn(move || {
         give_back(id, 1000, StatIdx::slab(3));
@@ -38,7 +39,7 @@ fn reparenting() {
     .unwrap();
     assert_eq!(parent.current_exact(), 0);
     drain_all_stocks();
-    assert!(!hooks::objcg_live(id), "zombie freed");
+    assert!(!testing::objcg_live(id), "zombie freed");
     let st = parent.stat();
     assert_eq!((st.slab, st.large), (0, 0));
 }
@@ -56,5 +57,5 @@ fn reparenting_two_levels() {
     give_back(id, 5000, StatIdx::slab(0));
     assert_eq!(top.current_exact(), 0);
     drain_all_stocks();
-    assert!(!hooks::objcg_live(id));
+    assert!(!testing::objcg_live(id));
 }

@@ -37,13 +37,9 @@ use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
 use crate::large::CHARGED_LARGE as LARGE_CHARGED;
 use crate::object_stock::Pop;
+use crate::owner::is_accounted;
 use crate::size_class::{class_size, Kind};
 use crate::{class_caches, init, large, thread_cache};
-
-/// Where the charged large bytes are counted now (`large.rs`); the old path.
-pub use crate::large::CHARGED_LARGE;
-/// Where the address test lives now (`owner.rs`); the old path.
-pub use crate::owner::is_accounted;
 
 /// The owner word of slot `p` of size class `c`, from this thread cache's copy of the
 /// class's geometry (`owner::class_owner_word`).

@@ -65,7 +65,7 @@ pub(crate) fn owner_meta(l: &SlabLayout) -> SlabMeta {
 
 /// Tells the accounting the sizes of the size classes and the owner-metadata geometry of
 /// their accounted twins (the caches whose objects it is charged for), for `tenant.stat()`.
-/// Run once, by `global::init_once`, before any object is charged.
+/// Run once, by `init::init_once`, before any object is charged.
 pub(crate) fn register_with_accounting() {
     hooks::set_slab_class_sizes(&CLASS_SIZES);
     for (c, cache) in ACCOUNTED.iter().enumerate() {

@@ -159,7 +159,9 @@ fn name_hash(name: &str) -> u64 {
 /// A layout a dedicated cache cannot serve.
 #[derive(Debug, Clone)]
 pub struct CacheError {
+    /// The name the cache was to be built with.
     pub name: String,
+    /// The layout it was asked to serve.
     pub layout: Layout,
 }
 
@@ -214,6 +216,7 @@ impl Cache {
         }
     }
 
+    /// The name the cache was built with.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -22,10 +22,6 @@ use slabcg_accounting::hooks;
 
 use crate::{charge, init, large, owner, segment, sys, thread_cache};
 
-/// Where process setup lives now (`init.rs`); the old path, kept for callers outside the
-/// crate.
-pub use crate::init::init_once;
-
 /// The slabcg global allocator. Install with
 /// `#[global_allocator] static GLOBAL: SlabAlloc = SlabAlloc::new();`
 pub struct SlabAlloc {
@@ -33,6 +29,8 @@ pub struct SlabAlloc {
 }
 
 impl SlabAlloc {
+    /// The allocator handle; all state is process-wide, so every `SlabAlloc` is the same
+    /// allocator. A `const fn`, for the `static` of `#[global_allocator]`.
     pub const fn new() -> SlabAlloc {
         SlabAlloc { _private: () }
     }

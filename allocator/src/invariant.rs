@@ -3,7 +3,7 @@
 //! `SlabCache::check`, `ObjectStock::check`, `MappingCache::check`). The allocator runs the
 //! walks at natural points of its slow paths in `debug_assertions` builds only, rate-limited
 //! ([`due`]), never on a fast path and never in release builds; the stress tests run them
-//! all through the `#[doc(hidden)]` hook `slabcg_allocator::check_invariants`.
+//! all through the hidden `slabcg_allocator::testing::check_invariants`.
 //!
 //! A broken invariant is reported like an invalid free: a message and an abort
 //! (`sys::fatal`), which neither allocates nor unwinds out of the allocator.

@@ -44,9 +44,9 @@
 //! 10. `global` (`SlabAlloc`), `raw` (C entry points).
 //!
 //! Who touches what:
-//! - a thread's [`thread_cache`] bins: only that thread (bin counts are read racily by
+//! - a thread's `thread_cache` bins: only that thread (bin counts are read racily by
 //!   stats); a drainer also reads its tagged bins' counts and, under the thread's object
-//!   stock lock, writes its tag (the object-stock protocol, [`object_stock`]);
+//!   stock lock, writes its tag (the object-stock protocol, `object_stock`);
 //! - the armed list of object stocks that may hold charged objects
 //!   (`object_stock::ArmedList`): its lock; a stock joins when its thread retags, a drainer
 //!   takes the list and puts back those still armed;
@@ -59,60 +59,97 @@
 //!
 //! Invariants are written as equations on the structures' docs and walked by their `check`
 //! functions (`invariant.rs`): rate-limited in debug builds, and by the stress tests through
-//! [`check_invariants`].
+//! `testing::check_invariants`.
+//!
+//! # Public API
+//!
+//! Every module above is private. The API is what the crate root re-exports: [`SlabAlloc`],
+//! [`stats`] / [`trim`] and their [`AllocStats`] / [`ClassStats`], dedicated caches
+//! ([`Cache`], [`CacheBuilder`], [`CacheError`], [`CacheInfo`], [`SlabLayout`],
+//! [`MetaPlacement`]), the size-class table as far as a reader of [`AllocStats::classes`]
+//! needs it ([`class_for`], [`class_size`], [`NUM_CLASSES`], [`MAX_SMALL`]), and [`raw`], the
+//! layout-free entry points of C ABI front-ends (`slabcg-capi`). The hidden `testing` module
+//! re-exports the few internals that the workspace's own tests and benches look at; it is
+//! not part of the API.
 
-pub mod bin;
-pub mod bulk;
-pub mod cache;
-pub mod charge;
-pub mod class_caches;
-pub mod dedicated;
+#![warn(missing_docs)]
+
+mod bin;
+mod bulk;
+mod cache;
+mod charge;
+mod class_caches;
+mod dedicated;
 #[cfg(test)]
 mod fault_tests;
 mod free_mark;
-pub mod global;
-pub mod init;
+mod global;
+mod init;
 mod invariant;
-pub mod large;
-pub mod lock;
-pub mod object_stock;
-pub mod owner;
+mod large;
+mod lock;
+mod object_stock;
+mod owner;
 pub mod raw;
-pub mod segment;
-pub mod size_class;
-pub mod slab;
-pub mod stats;
-pub mod sys;
-pub mod thread_cache;
+mod segment;
+mod size_class;
+mod slab;
+mod stats;
+mod sys;
+mod thread_cache;
 mod unmapped;
-
-/// The caches behind the size classes under their old module name (`class_caches`).
-pub use class_caches as classes;
 
 pub use dedicated::{Cache, CacheBuilder, CacheError, CacheInfo};
 pub use global::SlabAlloc;
+pub use size_class::{class_for, class_size, MAX_SMALL, NUM_CLASSES};
 pub use slab::{MetaPlacement, SlabLayout};
 pub use stats::{stats, trim, AllocStats, ClassStats};
 
-/// Walks every invariant the allocator states as an equation (`Bin::check`,
-/// `SlabCache::check`, `ObjectStock::check`, the mapping cache's) and aborts with a message
-/// on the first that does not hold: every size class's caches, every dedicated cache, the
-/// calling thread's cache and object stock, and the mapping cache. For the stress tests,
-/// at points where they know their own thread is off the allocator's paths; other threads
-/// may keep allocating. Expensive: a walk of every free list.
+/// Internals that the workspace's own tests, examples and benches reach; not a stable API
+/// (hidden from the docs, may change in any release).
 #[doc(hidden)]
-pub fn check_invariants() {
-    for c in class_caches::PLAIN
-        .iter()
-        .chain(class_caches::ACCOUNTED.iter())
-    {
-        c.check();
+pub mod testing {
+    use crate::{cache, class_caches, large};
+
+    /// `tests/owner_meta.rs`: the size classes' accounted caches and their layouts.
+    pub use crate::class_caches::ACCOUNTED;
+    /// `allocator/tests/contract.rs`: the accounted bit of a segment address.
+    pub use crate::segment::{segment_of, ACCOUNTED_BIT};
+    /// `tests/object_stock*_caching.rs`, `allocator/tests/trim_fork.rs`: a size's class
+    /// without the alignment walk of `class_for`.
+    pub use crate::size_class::class_of;
+    /// `tests/common/kept_free.rs`: which of a class's two caches a bin serves.
+    pub use crate::size_class::Kind;
+    /// `allocator/tests/contract.rs`: the class table itself.
+    pub use crate::size_class::CLASS_SIZES;
+    /// `tests/owner_meta.rs`: the bytes of one owner word.
+    pub use crate::slab::META_BYTES;
+
+    /// `tests/common/kept_free.rs`: the calling thread's cache, to count a bin's slots.
+    pub mod thread_cache {
+        pub use crate::thread_cache::with;
     }
-    cache::for_each_dedicated(|c| c.check());
-    thread_cache::with(|tc| {
-        if thread_cache::is_live(tc) {
-            tc.check();
+
+    /// Walks every invariant the allocator states as an equation (`Bin::check`,
+    /// `SlabCache::check`, `ObjectStock::check`, the mapping cache's) and aborts with a
+    /// message on the first that does not hold: every size class's caches, every dedicated
+    /// cache, the calling thread's cache and object stock, and the mapping cache. For the
+    /// stress tests (`tests/common/stress.rs`), at points where they know their own thread
+    /// is off the allocator's paths; other threads may keep allocating. Expensive: a walk
+    /// of every free list.
+    pub fn check_invariants() {
+        for c in class_caches::PLAIN
+            .iter()
+            .chain(class_caches::ACCOUNTED.iter())
+        {
+            c.check();
         }
-    });
-    large::check();
+        cache::for_each_dedicated(|c| c.check());
+        crate::thread_cache::with(|tc| {
+            if crate::thread_cache::is_live(tc) {
+                tc.check();
+            }
+        });
+        large::check();
+    }
 }

@@ -1,5 +1,9 @@
-//! Entry points for callers that know no [`Layout`](core::alloc::Layout): C's malloc family
+//! Entry points for callers that know no [`Layout`]: C's malloc family
 //! (crate `slabcg-capi`, `libslabcg.so`).
+//!
+//! The crate's one documented public module: the API for C ABI front-ends (a `malloc`/`free`/`realloc`
+//! shim over the allocator that `SlabAlloc` installs); [`free`] also takes blocks of the
+//! global allocator.
 //!
 //! A C `free` carries no size, so [`free`] finds the class from the address instead: a
 //! pointer inside a segment (one bitmap load, `segment::is_segment`) is a slot of the cache

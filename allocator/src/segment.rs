@@ -163,7 +163,7 @@ impl Segment {
     }
 }
 
-/// The segment containing `p` (which may not be a segment at all: check [`is_segment`]).
+/// The segment containing `p` (which may not be a segment at all: check `is_segment`).
 #[inline(always)]
 pub fn segment_of(p: *const u8) -> *mut Segment {
     (p as usize & !(SEGMENT - 1)) as *mut Segment

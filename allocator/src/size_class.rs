@@ -124,7 +124,8 @@ pub fn class_of(size: usize) -> usize {
 
 /// The class that serves a request of `size` bytes aligned to `align` (a power of two), or
 /// `None` when it must be a large allocation. The returned class's size is a multiple of
-/// `align`, so every slot of it is aligned (slabs start on a page boundary).
+/// `align`, so every slot of it is aligned (slabs start on a page boundary). The class is
+/// the index of its line in `AllocStats::classes`.
 #[inline]
 pub fn class_for(size: usize, align: usize) -> Option<usize> {
     if align > crate::sys::PAGE {
@@ -147,7 +148,7 @@ pub fn class_for(size: usize, align: usize) -> Option<usize> {
     }
 }
 
-/// Size of class `c`.
+/// Size of class `c` (`c < NUM_CLASSES`), the usable size of its every slot.
 #[inline(always)]
 pub fn class_size(c: usize) -> usize {
     CLASS_SIZES[c] as usize

@@ -185,8 +185,8 @@ fn std_collections_heavy() {
 /// (`segment::ACCOUNTED_BIT`): it must agree with the segment header for every class.
 #[test]
 fn accounted_slots_carry_the_address_bit() {
-    use slabcg_allocator::segment::{segment_of, ACCOUNTED_BIT};
-    use slabcg_allocator::size_class::CLASS_SIZES;
+    use slabcg_allocator::testing::CLASS_SIZES;
+    use slabcg_allocator::testing::{segment_of, ACCOUNTED_BIT};
     let tenant = slabcg_accounting::Tenant::new("address-bit");
     for (c, &size) in CLASS_SIZES.iter().enumerate() {
         let l = Layout::from_size_align(size as usize, 8).unwrap();

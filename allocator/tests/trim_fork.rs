@@ -48,7 +48,7 @@ fn stats_count_what_the_program_holds() {
         return run_child("stats_count_what_the_program_holds");
     }
     // 1536-byte objects: a class nothing else in this process uses.
-    let c = slabcg_allocator::size_class::class_of(1536);
+    let c = slabcg_allocator::testing::class_of(1536);
     let held = |s: &slabcg_allocator::AllocStats| s.classes[c].objects;
     let base = held(&slabcg_allocator::stats());
     let v: Vec<Box<[u8; 1536]>> = (0..4000).map(|_| Box::new([7u8; 1536])).collect();

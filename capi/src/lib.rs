@@ -30,7 +30,7 @@
 //! - it works before `main`: the allocator's state is static and its thread-locals are
 //!   const-initialised, so the first call (from the dynamic loader or libc's start-up) needs
 //!   no constructor; process-wide set-up runs on the first slow path
-//!   (`slabcg_allocator::global::init_once`).
+//!   (`init_once` in `slabcg-allocator`'s `init.rs`).
 //!
 //! Thread-locals of a shared library use the general-dynamic TLS model (`__tls_get_addr`):
 //! the library is loaded with the program (LD_PRELOAD or `DT_NEEDED`), so its TLS block is

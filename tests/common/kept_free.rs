@@ -4,12 +4,12 @@
 
 use std::hint::black_box;
 
-use slabcg::allocator::thread_cache;
+use slabcg::allocator::testing::thread_cache;
 
 /// Slots in this thread's bin of uncharged accounted slots of class `c`.
 fn uncharged_in_bin(c: usize) -> u32 {
     thread_cache::with(|tc| {
-        tc.bin(c, slabcg::allocator::size_class::Kind::Accounted)
+        tc.bin(c, slabcg::allocator::testing::Kind::Accounted)
             .count()
     })
 }

@@ -4,7 +4,7 @@
 
 use std::alloc::{self, Layout};
 
-use slabcg::allocator::size_class::{class_for, class_size};
+use slabcg::allocator::{class_for, class_size};
 use slabcg::SlabAlloc;
 
 /// Writes `stamp` into the first bytes of the block and a byte derived from it at its end.

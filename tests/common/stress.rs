@@ -21,7 +21,7 @@ use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
-use slabcg::allocator::size_class::class_for;
+use slabcg::allocator::class_for;
 use slabcg::{Cache, StatItem, Tenant};
 
 /// How much work a run does.
@@ -428,7 +428,7 @@ struct Ledger {
 fn check(tenants: &[Option<Tenant>], ledger: &Ledger, epoch: usize) {
     // The allocator's own equations (slab free counts, bin counts, object-stock sums), walked
     // while the workers wait at the barrier.
-    slabcg::allocator::check_invariants();
+    slabcg::allocator::testing::check_invariants();
     for (i, tenant) in tenants.iter().enumerate() {
         let Some(tenant) = tenant else { continue };
         let objects: u64 = ledger
