@@ -328,8 +328,10 @@ pub(crate) fn register(s: &Stock) -> bool {
     // Those allocations are the root's: charged to the caller's tenant, they would come
     // back here (the stock is not registered yet) and recurse until the stack overflows.
     let _root = crate::scope::unscoped();
+    // SAFETY: `exit_hook(s)` runs once at this thread's exit, while `s` (this thread's
+    // const, Drop-less TLS stock) is still valid; it is idempotent with `EXIT`'s drop.
     if EXIT.try_with(|_| ()).is_err()
-        || !sys::on_thread_exit(exit_hook, s as *const Stock as *const u8)
+        || !unsafe { sys::on_thread_exit(exit_hook, s as *const Stock as *const u8) }
     {
         s.set_flags(EXITED, 0);
         return false;

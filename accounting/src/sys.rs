@@ -16,9 +16,13 @@ pub(crate) use slabcg_sys::{
 /// thread-exit hook ([`slabcg_sys::ExitStep::Stock`], after the allocator's thread-cache
 /// flush). False when the platform refused (out of keys) or has no pthreads: the caller
 /// must then do without. Never goes through the global allocator.
-pub(crate) fn on_thread_exit(
+///
+/// # Safety
+/// `dtor(arg)` must be sound to call once while this thread exits.
+pub(crate) unsafe fn on_thread_exit(
     dtor: unsafe extern "C" fn(*mut core::ffi::c_void),
     arg: *const u8,
 ) -> bool {
-    slabcg_sys::on_thread_exit(slabcg_sys::ExitStep::Stock, dtor, arg as *mut _)
+    // SAFETY: the caller's promise; the stock step is this crate's.
+    unsafe { slabcg_sys::on_thread_exit(slabcg_sys::ExitStep::Stock, dtor, arg as *mut _) }
 }

@@ -11,7 +11,7 @@
 //!   fresh slabs, and reading zero when touched again.
 //! - full slabs and fresh (never used) slabs are on no list.
 //!
-//! In front of the slabs sits parked batches (tcmalloc's idea): a bin that overflows hands
+//! In front of the slabs sit parked batches (tcmalloc's idea): a bin that overflows hands
 //! its batch over whole, and a bin that runs dry takes a whole batch back, in O(1) under the
 //! lock, without visiting any slab. Producer/consumer threads (one allocates, another frees)
 //! and programs that allocate and free more than a bin holds then cost one lock round trip
@@ -617,7 +617,9 @@ impl SlabCache {
         use crate::invariant::broken;
         let l = self.lists.lock();
         let objects = self.layout.objects as u32;
-        let (mut active, mut segments) = (0, 0);
+        // Counts of slabs: active, walked (the bound of the list walks below, so a cycle in a
+        // corrupt list is reported rather than walked for ever); and of segments.
+        let (mut active, mut slabs, mut segments) = (0usize, 0usize, 0);
         let mut seg = l.segments;
         // SAFETY: the cache's segments, descriptors, slab free lists and parked chains are
         // live and only changed under the lock held here; free-list walks are bounded by the
@@ -626,6 +628,7 @@ impl SlabCache {
             while !seg.is_null() {
                 segments += 1;
                 for k in 0..(*seg).fresh {
+                    slabs += 1;
                     let d = Segment::desc(seg, k);
                     let (used, carved) = ((*d).used, (*d).carved);
                     let ok = match (*d).state {
@@ -647,7 +650,9 @@ impl SlabCache {
                             n += 1;
                             f = (*f).next;
                         }
-                        if n != carved - used {
+                        // Checked: the counts this walk exists to catch may be corrupt, and an
+                        // overflow panic must not unwind out of the allocator.
+                        if carved.checked_sub(used) != Some(n) {
                             broken("cache: a slab's |free| != carved - used");
                         }
                     }
@@ -658,8 +663,8 @@ impl SlabCache {
                 let mut n = 0;
                 let mut d = head;
                 while !d.is_null() {
-                    if (*d).state != state {
-                        broken("cache: a slab on the wrong list");
+                    if (*d).state != state || n == slabs {
+                        broken("cache: a slab on the wrong list, or a list longer than the slabs");
                     }
                     n += 1;
                     d = (*d).next;
@@ -667,7 +672,9 @@ impl SlabCache {
                 n
             };
             let partial = count(l.partial, SlabState::Partial);
-            let full = active - partial;
+            let Some(full) = active.checked_sub(partial) else {
+                broken("cache: more slabs on the partial list than partial and full slabs")
+            };
             let empty = count(l.empty, SlabState::Empty);
             let released = count(l.released, SlabState::Released);
             let k = &self.counters;

@@ -35,7 +35,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
-use crate::large::CHARGED_LARGE as LARGE_CHARGED;
+use crate::large::CHARGED_LARGE;
 use crate::object_stock::Pop;
 use crate::owner::is_accounted;
 use crate::size_class::{class_size, Kind};
@@ -251,7 +251,7 @@ pub unsafe fn realloc_shrink_large(p: *mut u8, new_c: usize, copy: usize) -> *mu
     let q = unsafe { move_into_slot(cg, usable, StatIdx::LARGE, new_c, p, copy) };
     if !q.is_null() {
         owner.store(0, Ordering::Relaxed);
-        LARGE_CHARGED.fetch_sub(usable, Ordering::Relaxed);
+        CHARGED_LARGE.fetch_sub(usable, Ordering::Relaxed);
         // SAFETY: p is a live large allocation, given up, charged to nobody now.
         unsafe { large::free(p) };
     }
@@ -314,7 +314,7 @@ pub fn alloc_large(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     }
     // SAFETY: p is a live large allocation.
     unsafe { large::owner(p).store(cg, Ordering::Relaxed) };
-    LARGE_CHARGED.fetch_add(usable, Ordering::Relaxed);
+    CHARGED_LARGE.fetch_add(usable, Ordering::Relaxed);
     p
 }
 
@@ -333,7 +333,7 @@ pub unsafe fn free_large(p: *mut u8) {
             // hooks::uncharge's contract: a live large block is charged its usable size to
             // the owner its header records (charged at allocation, adjusted by every resize).
             hooks::uncharge(owner, usable, StatIdx::LARGE);
-            LARGE_CHARGED.fetch_sub(usable, Ordering::Relaxed);
+            CHARGED_LARGE.fetch_sub(usable, Ordering::Relaxed);
         }
         large::free(p);
     }
@@ -376,7 +376,7 @@ pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> LargeResize {
                 hooks::uncharge(owner, new_usable - old_usable, StatIdx::LARGE);
                 return LargeResize::Failed;
             }
-            LARGE_CHARGED.fetch_add(new_usable - old_usable, Ordering::Relaxed);
+            CHARGED_LARGE.fetch_add(new_usable - old_usable, Ordering::Relaxed);
             return LargeResize::Done(q);
         }
         let q = large::realloc(p, new_size);
@@ -387,7 +387,7 @@ pub unsafe fn realloc_large(p: *mut u8, new_size: usize) -> LargeResize {
             // hooks::uncharge's contract: the block was charged old_usable to owner; it now
             // holds new_usable.
             hooks::uncharge(owner, old_usable - new_usable, StatIdx::LARGE);
-            LARGE_CHARGED.fetch_sub(old_usable - new_usable, Ordering::Relaxed);
+            CHARGED_LARGE.fetch_sub(old_usable - new_usable, Ordering::Relaxed);
         }
         LargeResize::Done(q)
     }

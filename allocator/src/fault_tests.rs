@@ -5,7 +5,7 @@
 //! cache still usable afterwards.
 //!
 //! The places: a new segment (`Segment::create`, for size classes and dedicated caches
-//! alike, from `CacheCore::grow`), a large allocation's fresh mapping (below 2 MiB `map`,
+//! alike, from `SlabCache::new_slab`), a large allocation's fresh mapping (below 2 MiB `map`,
 //! from 2 MiB `map_aligned`, over-aligned `map` then trimmed), the growth of a cached
 //! mapping (`large::take_cached`'s `remap`), and the growth of a large block
 //! (`large::realloc`'s `remap`, and `GlobalAlloc::realloc`'s fallback after it).

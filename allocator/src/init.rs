@@ -69,7 +69,9 @@ pub fn init_once() {
         if !sys::check_page_size() {
             sys::fatal("the OS page size is larger than the 4 KiB slabcg was built for");
         }
-        sys::thread::register_fork_handlers(fork_prepare, fork_parent, fork_child);
+        // SAFETY: the handlers take and release this crate's locks in the documented order
+        // and never allocate (their own comments); they live for the whole program.
+        unsafe { sys::thread::register_fork_handlers(fork_prepare, fork_parent, fork_child) };
         hooks::read_environment();
         class_caches::register_with_accounting();
         hooks::set_root_usage_source(root_usage);

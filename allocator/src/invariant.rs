@@ -1,9 +1,9 @@
 //! Invariant walks, mimalloc's `mi_assert_expensive`: each structure states its invariant as
 //! an equation in its docs and checks it by walking itself (`Bin::check`,
 //! `SlabCache::check`, `ObjectStock::check`, `MappingCache::check`). The allocator runs the
-//! walks at natural points of its slow paths in `debug_assertions` builds only, rate-limited
-//! ([`due`]), never on a fast path and never in release builds; the stress tests run them
-//! all through the hidden `slabcg_allocator::testing::check_invariants`.
+//! first three at natural points of its slow paths in `debug_assertions` builds only,
+//! rate-limited ([`due`]), never on a fast path and never in release builds; the stress
+//! tests run all four through the hidden `slabcg_allocator::testing::check_invariants`.
 //!
 //! A broken invariant is reported like an invalid free: a message and an abort
 //! (`sys::fatal`), which neither allocates nor unwinds out of the allocator.

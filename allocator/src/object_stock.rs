@@ -160,7 +160,9 @@ pub struct ObjectStock {
     /// with one compare. Written only under `lock`.
     pub(crate) tag: AtomicU64,
     /// Serialises every change of `tag` and of the tagged bins other than the owner's fast
-    /// paths (module docs), and holds what a drainer uncharged.
+    /// paths (module docs), and holds what a drainer uncharged. Nothing done under it may
+    /// allocate or free: the owner's own slow paths take it (the invariant walk too), and
+    /// it is not re-entrant.
     lock: SpinLock<Drained>,
     pub(crate) tag_misses: Cell<u32>,
     /// The tenant of the latest allocation that missed the tagged bins (`note_miss`), so

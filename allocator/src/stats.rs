@@ -8,7 +8,7 @@ use core::fmt;
 use core::sync::atomic::Ordering;
 
 use crate::segment::{geometry, SEGMENT};
-use crate::size_class::{class_size, NUM_CLASSES};
+use crate::size_class::{class_size, Kind, NUM_CLASSES};
 use crate::{class_caches, large, sys, thread_cache};
 
 /// Counts for one size class (plain and accounted caches together).
@@ -68,7 +68,9 @@ pub struct AllocStats {
 pub fn stats() -> AllocStats {
     let mut classes_out = [ClassStats::default(); NUM_CLASSES];
     let mut cached = [[0usize; 2]; NUM_CLASSES];
-    thread_cache::for_each_bin_count(|c, kind, n| cached[c][kind as usize] += n as usize);
+    thread_cache::for_each_bin_count(|c, kind, n| {
+        cached[c][usize::from(kind == Kind::Accounted)] += n as usize
+    });
     let mut s = AllocStats {
         allocated: 0,
         active: 0,

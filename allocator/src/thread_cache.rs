@@ -384,7 +384,9 @@ pub(crate) fn set_up(tc: &ThreadCache) {
     registry_insert(tc);
     tc.state.set(LIVE);
     let me = tc as *const ThreadCache as *mut u8;
-    if !sys::thread::on_thread_exit(thread_exit, me) {
+    // SAFETY: `thread_exit(me)` runs once at this thread's exit, when `tc` (its TLS block)
+    // is still valid (thread_exit's own comment).
+    if !unsafe { sys::thread::on_thread_exit(thread_exit, me) } {
         // Without an exit hook the bins would leak with the thread: run uncached instead.
         teardown(tc);
     }

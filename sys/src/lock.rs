@@ -67,6 +67,12 @@ unsafe impl<T: Send> Sync for SpinLock<T> {}
 // SAFETY: moving the lock moves the value; T: Send suffices.
 unsafe impl<T: Send> Send for SpinLock<T> {}
 
+// SAFETY: a shared guard hands out `&T` to whichever thread holds the `&SpinGuard`, so the
+// guard may be shared only when `T` itself may (as `std::sync::MutexGuard`). Without this
+// impl the guard would be `Sync` for every `T: Send` (it holds only `&SpinLock<T>`), and
+// two threads could race on a `Cell` through one guard.
+unsafe impl<T: Sync> Sync for SpinGuard<'_, T> {}
+
 impl<T> SpinLock<T> {
     /// An unlocked lock holding `value`.
     pub const fn new(value: T) -> Self {
@@ -139,6 +145,13 @@ impl<T> SpinLock<T> {
 }
 
 /// Proof that the lock is held; releases it on drop.
+///
+/// A guard may be shared between threads only when `T` may (it hands out `&T`):
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<slabcg_sys::SpinGuard<'static, core::cell::Cell<u64>>>();
+/// ```
 pub struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
 }

@@ -108,8 +108,13 @@ fn key() -> Option<libc::pthread_key_t> {
 /// must then do without (the step is not registered). Never goes through the global
 /// allocator (glibc keeps key values in the thread descriptor, or in blocks from its own
 /// malloc, which may be slabcg's `capi` when preloaded: callers allow for that).
+///
+/// # Safety
+/// `dtor(arg)` must be sound to call once on this thread while it exits (after its Rust
+/// thread-locals with destructors may have been torn down), and `step` must be the
+/// caller's own: each step belongs to one client crate, which registering would replace.
 #[cfg(unix)]
-pub fn on_thread_exit(step: ExitStep, dtor: ExitFn, arg: *mut c_void) -> bool {
+pub unsafe fn on_thread_exit(step: ExitStep, dtor: ExitFn, arg: *mut c_void) -> bool {
     let Some(key) = key() else { return false };
     let i = step as usize;
     STEPS_OF_THREAD
@@ -129,8 +134,11 @@ pub fn on_thread_exit(step: ExitStep, dtor: ExitFn, arg: *mut c_void) -> bool {
 }
 
 /// Without pthreads there is no exit hook here: the caller does without.
+///
+/// # Safety
+/// As for the unix version.
 #[cfg(not(unix))]
-pub fn on_thread_exit(_step: ExitStep, _dtor: ExitFn, _arg: *mut c_void) -> bool {
+pub unsafe fn on_thread_exit(_step: ExitStep, _dtor: ExitFn, _arg: *mut c_void) -> bool {
     false
 }
 
@@ -155,7 +163,11 @@ unsafe extern "C" fn run_steps(p: *mut c_void) {
 /// Registers fork handlers: `prepare` runs in the parent before `fork` (take every lock),
 /// `parent` after it in the parent and `child` in the child (release or reset them). False
 /// when `pthread_atfork` refused. Call it once per set of handlers (each call adds them).
-pub fn register_fork_handlers(
+///
+/// # Safety
+/// Each handler must be sound to call at its point of every later `fork` of the process,
+/// from whichever thread forks (in the child, the only thread), without allocating.
+pub unsafe fn register_fork_handlers(
     prepare: unsafe extern "C" fn(),
     parent: unsafe extern "C" fn(),
     child: unsafe extern "C" fn(),

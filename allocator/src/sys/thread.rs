@@ -7,6 +7,10 @@ pub use slabcg_sys::register_fork_handlers;
 /// Arranges for `dtor(arg)` to run when the calling thread exits (the thread-cache step of
 /// the one exit hook). Returns false when the platform refused (the caller then simply never
 /// gets the callback).
-pub fn on_thread_exit(dtor: unsafe extern "C" fn(*mut libc::c_void), arg: *mut u8) -> bool {
-    slabcg_sys::on_thread_exit(slabcg_sys::ExitStep::ThreadCache, dtor, arg.cast())
+///
+/// # Safety
+/// `dtor(arg)` must be sound to call once while this thread exits.
+pub unsafe fn on_thread_exit(dtor: unsafe extern "C" fn(*mut libc::c_void), arg: *mut u8) -> bool {
+    // SAFETY: the caller's promise; the thread-cache step is this crate's.
+    unsafe { slabcg_sys::on_thread_exit(slabcg_sys::ExitStep::ThreadCache, dtor, arg.cast()) }
 }
