@@ -17,8 +17,9 @@
 #      of memory the allocator unmapped), alignment, data races, leaks. About 5 minutes.
 #   3. The loom models: the object-stock protocol (allocator/tests/loom_object_stock.rs) and
 #      the spin lock (sys/tests/loom_spin_lock.rs).
-# .ci/run runs a bounded part of 1-3 (the OS layer, the allocator's fault tests and
-# miri_smoke, the spin lock's model); this script is the long version.
+# .ci/run runs a bounded part of 1-3 (the OS layer, the accounting tests less the four stress
+# tests, the allocator's fault tests and miri_smoke, the spin lock's model); this script is
+# the long version (the accounting set alone about 6 minutes on 2 cores).
 # Needs: `rustup toolchain install nightly --component miri` (Miri), network for the loom crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -289,12 +289,13 @@ impl ObjCg {
     }
 
     /// Re-points the objcg to `to` (reparenting) and returns the node it pointed at once no
-    /// reader uses it any more: the caller then owns that node's reference (and must have
-    /// given `to` one, `Arc::increment_strong_count`).
+    /// reader uses it any more: the caller then owns that node's reference (a pointer from
+    /// `Arc::into_raw`, for `Arc::from_raw`).
     ///
     /// # Safety
-    /// The caller holds the tenant tree's lock and `to` carries a strong reference for this
-    /// objcg.
+    /// The caller holds the tenant tree's lock and `to` comes from `Arc::into_raw` (not from
+    /// a `&Node`, whose provenance does not cover the counts) and carries a strong reference
+    /// for this objcg.
     pub(crate) unsafe fn repoint(&self, to: *const Node) -> *const Node {
         let old = self.tenant.swap(to as *mut Node, Ordering::SeqCst);
         let mut spins = 0u32;

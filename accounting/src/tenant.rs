@@ -502,20 +502,30 @@ fn die(node: &Node) {
     let mut callbacks = Vec::new();
     let g = tree_lock();
     let mut cur = node;
-    while let Some(parent) = cur.parent.as_deref() {
+    while let Some(parent_arc) = cur.parent.as_ref() {
+        let parent: &Node = parent_arc;
         let moved = core::mem::take(&mut *locked(&cur.objcgs));
         let mut to = locked(&parent.objcgs);
         for id in moved {
             if let Some(oc) = objcg::lookup(id) {
-                // SAFETY: every node is owned by an `Arc` (`Node::this`); the parent gets
-                // the objcg's reference, and the one on `cur` that comes back is released:
-                // `cur` lives on through the handle being dropped (or, up the loop, through
-                // its dead child's `parent`) until this returns. Under TREE.
+                // The objcg's new reference on the parent, as a pointer from `into_raw`:
+                // its provenance covers the whole `ArcInner`, counts included. `parent`
+                // cast to a pointer covers only the `Node` after them, so
+                // `Arc::increment_strong_count` on it, and the `Arc::from_raw` that later
+                // releases it (`free_zombies`, or the next `die` up), would reach the counts
+                // through a pointer not allowed to: Stacked Borrows rejects that, and
+                // `Arc`'s raw-pointer functions accept only `into_raw` pointers.
+                let to_ptr = Arc::into_raw(Arc::clone(parent_arc));
+                // SAFETY: invariant: an objcg's `tenant` is null or a pointer from
+                // `Arc::into_raw` owning one strong reference (`child`, or `to_ptr` here),
+                // so `old` may go back through `Arc::from_raw`, which releases the reference
+                // on `cur` that comes back: `cur` lives on through the handle being dropped
+                // (or, up the loop, through its dead child's `parent`) until this returns.
+                // Under TREE.
                 unsafe {
-                    Arc::increment_strong_count(parent);
-                    let old = oc.repoint(parent);
+                    let old = oc.repoint(to_ptr);
                     debug_assert!(core::ptr::eq(old, cur));
-                    Arc::decrement_strong_count(old);
+                    drop(Arc::from_raw(old));
                 }
             }
             list_push(&mut to, id);
