@@ -20,8 +20,10 @@ pub(crate) fn broken(msg: &str) -> ! {
 /// Whether an automatic walk is due at this visit of `counter`'s point: at the visits whose
 /// number is a power of two (1, 2, 4, ...) and every 4,096th after 4,096, so that a test that
 /// flushes a million times walks a cache a few hundred times, not a million. Racy counters
-/// are fine: a lost update only moves a walk. Always false outside `debug_assertions`.
+/// are fine: a lost update only moves a walk. Always false outside `debug_assertions`,
+/// where its callers are compiled out.
 #[inline]
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) fn due(counter: &AtomicU32) -> bool {
     if !cfg!(debug_assertions) {
         return false;
