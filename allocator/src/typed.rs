@@ -77,19 +77,18 @@ impl<T> TypedCache<T> {
     /// accounted. `Err(value)`, the value untouched, when the tenant's limit refuses the
     /// charge or memory is exhausted.
     pub fn alloc(&self, value: T) -> Result<CacheBox<'_, T>, T> {
-        if mem::size_of::<T>() == 0 {
-            return Ok(CacheBox {
-                ptr: NonNull::dangling(),
-                cache: &self.cache,
-                _owns: PhantomData,
-            });
-        }
-        let Some(p) = self.cache.alloc() else {
-            return Err(value);
+        let ptr = if mem::size_of::<T>() == 0 {
+            NonNull::dangling()
+        } else {
+            let Some(p) = self.cache.alloc() else {
+                return Err(value);
+            };
+            p.cast::<T>()
         };
-        let ptr = p.cast::<T>();
         // SAFETY: a fresh slot of at least size_of::<T>() bytes aligned to align_of::<T>()
-        // (the cache was built for Layout::new::<T>()), owned by nobody else.
+        // (the cache was built for Layout::new::<T>()), owned by nobody else; for a
+        // zero-sized T, a dangling aligned pointer, valid for a write of zero bytes. The box
+        // now owns the value (it is dropped once, by the box).
         unsafe { ptr.as_ptr().write(value) };
         Ok(CacheBox {
             ptr,
