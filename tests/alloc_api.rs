@@ -30,7 +30,11 @@ fn a_vec_is_charged_to_its_tenant_in_any_scope() {
             v.push(i);
             if i % 97 == 0 {
                 // Every growth moves or resizes the block: the charge follows it.
-                assert_eq!(t.current_exact(), usable(v.as_ptr().cast()), "in_other {in_other}, {i}");
+                assert_eq!(
+                    t.current_exact(),
+                    usable(v.as_ptr().cast()),
+                    "in_other {in_other}, {i}"
+                );
             }
         }
         // Past the size classes: a large block.
@@ -42,7 +46,11 @@ fn a_vec_is_charged_to_its_tenant_in_any_scope() {
         v.shrink_to_fit();
         assert_eq!(t.current_exact(), usable(v.as_ptr().cast()));
         assert_eq!(&v[..], &(0..10).collect::<Vec<u64>>()[..]);
-        assert_eq!(other.current_exact(), other_before, "the thread's scope was charged");
+        assert_eq!(
+            other.current_exact(),
+            other_before,
+            "the thread's scope was charged"
+        );
         drop(v);
         assert_eq!(t.current_exact(), 0, "in_other {in_other}");
         drop(g);
@@ -146,7 +154,11 @@ fn a_cache_reference_is_an_allocator_for_layouts_that_fit() {
         ABox::new_in([5u64; 32], &c)
     };
     assert_eq!(c.live_objects(), 1);
-    assert_eq!(t.current_exact(), each, "charged to the scope it was allocated in");
+    assert_eq!(
+        t.current_exact(),
+        each,
+        "charged to the scope it was allocated in"
+    );
     assert_eq!(b.iter().sum::<u64>(), 160);
     drop(b);
     assert_eq!(t.current_exact(), 0);

@@ -196,7 +196,11 @@ fn bulk_and_single_frees_mixed_across_threads_account_exactly() {
                     let Some((k, addrs)) = next else { break };
                     let l = layouts[k];
                     let ptrs: Vec<*mut u8> = addrs.iter().map(|&p| p as *mut u8).collect();
-                    let half = if i % 3 == 0 { 0 } else { ptrs.len() / 2 };
+                    let half = if i.is_multiple_of(3) {
+                        0
+                    } else {
+                        ptrs.len() / 2
+                    };
                     for &p in &ptrs[..half] {
                         // SAFETY: p came from alloc_bulk with l, freed once.
                         unsafe { std::alloc::dealloc(p, l) };
@@ -223,4 +227,32 @@ fn bulk_and_single_frees_mixed_across_threads_account_exactly() {
     drain_all_stocks();
     assert_eq!(a.current_exact(), 0, "a: bulk objects left charged");
     assert_eq!(b.current_exact(), 0, "b: objects left charged");
+}
+
+/// One `free_bulk` of blocks of several owners, interleaved: each stretch of one owner is
+/// uncharged from that owner.
+#[test]
+fn one_free_bulk_uncharges_each_owner() {
+    let l = Layout::from_size_align(48, 8).unwrap();
+    let each = class_bytes(l);
+    let tenants = [Tenant::new("bulk-owner-1"), Tenant::new("bulk-owner-2")];
+    let mut all = Vec::with_capacity(120);
+    for round in 0..12 {
+        let t = &tenants[round % 2];
+        let mut out = [std::ptr::null_mut(); 5];
+        let _g = t.enter();
+        assert_eq!(alloc_bulk(l, &mut out), 5);
+        // SAFETY: l has a non-zero size.
+        let single = unsafe { std::alloc::alloc(l) };
+        all.extend_from_slice(&out);
+        all.push(single);
+    }
+    for t in &tenants {
+        assert_eq!(t.current_exact(), 36 * each);
+    }
+    // SAFETY: every block was allocated with l (in bulk or singly), each freed once.
+    unsafe { free_bulk(l, &all) };
+    for t in &tenants {
+        assert_eq!(t.current_exact(), 0, "{}", t.name());
+    }
 }

@@ -133,7 +133,9 @@ fn zero_sized_and_over_aligned_types() {
     t.set_max(0);
     let b = {
         let _g = t.enter();
-        c.alloc(Marker).ok().expect("a zero-sized value was refused")
+        c.alloc(Marker)
+            .ok()
+            .expect("a zero-sized value was refused")
     };
     assert_eq!(c.cache().live_objects(), 0);
     assert_eq!(t.current_exact(), 0);
@@ -155,7 +157,10 @@ fn zero_sized_and_over_aligned_types() {
         assert_eq!(p.0, i as u8);
     }
     drop(keep);
-    assert_eq!(lines.cache().live_objects() + pages.cache().live_objects(), 0);
+    assert_eq!(
+        lines.cache().live_objects() + pages.cache().live_objects(),
+        0
+    );
 
     #[repr(align(8192))]
     struct TooAligned(#[allow(dead_code)] u8);
@@ -190,7 +195,10 @@ fn caches_and_handles_are_shared_by_threads() {
                         .unwrap()
                     })
                     .collect();
-                assert!(v.iter().enumerate().all(|(i, b)| b.id == k * 1000 + i as u64));
+                assert!(v
+                    .iter()
+                    .enumerate()
+                    .all(|(i, b)| b.id == k * 1000 + i as u64));
             });
         }
     });

@@ -394,7 +394,11 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
     // (done by a thread's first slow path, which this may come before).
     init::init_once();
     let cg = hooks::current_objcg();
-    let kind = if cg != 0 { Kind::Accounted } else { Kind::Plain };
+    let kind = if cg != 0 {
+        Kind::Accounted
+    } else {
+        Kind::Plain
+    };
     let runs = Runs {
         cg,
         each: class_size(c),
@@ -406,7 +410,15 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
     }
     let cache = class_caches::cache(c, kind);
     let took = thread_cache::with(|tc| {
-        let bin = thread_cache::is_live(tc).then(|| tc.bin(c, kind));
+        let bin = thread_cache::is_live(tc).then(|| {
+            let bin = tc.bin(c, kind);
+            // A thread that allocates from the class keeps a bin of it (as its first refill
+            // would open it), so that its bulk frees come back through the bin.
+            if bin.capacity() == 0 {
+                bin.set_capacity(thread_cache::bin_max(c));
+            }
+            bin
+        });
         if !take(cache, bin, out) {
             return false;
         }
@@ -471,7 +483,9 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
             let w = unsafe { &*tc.owner_word(p, c) };
             let owner = w.load(Ordering::Relaxed);
             if owner == 0 {
-                sys::fatal("double free of an accounted object in free_bulk (owner already cleared)");
+                sys::fatal(
+                    "double free of an accounted object in free_bulk (owner already cleared)",
+                );
             }
             w.store(0, Ordering::Relaxed);
             // SAFETY: a live accounted slot is charged class_size(c) to its recorded owner,
@@ -493,14 +507,25 @@ mod tests {
     /// A run's bytes never overflow, whatever the object size, and runs cover any count.
     #[test]
     fn runs_cover_any_count_without_overflow() {
-        for each in [1usize, 8, 48, 4096, 128 << 10, 1 << 20, RUN_BYTES, usize::MAX] {
+        for each in [
+            1usize,
+            8,
+            48,
+            4096,
+            128 << 10,
+            1 << 20,
+            RUN_BYTES,
+            usize::MAX,
+        ] {
             let run = run_objects(each);
             assert!(run >= 1);
             let bytes = run.checked_mul(each).expect("a run's bytes overflow");
             assert!(bytes <= RUN_BYTES.max(each), "{each}: {bytes}");
-            // The number of runs for the largest count is finite and covers it.
-            let runs = usize::MAX.div_ceil(run);
-            assert!(runs.checked_mul(run).is_none_or(|t| t >= usize::MAX));
+            // The last run of the largest count is a whole number of objects.
+            let last = usize::MAX % run;
+            assert!(last
+                .checked_mul(each)
+                .is_some_and(|b| b <= RUN_BYTES.max(each)));
         }
         assert_eq!(run_objects(128 << 10), 8192);
     }

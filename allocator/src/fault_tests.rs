@@ -242,9 +242,16 @@ fn a_bulk_refused_part_way_gives_back_what_it_took() {
     let (n, refused) = refusing(1, u32::MAX, || c.alloc_bulk(&mut out));
     assert_eq!(n, 0, "a bulk without its second segment succeeded");
     assert!(refused >= 1, "the bulk never needed a second segment");
-    assert!(out.iter().all(|p| p.is_null()), "an entry kept a freed object");
+    assert!(
+        out.iter().all(|p| p.is_null()),
+        "an entry kept a freed object"
+    );
     assert_eq!(t.current_exact(), 0, "the bulk's charge stayed");
-    assert_eq!(c.live_objects(), 0, "objects taken before the refusal stayed live");
+    assert_eq!(
+        c.live_objects(),
+        0,
+        "objects taken before the refusal stayed live"
+    );
     assert_eq!(
         fault::net_mapped(),
         net + crate::segment::SEGMENT as isize,
