@@ -9,6 +9,14 @@
 //! `free_bulk`, for a dedicated cache and for a size class; prints the throughput and the
 //! tenant's slab lines.
 //!
+//! What the figures are: whole patterns, not bulk calls alone (`benches/bulk.rs` times
+//! those). A recycle frees every request, which empties slabs, and slabcg gives the pages
+//! of empty slabs beyond a reserve back to the OS: the refills after it fault them in
+//! again. The dedicated cache pays that in both modes; the size class one by one keeps the
+//! freed requests in the thread's bins and object stock, while `free_bulk` sends what the
+//! bin cannot hold back to the slabs, so its bulk mode pays it too (seen here as bulk
+//! slower than one by one for the size class).
+//!
 //! `cargo run --release --example request_pool [total requests, default 2^24]`
 
 use std::alloc::Layout;
