@@ -119,8 +119,8 @@ pub use slabcg_accounting::{
     OomPolicy, ScopeGuard, Scoped, StatItem, Tenant, TenantError, TenantStat,
 };
 pub use slabcg_allocator::{
-    stats, trim, AllocStats, Cache, CacheBuilder, CacheError, CacheInfo, ClassStats, MetaPlacement,
-    SlabAlloc,
+    alloc_bulk, allocator_api2, free_bulk, stats, trim, AllocStats, Cache, CacheBox, CacheBuilder,
+    CacheError, CacheInfo, ClassStats, MetaPlacement, SlabAlloc, TenantAlloc, TypedCache,
 };
 
 #[cfg(feature = "prometheus")]

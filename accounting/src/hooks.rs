@@ -98,6 +98,16 @@ pub unsafe fn shrink_charge(
     }
 }
 
+/// Enters `tenant`'s scope on this thread until the returned guard drops, taking no handle
+/// of its own (the caller's keeps the tenant alive for the guard's life): for the
+/// allocator's `TenantAlloc`, which enters its tenant around every allocation. Costs the
+/// thread-local stores of a scope frame, like a poll of a `Scoped` future; nests like
+/// `Tenant::enter`, and the guard is `!Send`. Never allocates or panics.
+#[inline]
+pub fn enter_borrowed(tenant: &crate::Tenant) -> impl Drop + '_ {
+    crate::scope::enter_borrowed(tenant)
+}
+
 /// Registers the byte sizes of the allocator's size classes (for `slab_<size>` lines).
 pub fn set_slab_class_sizes(sizes: &'static [u32]) {
     crate::report::set_class_sizes(sizes);

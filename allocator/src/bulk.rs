@@ -1,67 +1,532 @@
-//! `alloc_bulk` / `free_bulk` (kmem_cache_alloc_bulk, seed 000): a whole run of objects moves
-//! with one lock round trip and is charged with one call, with overflow-safe byte math and
-//! nothing left charged or allocated when the run cannot be completed.
+//! `alloc_bulk` / `free_bulk` (kmem_cache_alloc_bulk, seed 000): for a dedicated cache
+//! ([`Cache::alloc_bulk`], [`Cache::free_bulk`]) and for the size classes ([`alloc_bulk`],
+//! [`free_bulk`]).
+//!
+//! How a bulk charges (an accounted cache, inside a tenant scope):
+//! - the objects are charged in runs, each with one `hooks::charge` of the run's bytes: one
+//!   operation on the thread's stock (a take, or one refill of it from the counters), and,
+//!   since every charged byte holds one reference on the objcg, the run's references in the
+//!   same step (what seed 000's review asked for with `obj_cgroup_get_many`);
+//! - a run is at most [`RUN_BYTES`] (1 GiB, [`run_objects`]): the byte count of a bulk is
+//!   never computed as `count * size`, so no count overflows the math (on 64-bit targets no
+//!   real slice could, on 32-bit ones a quarter of the address space could) and no run's
+//!   bytes overflow the accounting's 32-bit stat deltas;
+//! - every run is charged before any object is taken: a refused run uncharges the runs
+//!   before it, memory running out part way gives back the objects taken and uncharges every
+//!   run; either way the call returns 0 with nothing allocated or charged;
+//! - `free_bulk` reads and clears each object's owner word and uncharges each stretch of
+//!   consecutive objects with the same owner in runs the same way (a bulk allocated under
+//!   one tenant comes back as one stretch).
+//!
+//! Where the objects come from: a dedicated cache's slabs, [`CHUNK`] objects per lock round
+//! trip; a size class's: this thread's bin of the class first (the uncharged accounted bin
+//! inside a tenant scope, the plain bin outside), then the class's cache in chunks.
+//! `free_bulk` puts them back the same way (the bin while it has room). The chunks bound how
+//! long one call holds a cache's lock, whatever the count.
 
+use core::alloc::Layout;
+use core::ptr;
+use core::sync::atomic::Ordering;
+
+use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
+
+use crate::bin::Bin;
+use crate::cache::SlabCache;
 use crate::dedicated::Cache;
+use crate::owner::{is_accounted, owner_word};
+use crate::size_class::{class_for, class_size, Kind};
 use crate::slab::FreeObj;
+use crate::{charge, class_caches, init, sys, thread_cache};
+
+/// The most bytes one charged run holds: small enough for the accounting's 32-bit stat
+/// deltas and for any `usize`, large enough that a run is one charge for every real bulk.
+pub(crate) const RUN_BYTES: usize = 1 << 30;
+
+/// Objects moved per lock round trip of a cache.
+pub(crate) const CHUNK: usize = 512;
+
+/// Objects per charged run for objects of `each` bytes: the most whose bytes stay within
+/// [`RUN_BYTES`], at least 1 (so `run_objects(each) * each <= max(RUN_BYTES, each)`).
+pub(crate) fn run_objects(each: usize) -> usize {
+    (RUN_BYTES / each.max(1)).max(1)
+}
+
+/// What a bulk charges or uncharges: objects of `each` bytes, to objcg `cg` (non-zero), at
+/// stat index `idx`.
+#[derive(Clone, Copy)]
+struct Runs {
+    cg: ObjCgId,
+    each: usize,
+    idx: StatIdx,
+}
+
+impl Runs {
+    /// Charges `count` objects, one `hooks::charge` per run. False, with nothing left
+    /// charged, when a run is refused.
+    ///
+    /// # Safety
+    /// As `hooks::charge`: `cg` is the calling thread's current scope.
+    unsafe fn charge(self, count: usize) -> bool {
+        let run = run_objects(self.each);
+        let mut done = 0;
+        while done < count {
+            let k = run.min(count - done);
+            // SAFETY: caller's contract; k * each <= max(RUN_BYTES, each) (run_objects).
+            if !unsafe { hooks::charge(self.cg, k * self.each, self.idx) } {
+                // SAFETY: the runs of the first `done` objects were just charged to cg.
+                unsafe { self.uncharge(done) };
+                return false;
+            }
+            done += k;
+        }
+        true
+    }
+
+    /// Uncharges `count` objects, one `hooks::uncharge` per run.
+    ///
+    /// # Safety
+    /// As `hooks::uncharge`: `count` objects' bytes charged to `cg` at `idx` are outstanding,
+    /// and the caller gives them up.
+    unsafe fn uncharge(self, count: usize) {
+        let run = run_objects(self.each);
+        let mut done = 0;
+        while done < count {
+            let k = run.min(count - done);
+            // SAFETY: caller's contract; k * each as in `charge`.
+            unsafe { hooks::uncharge(self.cg, k * self.each, self.idx) };
+            done += k;
+        }
+    }
+}
+
+/// The owners of the objects a `free_bulk` frees, one stretch of equal owners at a time:
+/// each stretch is uncharged in runs when the owner changes and at the end.
+struct Owners {
+    owner: ObjCgId,
+    count: usize,
+    each: usize,
+    idx: StatIdx,
+    /// Objects uncharged so far (owner 0 is nobody: not counted).
+    uncharged: usize,
+}
+
+impl Owners {
+    fn new(each: usize, idx: StatIdx) -> Owners {
+        Owners {
+            owner: 0,
+            count: 0,
+            each,
+            idx,
+            uncharged: 0,
+        }
+    }
+
+    /// One more object, charged `each` bytes to `owner` (0: to nobody).
+    ///
+    /// # Safety
+    /// The object's charge is outstanding and the caller gives it up (it cleared the owner
+    /// word that recorded it).
+    #[inline]
+    unsafe fn add(&mut self, owner: ObjCgId) {
+        if owner != self.owner {
+            // SAFETY: the stretch's charges are outstanding (caller's contract for each).
+            unsafe { self.end() };
+            self.owner = owner;
+        }
+        self.count += 1;
+    }
+
+    /// Uncharges the current stretch.
+    ///
+    /// # Safety
+    /// As [`add`](Self::add), for every object of the stretch.
+    unsafe fn end(&mut self) {
+        if self.owner != 0 && self.count > 0 {
+            let runs = Runs {
+                cg: self.owner,
+                each: self.each,
+                idx: self.idx,
+            };
+            // SAFETY: caller's contract.
+            unsafe { runs.uncharge(self.count) };
+            self.uncharged += self.count;
+        }
+        self.count = 0;
+    }
+}
+
+/// Where freed slots go: the thread's bin while it takes them, then chains of up to
+/// [`CHUNK`] slots flushed to the cache.
+struct Sink<'a> {
+    cache: &'static SlabCache,
+    bin: Option<&'a Bin>,
+    head: *mut FreeObj,
+    count: usize,
+}
+
+impl<'a> Sink<'a> {
+    fn new(cache: &'static SlabCache, bin: Option<&'a Bin>) -> Sink<'a> {
+        Sink {
+            cache,
+            bin,
+            head: ptr::null_mut(),
+            count: 0,
+        }
+    }
+
+    /// Gives back slot `p`.
+    ///
+    /// # Safety
+    /// `p` is a slot of the cache (of the bin's class and kind) that nobody uses any more,
+    /// its owner word (if any) cleared.
+    #[inline]
+    unsafe fn put(&mut self, p: *mut u8) {
+        if let Some(bin) = self.bin {
+            // SAFETY: caller's contract.
+            if unsafe { bin.push(p) } {
+                return;
+            }
+            if bin.is_head(p) {
+                sys::fatal("double free in free_bulk (the slot is already the first free slot of this thread's bin)");
+            }
+            self.bin = None;
+        }
+        let o = p as *mut FreeObj;
+        // SAFETY: the caller gives up p; its first word becomes the chain link.
+        unsafe { (*o).next = self.head };
+        self.head = o;
+        self.count += 1;
+        if self.count == CHUNK {
+            self.flush();
+        }
+    }
+
+    /// Flushes the chain to the cache.
+    fn flush(&mut self) {
+        if self.count > 0 {
+            // SAFETY: a well-formed chain of `count` slots given up by `put`'s callers; flush
+            // validates each one.
+            unsafe { self.cache.flush(self.head, self.count) };
+            self.head = ptr::null_mut();
+            self.count = 0;
+        }
+    }
+}
+
+impl Drop for Sink<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Fills `out` with slots of `cache`, from `bin` (this thread's bin of it) first: true when
+/// all were taken, false when memory ran out part way (then what was taken is back).
+fn take(cache: &'static SlabCache, bin: Option<&Bin>, out: &mut [*mut u8]) -> bool {
+    let n = out.len();
+    let mut got = 0;
+    if let Some(bin) = bin {
+        while got < n {
+            let p = bin.pop();
+            if p.is_null() {
+                break;
+            }
+            out[got] = p;
+            got += 1;
+        }
+    }
+    while got < n {
+        let k = CHUNK.min(n - got);
+        let chain = cache.refill(k, k);
+        let mut o = chain.head;
+        for slot in &mut out[got..got + chain.count] {
+            *slot = o.cast();
+            // SAFETY: the chain links chain.count slots through their first word.
+            o = unsafe { (*o).next };
+        }
+        got += chain.count;
+        if chain.count < k {
+            let mut sink = Sink::new(cache, None);
+            for p in &mut out[..got] {
+                // SAFETY: p was just taken from the cache (or its bin) and never handed out;
+                // no owner word was written yet.
+                unsafe { sink.put(*p) };
+                *p = ptr::null_mut();
+            }
+            return false;
+        }
+    }
+    true
+}
 
 impl Cache {
+    /// Where tenant stats count this cache's objects (the core records the index it was
+    /// given when built).
+    fn stat_idx(&self) -> StatIdx {
+        StatIdx(self.core.stat.load(Ordering::Relaxed))
+    }
+
     /// Fills every entry of `out` with a fresh object and returns `out.len()`, or returns 0
-    /// and allocates (and charges) nothing, like `kmem_cache_alloc_bulk`.
+    /// and allocates (and charges) nothing, like `kmem_cache_alloc_bulk` (then `out` is as
+    /// it was, except that entries written before memory ran out are null). In an accounted
+    /// cache inside a tenant scope the objects are charged with one stock operation per run
+    /// of up to 1 GiB (so once for any real bulk), whatever the count; the objects come
+    /// from the cache's slabs, 512 per lock round trip.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// use slabcg_allocator::Cache;
+    ///
+    /// let cache = Cache::builder("requests", Layout::new::<[u64; 24]>()).account(true).build();
+    /// let mut objs = [std::ptr::null_mut(); 32];
+    /// assert_eq!(cache.alloc_bulk(&mut objs), 32);
+    /// // SAFETY: every pointer came from this cache's alloc_bulk, each freed once.
+    /// unsafe { cache.free_bulk(&objs) };
+    /// ```
     pub fn alloc_bulk(&self, out: &mut [*mut u8]) -> usize {
         let n = out.len();
         if n == 0 {
             return 0;
         }
-        let Some(bytes) = n.checked_mul(self.core.layout.object_size) else {
-            return 0;
+        let accounted = self.core.id.accounted;
+        let cg = if accounted { hooks::current_objcg() } else { 0 };
+        let runs = Runs {
+            cg,
+            each: self.core.layout.object_size,
+            idx: self.stat_idx(),
         };
-        let Some(cg) = self.charge_current(bytes) else {
-            return 0;
-        };
-        let chain = self.core.refill(n, n);
-        if chain.count < n {
-            // Out of memory part way: give back what we got, and the charge.
-            if chain.count > 0 {
-                // SAFETY: the chain came from refill with chain.count objects.
-                unsafe { self.core.flush(chain.head, chain.count) };
-            }
-            // SAFETY: the `bytes` charge_current just charged to cg, given back unused.
-            unsafe { self.uncharge(cg, bytes) };
+        // SAFETY: cg is this thread's current scope, just read.
+        if cg != 0 && !unsafe { runs.charge(n) } {
             return 0;
         }
-        let mut obj = chain.head;
-        for slot in out.iter_mut() {
-            // SAFETY: the chain holds n objects linked through their first word.
-            let next = unsafe { (*obj).next };
-            *slot = obj as *mut u8;
-            self.set_owner(obj as *mut u8, cg);
-            obj = next;
+        if !take(self.core, None, out) {
+            if cg != 0 {
+                // SAFETY: the runs charged just above, given back unused.
+                unsafe { runs.uncharge(n) };
+            }
+            return 0;
+        }
+        if accounted {
+            for &p in out.iter() {
+                // SAFETY: p is a slot of this accounted cache, just taken.
+                unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
+            }
+            if cg != 0 {
+                self.core.counters.charged.fetch_add(n, Ordering::Relaxed);
+            }
         }
         n
     }
 
-    /// Frees every object in `ptrs` with one lock round trip.
+    /// Frees every object in `ptrs` (null entries are skipped), 512 per lock round trip; in
+    /// an accounted cache, each stretch of objects with the same owner is uncharged with one
+    /// stock operation per run.
     ///
     /// # Safety
     /// Every pointer must come from this cache, be live, and appear once.
     pub unsafe fn free_bulk(&self, ptrs: &[*mut u8]) {
-        let mut head: *mut FreeObj = core::ptr::null_mut();
-        let mut count = 0;
-        for &p in ptrs {
-            if p.is_null() {
+        let mut sink = Sink::new(self.core, None);
+        if !self.core.id.accounted {
+            for &p in ptrs.iter().filter(|p| !p.is_null()) {
+                // SAFETY: caller's contract; flush validates that p is a slot of this cache.
+                unsafe { sink.put(p) };
+            }
+            return;
+        }
+        let mut owners = Owners::new(self.core.layout.object_size, self.stat_idx());
+        for &p in ptrs.iter().filter(|p| !p.is_null()) {
+            // The owner address is computed from p: a pointer that is not a slot start of
+            // this cache is reported before anything is written.
+            self.core.check_slot_start(p);
+            // SAFETY: p is a slot start of a segment of this accounted cache.
+            let owner = unsafe { (*owner_word(p)).swap(0, Ordering::Relaxed) };
+            // SAFETY: the object was charged object_size to the owner its word recorded
+            // (0: nobody), cleared just now; the caller gives it up.
+            unsafe {
+                owners.add(owner);
+                sink.put(p);
+            }
+        }
+        // SAFETY: as above, for the last stretch.
+        unsafe { owners.end() };
+        if owners.uncharged > 0 {
+            self.core
+                .counters
+                .charged
+                .fetch_sub(owners.uncharged, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Fills every entry of `out` with a fresh block of `layout` from its size class and returns
+/// `out.len()`, or returns 0 and allocates (and charges) nothing (`out` as it was, except
+/// that entries written before memory ran out are null): the size classes' bulk allocation,
+/// what `kmem_cache_alloc_bulk` is for a dedicated cache ([`Cache::alloc_bulk`]).
+///
+/// Inside a tenant scope the blocks are charged to the tenant (their class size each, as
+/// `GlobalAlloc::alloc` does) with one stock operation per run of up to 1 GiB, whatever the
+/// count; a refused charge or memory running out part way leaves nothing charged or
+/// allocated. The blocks come from this thread's bin of the class first, then from the
+/// class's slabs, 512 per lock round trip.
+///
+/// Layouts that no size class serves (above 128 KiB, or aligned above 4 KiB) get 0:
+/// allocate them one by one. Free the blocks with [`free_bulk`] with the same layout, or one
+/// by one with [`SlabAlloc`](crate::SlabAlloc)'s `dealloc` (`std::alloc::dealloc` when
+/// slabcg is the global allocator); either works whatever the global allocator is.
+///
+/// ```
+/// use std::alloc::Layout;
+///
+/// let l = Layout::new::<[u8; 200]>();
+/// let mut blocks = [std::ptr::null_mut(); 32];
+/// assert_eq!(slabcg_allocator::alloc_bulk(l, &mut blocks), 32);
+/// // SAFETY: every block came from alloc_bulk with layout l, each freed once.
+/// unsafe { slabcg_allocator::free_bulk(l, &blocks) };
+/// ```
+pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
+    let n = out.len();
+    let Some(c) = class_for(layout.size(), layout.align()) else {
+        return 0;
+    };
+    if n == 0 {
+        return 0;
+    }
+    // The class sizes must be registered with the accounting before anything is charged
+    // (done by a thread's first slow path, which this may come before).
+    init::init_once();
+    let cg = hooks::current_objcg();
+    let kind = if cg != 0 {
+        Kind::Accounted
+    } else {
+        Kind::Plain
+    };
+    let runs = Runs {
+        cg,
+        each: class_size(c),
+        idx: StatIdx::slab(c),
+    };
+    // SAFETY: cg is this thread's current scope, just read.
+    if cg != 0 && !unsafe { runs.charge(n) } {
+        return 0;
+    }
+    let cache = class_caches::cache(c, kind);
+    let took = thread_cache::with(|tc| {
+        let bin = thread_cache::is_live(tc).then(|| {
+            let bin = tc.bin(c, kind);
+            // A thread that allocates from the class keeps a bin of it (as its first refill
+            // would open it), so that its bulk frees come back through the bin.
+            if bin.capacity() == 0 {
+                bin.set_capacity(thread_cache::bin_max(c));
+            }
+            bin
+        });
+        if !take(cache, bin, out) {
+            return false;
+        }
+        if cg != 0 {
+            for &p in out.iter() {
+                // SAFETY: p is a slot of the accounted cache of class c, just taken.
+                unsafe { (*tc.owner_word(p, c)).store(cg, Ordering::Relaxed) };
+            }
+        }
+        true
+    });
+    if !took {
+        if cg != 0 {
+            // SAFETY: the runs charged just above, given back unused.
+            unsafe { runs.uncharge(n) };
+        }
+        return 0;
+    }
+    n
+}
+
+/// Frees every block in `ptrs` (null entries are skipped), all allocated with `layout`: the
+/// size classes' bulk free. Each block's owner is read from its owner word and each stretch
+/// of blocks with the same owner is uncharged with one stock operation per run, whichever
+/// thread allocated them and whatever scope the caller is in; the blocks go to this
+/// thread's bin of the class while it has room, the rest to the class's slabs, 512 per lock
+/// round trip.
+///
+/// For a layout that no size class serves, the blocks are freed one by one.
+///
+/// # Safety
+/// Every pointer must be a live block allocated by slabcg with `layout` (by [`alloc_bulk`],
+/// or by [`SlabAlloc`](crate::SlabAlloc)), and appear once.
+pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
+    let Some(c) = class_for(layout.size(), layout.align()) else {
+        for &p in ptrs.iter().filter(|p| !p.is_null()) {
+            // SAFETY: caller's contract: a layout without a class was allocated by the
+            // large path, and p is live.
+            unsafe { charge::free_large(p) };
+        }
+        return;
+    };
+    let accounted = class_caches::cache(c, Kind::Accounted);
+    thread_cache::with(|tc| {
+        let live = thread_cache::is_live(tc);
+        let mut plain = Sink::new(
+            class_caches::cache(c, Kind::Plain),
+            live.then(|| tc.bin(c, Kind::Plain)),
+        );
+        let mut acct = Sink::new(accounted, live.then(|| tc.bin(c, Kind::Accounted)));
+        let mut owners = Owners::new(class_size(c), StatIdx::slab(c));
+        for &p in ptrs.iter().filter(|p| !p.is_null()) {
+            if !is_accounted(p) {
+                // SAFETY: caller's contract; the flush validates that p is a slot of the
+                // plain cache of class c.
+                unsafe { plain.put(p) };
                 continue;
             }
-            self.release_owner(p);
-            let o = p as *mut FreeObj;
-            // SAFETY: the caller gives up p; its first word becomes the chain link.
-            unsafe { (*o).next = head };
-            head = o;
-            count += 1;
+            // Before anything is written through the owner address computed from p.
+            accounted.check_slot_start(p);
+            // SAFETY: p is a slot start of the accounted cache of class c (just checked).
+            let w = unsafe { &*tc.owner_word(p, c) };
+            let owner = w.load(Ordering::Relaxed);
+            if owner == 0 {
+                sys::fatal(
+                    "double free of an accounted object in free_bulk (owner already cleared)",
+                );
+            }
+            w.store(0, Ordering::Relaxed);
+            // SAFETY: a live accounted slot is charged class_size(c) to its recorded owner,
+            // cleared just now; the caller gives it up.
+            unsafe {
+                owners.add(owner);
+                acct.put(p);
+            }
         }
-        if count > 0 {
-            // SAFETY: a well-formed chain of `count` objects; flush validates each.
-            unsafe { self.core.flush(head, count) };
+        // SAFETY: as above, for the last stretch.
+        unsafe { owners.end() };
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's bytes never overflow, whatever the object size, and runs cover any count.
+    #[test]
+    fn runs_cover_any_count_without_overflow() {
+        for each in [
+            1usize,
+            8,
+            48,
+            4096,
+            128 << 10,
+            1 << 20,
+            RUN_BYTES,
+            usize::MAX,
+        ] {
+            let run = run_objects(each);
+            assert!(run >= 1);
+            let bytes = run.checked_mul(each).expect("a run's bytes overflow");
+            assert!(bytes <= RUN_BYTES.max(each), "{each}: {bytes}");
+            // The last run of the largest count is a whole number of objects.
+            let last = usize::MAX % run;
+            assert!(last
+                .checked_mul(each)
+                .is_some_and(|b| b <= RUN_BYTES.max(each)));
         }
+        assert_eq!(run_objects(128 << 10), 8192);
     }
 }

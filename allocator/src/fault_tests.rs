@@ -222,3 +222,63 @@ fn a_refused_growth_of_a_cached_mapping_unmaps_it() {
         A.dealloc(q, lb);
     }
 }
+
+/// A bulk that runs out of memory part way (the second segment refused) gives back every
+/// object it took and every run it charged: 0, nothing charged, nothing live, the entries
+/// it wrote reset; the first segment stays with the cache, which works afterwards. For a
+/// dedicated cache and for a size class.
+#[test]
+fn a_bulk_refused_part_way_gives_back_what_it_took() {
+    let _s = serial();
+    let t = Tenant::new("fault-bulk");
+    let _g = t.enter();
+
+    // 256 KiB objects: a few per segment, so 20 need more than one.
+    let c = Cache::builder("fault-bulk", layout(256 << 10, 8))
+        .account(true)
+        .build();
+    let net = fault::net_mapped();
+    let mut out = [core::ptr::null_mut(); 20];
+    let (n, refused) = refusing(1, u32::MAX, || c.alloc_bulk(&mut out));
+    assert_eq!(n, 0, "a bulk without its second segment succeeded");
+    assert!(refused >= 1, "the bulk never needed a second segment");
+    assert!(
+        out.iter().all(|p| p.is_null()),
+        "an entry kept a freed object"
+    );
+    assert_eq!(t.current_exact(), 0, "the bulk's charge stayed");
+    assert_eq!(
+        c.live_objects(),
+        0,
+        "objects taken before the refusal stayed live"
+    );
+    assert_eq!(
+        fault::net_mapped(),
+        net + crate::segment::SEGMENT as isize,
+        "the first segment is the cache's, nothing else stays mapped"
+    );
+    assert_eq!(c.alloc_bulk(&mut out), out.len());
+    let each = c.info().object_size as u64;
+    assert_eq!(t.current_exact(), out.len() as u64 * each);
+    // SAFETY: the objects just allocated from c, freed once.
+    unsafe { c.free_bulk(&out) };
+    assert_eq!(t.current_exact(), 0);
+    assert_eq!(c.live_objects(), 0);
+
+    // The largest size class, every mapping refused: what its slabs had free is taken and
+    // given back.
+    let l = layout(128 << 10, 8);
+    let mut out = [core::ptr::null_mut(); if cfg!(miri) { 40 } else { 64 }];
+    let net = fault::net_mapped();
+    let (n, refused) = refusing(0, u32::MAX, || crate::bulk::alloc_bulk(l, &mut out));
+    assert_eq!(n, 0);
+    assert!(refused >= 1);
+    assert!(out.iter().all(|p| p.is_null()));
+    assert_eq!(t.current_exact(), 0, "the size-class bulk's charge stayed");
+    assert_eq!(fault::net_mapped(), net);
+    assert_eq!(crate::bulk::alloc_bulk(l, &mut out), out.len());
+    assert_eq!(t.current_exact(), out.len() as u64 * (128 << 10));
+    // SAFETY: the blocks just allocated with l, freed once.
+    unsafe { crate::bulk::free_bulk(l, &out) };
+    assert_eq!(t.current_exact(), 0);
+}

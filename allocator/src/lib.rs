@@ -40,8 +40,10 @@
 //! 6. `thread_cache` (`ThreadCache`, embedding the bins and the object stock; the registry);
 //! 7. `large` (large allocations, the mapping cache), `stats`;
 //! 8. `init` (process and thread setup, fork handlers, the slow-path entries);
-//! 9. `charge` (the accounting hooks), `dedicated`, `bulk`;
-//! 10. `global` (`SlabAlloc`), `raw` (C entry points).
+//! 9. `charge` (the accounting hooks), `dedicated`, `bulk` (bulk allocation for dedicated
+//!    caches and size classes), `typed` (`TypedCache`, `CacheBox`);
+//! 10. `global` (`SlabAlloc`), `raw` (C entry points);
+//! 11. `tenant_alloc` (the allocator-api2 `Allocator` for `TenantAlloc` and `&Cache`).
 //!
 //! Who touches what:
 //! - a thread's `thread_cache` bins: only that thread (bin counts are read racily by
@@ -66,7 +68,10 @@
 //! Every module above is private. The API is what the crate root re-exports: [`SlabAlloc`],
 //! [`stats`] / [`trim`] and their [`AllocStats`] / [`ClassStats`], dedicated caches
 //! ([`Cache`], [`CacheBuilder`], [`CacheError`], [`CacheInfo`], [`SlabLayout`],
-//! [`MetaPlacement`]), the size-class table as far as a reader of [`AllocStats::classes`]
+//! [`MetaPlacement`]) and typed ones ([`TypedCache`], [`CacheBox`]), bulk allocation for the
+//! size classes ([`alloc_bulk`], [`free_bulk`]), the allocator-api2 `Allocator` for
+//! [`TenantAlloc`] and `&Cache` (with the [`allocator_api2`] crate it implements), the
+//! size-class table as far as a reader of [`AllocStats::classes`]
 //! needs it ([`class_for`], [`class_size`], [`NUM_CLASSES`], [`MAX_SMALL`]), and [`raw`], the
 //! layout-free entry points of C ABI front-ends (`slabcg-capi`). The hidden `testing` module
 //! re-exports the few internals that the workspace's own tests and benches look at; it is
@@ -96,14 +101,22 @@ mod size_class;
 mod slab;
 mod stats;
 mod sys;
+mod tenant_alloc;
 mod thread_cache;
+mod typed;
 mod unmapped;
 
+/// The crate whose `Allocator` trait [`TenantAlloc`] and `&Cache` implement (the version
+/// they were built against; its `vec::Vec` and `boxed::Box` take them).
+pub use allocator_api2;
+pub use bulk::{alloc_bulk, free_bulk};
 pub use dedicated::{Cache, CacheBuilder, CacheError, CacheInfo};
 pub use global::SlabAlloc;
 pub use size_class::{class_for, class_size, MAX_SMALL, NUM_CLASSES};
 pub use slab::{MetaPlacement, SlabLayout};
 pub use stats::{stats, trim, AllocStats, ClassStats};
+pub use tenant_alloc::TenantAlloc;
+pub use typed::{CacheBox, TypedCache};
 
 /// Internals that the workspace's own tests, examples and benches reach; not a stable API
 /// (hidden from the docs, may change in any release).
