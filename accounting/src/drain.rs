@@ -163,7 +163,7 @@ pub(crate) fn drain_idle() -> usize {
         s.seen.store(clock, Ordering::Relaxed);
         if idle {
             s.idle.store(true, Ordering::Relaxed);
-            s.steal.store(true, Ordering::SeqCst);
+            s.request_steal();
             chosen += 1;
         }
         p = s.hnext.load(Ordering::Relaxed);
@@ -216,14 +216,8 @@ impl Finish {
 fn finish_steal(s: &Stock, how: Finish) {
     VISITS.fetch_add(1, Ordering::Relaxed);
     match how {
-        Finish::Take => {
-            wait_out(&s.in_cs);
-            let taken: [_; NR_SLOTS] = s.take_all();
-            unlist(s);
-            s.steal.store(false, Ordering::Release);
-            taken.iter().for_each(release);
-        }
-        Finish::Withdraw => s.steal.store(false, Ordering::Release),
+        Finish::Take => s.take_stolen(unlist).iter().for_each(release),
+        Finish::Withdraw => s.withdraw_steal(),
     }
 }
 
@@ -426,7 +420,7 @@ fn drain(objects: ObjectDrain) {
         // SAFETY (here and below): listed stocks are registered, valid while we hold the
         // lock.
         let s = unsafe { &*p };
-        s.steal.store(true, Ordering::SeqCst);
+        s.request_steal();
         others += usize::from(!core::ptr::eq(s, own));
         p = s.hnext.load(Ordering::Relaxed);
     }
@@ -540,19 +534,4 @@ pub(crate) fn registered_count() -> usize {
         p = unsafe { (*p).next.load(Ordering::Relaxed) };
     }
     n
-}
-
-/// See `hooks::wait_out`. Acquire: pairs with the owner's release store of `in_cs = 0`, so
-/// the drainer sees the owner's writes.
-pub(crate) fn wait_out(in_cs: &AtomicBool) {
-    let mut spins = 0u32;
-    // The owner's CS is a handful of instructions; it only lasts if it is preempted.
-    while in_cs.load(Ordering::Acquire) {
-        spins += 1;
-        if spins < 64 {
-            core::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
 }

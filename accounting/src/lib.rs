@@ -121,3 +121,6 @@ pub use tenant::{current_tenant, drain_all_stocks, ChargeError, TenantError};
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
