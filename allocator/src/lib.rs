@@ -75,6 +75,8 @@ pub mod init;
 mod invariant;
 pub mod large;
 pub mod lock;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub mod object_stock;
 pub mod owner;
 pub mod raw;
