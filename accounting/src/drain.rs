@@ -21,6 +21,15 @@
 //! `steal` load above the `in_cs` store; the CPU reordering is what membarrier covers.
 //! Without a usable membarrier (see `sys.rs`) a drainer drains only its own thread's stock.
 //!
+//! Both halves are `Stock` methods that the fast paths and this file call: the owner's
+//! `with_slot` (`enter`, the slot, `leave`; `consume`/`refill`), the drainer's
+//! `request_steal` and `take_stolen` (wait, take, unlist, clear). `loom_tests.rs`
+//! (`RUSTFLAGS="--cfg loom"`, `.ci/run`) runs those very methods under loom, whose atomics
+//! `Stock` uses then (`slabcg_sys::sync`), with membarrier as a `SeqCst` fence on both sides:
+//! an owner charging and uncharging against one and two drains, checking that the drainer
+//! never takes while the owner works on its slots and that no byte or stat delta is lost
+//! or counted twice.
+//!
 //! ## The registry and the holding list
 //!
 //! Two intrusive doubly-linked lists of `Stock`s (which live in thread-local storage)

@@ -76,7 +76,7 @@ struct Owner {
 impl World {
     /// A stock tagged A with an empty tagged bin (capacity `MAX`), `a` live objects of A and
     /// `b` of B, all charged, and the other slots spare.
-    fn new(a: usize, b: usize) -> Owner {
+    fn build(a: usize, b: usize) -> Owner {
         let w = Arc::new(World {
             stock: ObjectStock::new(),
             lines: new_lines(),
@@ -303,7 +303,7 @@ fn model(body: fn()) {
 fn loom_object_stock_drain_races_owner() {
     model(|| {
         // Two live objects of A, one of B, one spare slot.
-        let mut o = World::new(2, 1);
+        let mut o = World::build(2, 1);
         o.race(1, |o| {
             o.free(0);
             o.alloc(A);
@@ -321,7 +321,7 @@ fn loom_object_stock_drain_races_owner() {
 #[test]
 fn loom_object_stock_drain_races_frees() {
     model(|| {
-        let mut o = World::new(2, 0);
+        let mut o = World::build(2, 0);
         o.race(1, |o| {
             o.free(0);
             o.free(0);
@@ -336,7 +336,7 @@ fn loom_object_stock_drain_races_frees() {
 #[test]
 fn loom_object_stock_two_drains_race_owner() {
     model(|| {
-        let mut o = World::new(2, 0);
+        let mut o = World::build(2, 0);
         o.race(2, |o| {
             o.free(0);
             o.alloc(A);
@@ -351,7 +351,7 @@ fn loom_object_stock_two_drains_race_owner() {
 #[test]
 fn loom_object_stock_exit_races_drainer() {
     model(|| {
-        let mut o = World::new(2, 0);
+        let mut o = World::build(2, 0);
         o.race(1, |o| {
             o.free(0);
             o.exit();

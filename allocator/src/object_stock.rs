@@ -65,6 +65,18 @@
 //! tenant is exact once the owner settles, or once a drain finds the thread quiet (at a
 //! quiescent point, every drain does).
 //!
+//! Model-checked: `loom_tests.rs` (`RUSTFLAGS="--cfg loom"`, `.ci/run`) runs this very code
+//! under loom, whose atomics the stock and the bins use then (`slabcg_sys::sync`): the
+//! owner's [`push`](ObjectStock::push) and [`pop`](ObjectStock::pop), its
+//! [`reclaim_take`](ObjectStock::reclaim_take), retag ([`take_bins`](ObjectStock::take_bins),
+//! [`set_tag`](ObjectStock::set_tag)) and [`take_own`](ObjectStock::take_own), against a
+//! drainer's passes on the stock ([`request_steal`](ObjectStock::request_steal),
+//! [`record`](ObjectStock::record), [`recheck`](ObjectStock::recheck), which [`drain`] runs
+//! on each thread), with membarrier as a `SeqCst` fence on both sides (what it guarantees).
+//! It checks that no live object is ever uncharged and that a quiescent drain is exact;
+//! what stays a model (the charges, the slow paths' bookkeeping, the armed list) is listed
+//! there.
+//!
 //! Invariants (under `stock`):
 //! - `tag == NO_TAG  =>  every tagged bin is empty`;
 //! - `tag == T` or `T | STEAL  =>  every slot in a tagged bin is charged to T with its class
