@@ -20,8 +20,8 @@
 #      loom_tests.rs: Stock::with_slot against request_steal/take_stolen), the object-stock
 #      protocol (allocator/src/loom_tests.rs: ObjectStock::push/pop/reclaim_take/take_own
 #      against request_steal/record/recheck), and the spin lock (sys/tests/loom_spin_lock.rs).
-#      Membarrier is a SeqCst fence on both sides under loom. Here with up to PREEMPT
-#      preemptions per execution (LOOM_MAX_PREEMPTIONS, default 4; .ci/run uses 3).
+#      Membarrier is a SeqCst fence on both sides under loom. Here with up to 4 preemptions
+#      per execution (LOOM_MAX_PREEMPTIONS to change it; .ci/run uses 3): about 3 minutes.
 # .ci/run runs a bounded part of 1-3 (the OS layer, the allocator's fault tests and
 # miri_smoke, all three loom models with 3 preemptions); this script is the long version.
 # Needs: `rustup toolchain install nightly --component miri` (Miri), network for the loom crate.
