@@ -15,11 +15,16 @@
 #      test harness with no test selected did not finish in 6 minutes. Everything else Miri
 #      checks stays on: use after free, out of bounds, uninitialised reads (including reads
 #      of memory the allocator unmapped), alignment, data races, leaks. About 5 minutes.
-#   3. The loom models: the object-stock protocol (allocator/tests/loom_object_stock.rs) and
-#      the spin lock (sys/tests/loom_spin_lock.rs).
+#   3. The loom models, which run the real protocol code on loom's atomics (the `sync` shim
+#      of slabcg-sys, `cfg(loom)`): the byte-stock steal protocol (accounting/src/
+#      loom_tests.rs: Stock::with_slot against request_steal/take_stolen), the object-stock
+#      protocol (allocator/src/loom_tests.rs: ObjectStock::push/pop/reclaim_take/take_own
+#      against request_steal/record/recheck), and the spin lock (sys/tests/loom_spin_lock.rs).
+#      Membarrier is a SeqCst fence on both sides under loom. Here with up to 4 preemptions
+#      per execution (LOOM_MAX_PREEMPTIONS to change it; .ci/run uses 3): about 3 minutes.
 # .ci/run runs a bounded part of 1-3 (the OS layer, the accounting tests less the four stress
-# tests, the allocator's fault tests and miri_smoke, the spin lock's model); this script is
-# the long version (the accounting set alone about 6 minutes on 2 cores).
+# tests, the allocator's fault tests and miri_smoke, all three loom models with 3
+# preemptions); this script is the long version (the accounting set alone about 6 minutes).
 # Needs: `rustup toolchain install nightly --component miri` (Miri), network for the loom crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,8 +40,8 @@ echo "== Miri: slabcg-allocator (lib + tests/miri_smoke.rs)"
 MIRIFLAGS="-Zmiri-permissive-provenance -Zmiri-disable-stacked-borrows" \
     cargo +nightly miri test -p slabcg-allocator --lib --test miri_smoke
 
-echo "== loom: object-stock protocol model, spin lock"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    cargo test -p slabcg-allocator --test loom_object_stock --release
+echo "== loom: byte-stock and object-stock protocols, spin lock"
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-4} CARGO_TARGET_DIR=target/loom \
+    cargo test -p slabcg-accounting -p slabcg-allocator --lib --release loom_tests::
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p slabcg-sys --test loom_spin_lock --release

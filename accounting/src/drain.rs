@@ -21,6 +21,15 @@
 //! `steal` load above the `in_cs` store; the CPU reordering is what membarrier covers.
 //! Without a usable membarrier (see `sys.rs`) a drainer drains only its own thread's stock.
 //!
+//! Both halves are `Stock` methods that the fast paths and this file call: the owner's
+//! `with_slot` (`enter`, the slot, `leave`; `consume`/`refill`), the drainer's
+//! `request_steal` and `take_stolen` (wait, take, unlist, clear). `loom_tests.rs`
+//! (`RUSTFLAGS="--cfg loom"`, `.ci/run`) runs those very methods under loom, whose atomics
+//! `Stock` uses then (`slabcg_sys::sync`), with membarrier as a `SeqCst` fence on both sides:
+//! an owner charging and uncharging against one and two drains, checking that the drainer
+//! never takes while the owner works on its slots and that no byte or stat delta is lost
+//! or counted twice.
+//!
 //! ## The registry and the holding list
 //!
 //! Two intrusive doubly-linked lists of `Stock`s (which live in thread-local storage)
@@ -163,7 +172,7 @@ pub(crate) fn drain_idle() -> usize {
         s.seen.store(clock, Ordering::Relaxed);
         if idle {
             s.idle.store(true, Ordering::Relaxed);
-            s.steal.store(true, Ordering::SeqCst);
+            s.request_steal();
             chosen += 1;
         }
         p = s.hnext.load(Ordering::Relaxed);
@@ -216,14 +225,8 @@ impl Finish {
 fn finish_steal(s: &Stock, how: Finish) {
     VISITS.fetch_add(1, Ordering::Relaxed);
     match how {
-        Finish::Take => {
-            wait_out(&s.in_cs);
-            let taken: [_; NR_SLOTS] = s.take_all();
-            unlist(s);
-            s.steal.store(false, Ordering::Release);
-            taken.iter().for_each(release);
-        }
-        Finish::Withdraw => s.steal.store(false, Ordering::Release),
+        Finish::Take => s.take_stolen(unlist).iter().for_each(release),
+        Finish::Withdraw => s.withdraw_steal(),
     }
 }
 
@@ -428,7 +431,7 @@ fn drain(objects: ObjectDrain) {
         // SAFETY (here and below): listed stocks are registered, valid while we hold the
         // lock.
         let s = unsafe { &*p };
-        s.steal.store(true, Ordering::SeqCst);
+        s.request_steal();
         others += usize::from(!core::ptr::eq(s, own));
         p = s.hnext.load(Ordering::Relaxed);
     }
@@ -542,19 +545,4 @@ pub(crate) fn registered_count() -> usize {
         p = unsafe { (*p).next.load(Ordering::Relaxed) };
     }
     n
-}
-
-/// See `hooks::wait_out`. Acquire: pairs with the owner's release store of `in_cs = 0`, so
-/// the drainer sees the owner's writes.
-pub(crate) fn wait_out(in_cs: &AtomicBool) {
-    let mut spins = 0u32;
-    // The owner's CS is a handful of instructions; it only lasts if it is preempted.
-    while in_cs.load(Ordering::Acquire) {
-        spins += 1;
-        if spins < 64 {
-            core::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
 }

@@ -19,7 +19,7 @@
 //! shared types (`types.rs`) and the registration functions (`callbacks.rs`); no file of
 //! the crate imports it.
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::Ordering;
 
 use crate::charge;
 use crate::scope;
@@ -272,8 +272,8 @@ pub fn remote_barrier_kind() -> &'static str {
 /// The drainer's wait for an owner to leave its critical section (`in_cs`), after the
 /// barrier: spins briefly, since the section is a few instructions, then yields, since its
 /// owner may have been preempted inside it.
-pub fn wait_out(in_cs: &AtomicBool) {
-    crate::drain::wait_out(in_cs)
+pub fn wait_out(in_cs: &crate::sys::sync::AtomicBool) {
+    crate::stock::wait_out(in_cs)
 }
 
 /// The owner's side of the same protocol: put it between the owner's `in_cs` store and its

@@ -176,3 +176,6 @@ pub mod testing {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(all(test, loom))]
+mod loom_tests;

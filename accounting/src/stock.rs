@@ -43,9 +43,9 @@
 //! Reentrancy: nothing inside a CS calls out (no allocation, no callback), so the stock is
 //! never mutated re-entrantly; a signal handler that allocates is outside the contract.
 
-use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
-    Ordering::{Acquire, Relaxed, Release},
+use crate::sys::sync::{
+    self, AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 
 use crate::types::{ObjCgId, StatIdx, NR_STAT};
@@ -159,7 +159,9 @@ pub(crate) enum Pool {
 }
 
 impl Stock {
-    const fn new() -> Stock {
+    /// An empty stock, off every list. `const` in every build (under loom too, see
+    /// `slabcg_sys::sync`), for the thread-local.
+    pub(crate) const fn new() -> Stock {
         Stock {
             in_cs: AtomicBool::new(false),
             steal: AtomicBool::new(false),
@@ -200,6 +202,63 @@ impl Stock {
         self.in_cs.store(false, Release);
     }
 
+    /// Runs `op` on the owner's slot for `id` inside the critical section: the most recently
+    /// used slot when it is `id`'s, else the others, searched out of line (still without
+    /// atomics), which makes the hit the MRU slot. So a thread working for one tenant at a
+    /// time compares one id here. False when a drainer is stealing, no slot holds `id` or
+    /// `op` declined. The owner's whole side of the protocol (`enter`, the slot, `leave`).
+    #[inline(always)]
+    pub(crate) fn with_slot(&self, id: ObjCgId, op: impl Fn(&Stock, usize) -> bool) -> bool {
+        let mut ok = false;
+        if self.enter() {
+            ok = match self.mru_for(id) {
+                Some(i) => op(self, i),
+                None => self.other_slot(id).is_some_and(|i| op(self, i)),
+            };
+        }
+        self.leave();
+        ok
+    }
+
+    /// Fast path of a charge on this stock: take `n` bytes from `pool` of the slot for
+    /// `id`, in the CS. False (nothing changed) when that misses.
+    #[inline(always)]
+    pub(crate) fn consume(&self, id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> bool {
+        self.with_slot(id, |s, i| s.try_take(i, pool, n, idx))
+    }
+
+    /// Fast path of an uncharge on this stock: give `n` bytes back to `pool` of the slot
+    /// for `id`, in the CS. False (nothing changed) when that misses.
+    #[inline(always)]
+    pub(crate) fn refill(&self, id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> bool {
+        self.with_slot(id, |s, i| s.try_give(i, pool, n, idx))
+    }
+
+    /// A drainer's request, under the registry lock, before its remote barrier: an owner
+    /// whose `enter` the barrier orders after this store sees it and keeps off the slots
+    /// (`drain.rs`).
+    pub(crate) fn request_steal(&self) {
+        self.steal.store(true, SeqCst);
+    }
+
+    /// The drainer's second half after its barrier reached the owner: waits for the owner
+    /// to leave its CS, takes every slot, runs `unlist` (the holding list, still inside the
+    /// steal), then clears `steal` with Release, which publishes all of it to the owner's
+    /// next `enter`. The caller gives the contents back (`drain::release`).
+    pub(crate) fn take_stolen(&self, unlist: impl FnOnce(&Stock)) -> [Contents; NR_SLOTS] {
+        wait_out(&self.in_cs);
+        let taken = self.take_all();
+        unlist(self);
+        self.steal.store(false, Release);
+        taken
+    }
+
+    /// The drainer's second half when its barrier did not reach the owner: only withdraws
+    /// the request.
+    pub(crate) fn withdraw_steal(&self) {
+        self.steal.store(false, Release);
+    }
+
     #[inline(always)]
     pub(crate) fn find(&self, id: ObjCgId) -> Option<usize> {
         (0..NR_SLOTS).find(|&i| self.ids[i].load(Relaxed) == id)
@@ -217,7 +276,7 @@ impl Stock {
     /// Fast-path take of `n` bytes from `pool` and `+n` on the stat delta. False (nothing
     /// changed) if the pool lacks bytes or the delta would need a flush.
     #[inline(always)]
-    fn try_take(&self, i: usize, pool: Pool, n: u64, idx: StatIdx) -> bool {
+    pub(crate) fn try_take(&self, i: usize, pool: Pool, n: u64, idx: StatIdx) -> bool {
         let b = self.pool(i, pool).load(Relaxed);
         let Some(st) = self.stats[i].get(idx.0 as usize) else {
             return false;
@@ -242,7 +301,7 @@ impl Stock {
     /// Fast-path give-back of `n` bytes to `pool` and `-n` on the stat delta. False (nothing
     /// changed) if the pool would pass `STOCK_HIGH` or the delta would need a flush.
     #[inline(always)]
-    fn try_give(&self, i: usize, pool: Pool, n: u64, idx: StatIdx) -> bool {
+    pub(crate) fn try_give(&self, i: usize, pool: Pool, n: u64, idx: StatIdx) -> bool {
         let b = self.pool(i, pool).load(Relaxed).wrapping_add(n);
         let Some(st) = self.stats[i].get(idx.0 as usize) else {
             return false;
@@ -490,42 +549,44 @@ fn with_stock<R>(f: impl FnOnce(&Stock) -> R) -> R {
     f(unsafe { &*s })
 }
 
-/// Runs `op` on this thread's slot for `id` inside the critical section: the most recently
-/// used slot when it is `id`'s, else the others, searched out of line (still without
-/// atomics), which makes the hit the MRU slot. So a thread working for one tenant at a time
-/// compares one id here. False when no slot holds `id` or `op` declined.
-#[inline(always)]
-fn with_slot(id: ObjCgId, op: impl Fn(&Stock, usize) -> bool) -> bool {
-    with_stock(
-        #[inline(always)]
-        |s| {
-            let mut ok = false;
-            if s.enter() {
-                ok = match s.mru_for(id) {
-                    Some(i) => op(s, i),
-                    None => s.other_slot(id).is_some_and(|i| op(s, i)),
-                };
-            }
-            s.leave();
-            ok
-        },
-    )
-}
-
 /// Fast path of a charge: take `n` bytes from `pool` of this thread's slot for `id`.
 #[inline(always)]
 pub(crate) fn consume(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> bool {
-    with_slot(id, |s, i| s.try_take(i, pool, n, idx))
+    with_stock(
+        #[inline(always)]
+        |s| s.consume(id, pool, n, idx),
+    )
 }
 
 /// Fast path of an uncharge: give `n` bytes back to `pool` of this thread's slot for `id`.
 #[inline(always)]
 pub(crate) fn refill(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> bool {
-    with_slot(id, |s, i| s.try_give(i, pool, n, idx))
+    with_stock(
+        #[inline(always)]
+        |s| s.refill(id, pool, n, idx),
+    )
 }
 
 /// Whether this thread's stock has a slot for `id` (outside the CS: a drainer may empty it
 /// meanwhile, so a hint).
 pub(crate) fn holds(id: ObjCgId) -> bool {
     id != 0 && with_stock(|s| s.find(id).is_some())
+}
+
+/// The drainer's wait for an owner to leave its critical section (`in_cs`), after the
+/// barrier: spins briefly, since the section is a few instructions, then yields, since its
+/// owner may have been preempted inside it. Acquire: pairs with the owner's Release store
+/// of `in_cs = 0`, so the drainer sees the owner's writes. (Under loom every spin yields to
+/// the model's scheduler.)
+pub(crate) fn wait_out(in_cs: &AtomicBool) {
+    let mut spins = 0u32;
+    // The owner's CS is a handful of instructions; it only lasts if it is preempted.
+    while in_cs.load(Acquire) {
+        spins += 1;
+        if spins < 64 || cfg!(loom) {
+            sync::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
 }

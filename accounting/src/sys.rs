@@ -7,6 +7,9 @@
 //! stock drainer (see `drain.rs`) pair its `SeqCst` store of `steal` with the stock owner's
 //! plain store of `in_cs` without the owner paying for a fence ([`light_barrier`]).
 
+/// The atomics of the structures a loom model checks (`Stock`): core's, or loom's under
+/// `cfg(loom)`.
+pub(crate) use slabcg_sys::sync;
 pub(crate) use slabcg_sys::{
     cpus, light_barrier, read_environment, remote_barrier, remote_barrier_kind, warn, SpinGuard,
     SpinLock,

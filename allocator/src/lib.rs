@@ -93,6 +93,8 @@ mod init;
 mod invariant;
 mod large;
 mod lock;
+#[cfg(all(test, loom))]
+mod loom_tests;
 mod object_stock;
 mod owner;
 pub mod raw;

@@ -65,6 +65,18 @@
 //! tenant is exact once the owner settles, or once a drain finds the thread quiet (at a
 //! quiescent point, every drain does).
 //!
+//! Model-checked: `loom_tests.rs` (`RUSTFLAGS="--cfg loom"`, `.ci/run`) runs this very code
+//! under loom, whose atomics the stock and the bins use then (`slabcg_sys::sync`): the
+//! owner's [`push`](ObjectStock::push) and [`pop`](ObjectStock::pop), its
+//! [`reclaim_take`](ObjectStock::reclaim_take), retag ([`take_bins`](ObjectStock::take_bins),
+//! [`set_tag`](ObjectStock::set_tag)) and [`take_own`](ObjectStock::take_own), against a
+//! drainer's passes on the stock ([`request_steal`](ObjectStock::request_steal),
+//! [`record`](ObjectStock::record), [`recheck`](ObjectStock::recheck), which [`drain`] runs
+//! on each thread), with membarrier as a `SeqCst` fence on both sides (what it guarantees).
+//! It checks that no live object is ever uncharged and that a quiescent drain is exact;
+//! what stays a model (the charges, the slow paths' bookkeeping, the armed list) is listed
+//! there.
+//!
 //! Invariants (under `stock`):
 //! - `tag == NO_TAG  =>  every tagged bin is empty`;
 //! - `tag == T` or `T | STEAL  =>  every slot in a tagged bin is charged to T with its class
@@ -72,12 +84,9 @@
 //! - `tag == T | DRAINED  =>  the bin of class c holds count slots whose owner word is T, of
 //!   which count - rec[c] are still charged to T`.
 
-use core::sync::atomic::Ordering;
+use core::cell::Cell;
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
-
-use core::cell::Cell;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8};
 
 use crate::bin::{Bin, ClassBins};
 use crate::class_caches;
@@ -85,6 +94,7 @@ use crate::lock::{SpinGuard, SpinLock};
 use crate::owner::class_owner_word;
 use crate::size_class::{class_size, Kind, NUM_CLASSES};
 use crate::slab::FreeObj;
+use crate::sys::sync::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 /// A thread cache's per-class lines, whose `tagged` bins this stock keeps (`ClassBins`).
 pub(crate) type Lines = [ClassBins; NUM_CLASSES];
@@ -254,6 +264,13 @@ impl ObjectStock {
         unsafe { line.tagged.push(p) }
     }
 
+    /// Tags the stock for `cg`: its bins keep `cg`'s objects from now on. Under `lock`, by
+    /// the owner (a retag), after the bins were emptied or handed to `cg`.
+    pub(crate) fn set_tag(&self, cg: ObjCgId) {
+        self.tag.store(u64::from(cg), Ordering::Relaxed);
+        self.tag_misses.set(0);
+    }
+
     /// Whether a drainer has been at this thread's tagged bins since the owner last
     /// reclaimed them ([`reclaim`](Self::reclaim)).
     #[inline]
@@ -349,8 +366,7 @@ impl ObjectStock {
             // thread that works for one short-lived tenant after another (a tenant per query)
             // comes here once per tenant.
             self.note_retag(lines, cg);
-            self.tag.store(u64::from(cg), Ordering::Relaxed);
-            self.tag_misses.set(0);
+            self.set_tag(cg);
             drop(d);
         } else if drained
             || misses >= RETAG_AFTER
@@ -396,8 +412,7 @@ impl ObjectStock {
             return false;
         }
         self.note_retag(lines, cg);
-        self.tag.store(u64::from(cg), Ordering::Relaxed);
-        self.tag_misses.set(0);
+        self.set_tag(cg);
         true
     }
 
@@ -463,14 +478,12 @@ impl ObjectStock {
     ) {
         if self.transfer_bins(lines, cg) {
             self.note_retag(lines, cg);
-            self.tag.store(u64::from(cg), Ordering::Relaxed);
-            self.tag_misses.set(0);
+            self.set_tag(cg);
             return;
         }
         let taken = self.take_bins(lines, &mut d, Count::Trusted);
         self.note_retag(lines, cg);
-        self.tag.store(u64::from(cg), Ordering::Relaxed);
-        self.tag_misses.set(0);
+        self.set_tag(cg);
         drop(d);
         give_back(lines, &taken, GiveTo::OwnBins(uncharged));
     }
@@ -534,7 +547,7 @@ impl ObjectStock {
     /// Called with the thread's `stock` lock held (`d`): by the owner outside its fast paths, or
     /// in a fork child for a thread that did not survive (`walked`: count the lists by walking
     /// them, see [`give_back_orphan`]).
-    fn take_bins(&self, lines: &Lines, d: &mut Drained, walked: Count) -> Taken {
+    pub(crate) fn take_bins(&self, lines: &Lines, d: &mut Drained, walked: Count) -> Taken {
         let tag = self.tag.load(Ordering::Relaxed);
         let chains = core::array::from_fn(|c| {
             let bin = &lines[c].tagged;
@@ -560,20 +573,32 @@ impl ObjectStock {
     #[cold]
     #[inline(never)]
     pub(crate) fn reclaim(&self, lines: &Lines, uncharged: &Uncharged) {
-        let mut taken = NOTHING;
-        {
-            let mut d = self.lock();
-            if self.must_reclaim() {
-                taken = self.take_bins(lines, &mut d, Count::Trusted);
-            }
-        }
+        let taken = self.reclaim_take(lines);
         give_back(lines, &taken, GiveTo::OwnBins(uncharged));
+    }
+
+    /// [`reclaim`](Self::reclaim)'s part under the lock: takes the tagged bins if a
+    /// drainer has been here. The caller gives them back.
+    #[inline]
+    pub(crate) fn reclaim_take(&self, lines: &Lines) -> Taken {
+        let mut d = self.lock();
+        if self.must_reclaim() {
+            self.take_bins(lines, &mut d, Count::Trusted)
+        } else {
+            NOTHING
+        }
     }
 
     /// Gives back this thread's own tagged objects (thread exit, trim).
     pub(crate) fn give_back_own(&self, lines: &Lines) {
-        let taken = self.take_bins(lines, &mut self.lock(), Count::Trusted);
+        let taken = self.take_own(lines);
         give_back(lines, &taken, GiveTo::Slabs);
+    }
+
+    /// [`give_back_own`](Self::give_back_own)'s part under the lock: takes the tagged bins
+    /// whatever a drainer did to them, and untags. The caller gives them back.
+    pub(crate) fn take_own(&self, lines: &Lines) -> Taken {
+        self.take_bins(lines, &mut self.lock(), Count::Trusted)
     }
 
     /// In a fork child: uncharges the tagged objects of a thread that did not survive the fork.
@@ -611,10 +636,19 @@ fn tagged_slots(lines: &Lines) -> u32 {
 
 /// What an owner took from its tagged bins: their tag, the chains per class (head, count),
 /// and how much of each a drainer already uncharged.
-struct Taken {
-    tag: u64,
-    chains: [(*mut FreeObj, u32); NUM_CLASSES],
-    rec: [u32; NUM_CLASSES],
+pub(crate) struct Taken {
+    pub(crate) tag: u64,
+    pub(crate) chains: [(*mut FreeObj, u32); NUM_CLASSES],
+    pub(crate) rec: [u32; NUM_CLASSES],
+}
+
+impl Taken {
+    /// Objects of class `c` still charged to the tag's tenant: those a drainer did not
+    /// uncharge. Saturating: a fork child may find fewer than were counted (module docs).
+    #[inline]
+    pub(crate) fn left(&self, c: usize) -> u32 {
+        self.chains[c].1.saturating_sub(self.rec[c])
+    }
 }
 
 const NOTHING: Taken = Taken {
@@ -625,7 +659,7 @@ const NOTHING: Taken = Taken {
 
 /// How [`ObjectStock::take_bins`] counts a tagged bin.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Count {
+pub(crate) enum Count {
     /// Its `count`: the owner, outside its fast paths.
     Trusted,
     /// By walking its list: in a fork child, for a thread that did not survive
@@ -658,8 +692,7 @@ fn give_back(lines: &Lines, t: &Taken, to: GiveTo<'_>) {
         if n == 0 {
             continue;
         }
-        // Saturating: a fork child may find fewer than were counted (module docs).
-        let left = n.saturating_sub(t.rec[c]);
+        let left = t.left(c);
         if left > 0 {
             // SAFETY: the n slots of the tagged bin are charged to the tag's tenant, and a
             // drainer uncharged rec[c] of them already (module docs).
@@ -956,13 +989,8 @@ pub(crate) fn drain(
         return;
     }
     walk(&mut |tc| {
-        if core::ptr::eq(tc, own) {
-            return;
-        }
-        let _d = tc.lock();
-        let t = tc.tag.load(Ordering::Relaxed);
-        if t & (NO_TAG | DRAINED) == 0 {
-            tc.tag.store(t | STEAL, Ordering::SeqCst);
+        if !core::ptr::eq(tc, own) {
+            tc.request_steal();
         }
     });
     let remote = hooks::remote_barrier();
@@ -971,29 +999,9 @@ pub(crate) fn drain(
         if core::ptr::eq(tc, own) {
             return;
         }
-        let mut tenant = 0;
-        let mut counts = [0u32; NUM_CLASSES];
-        {
-            let mut d = tc.lock();
-            let t = tc.tag.load(Ordering::Relaxed);
-            if t & STEAL != 0 && !remote {
-                // No barrier, so no count can be trusted: withdraw the request.
-                tc.tag.store(t & !STEAL, Ordering::Relaxed);
-            } else if t & STEAL != 0 {
-                for (c, n) in counts.iter_mut().enumerate() {
-                    *n = tc.lines()[c].tagged.count();
-                    d.rec[c] = *n;
-                }
-                tc.tag.store(t & !STEAL | DRAINED, Ordering::Relaxed);
-                tenant = (t & TENANT) as ObjCgId;
-                // A free that read the tag before STEAL may still push: pass 3 looks again.
-                drained = true;
-            } else if t & DRAINED != 0 {
-                tenant = regrown(tc, &mut d, &mut counts);
-                drained = true;
-            }
-        }
-        uncharge_counts(tenant, &counts);
+        let (u, d) = tc.record(remote);
+        drained |= d;
+        u.apply();
     });
     // Pass 3 re-reads only after a second barrier; without one, a `DRAINED` thread is
     // not known settled, and this drain completes nothing.
@@ -1002,41 +1010,12 @@ pub(crate) fn drain(
         hooks::note_object_drain_unsettled();
     }
     let mut pass3 = |tc: &ObjectStock| {
-        // Without the lock: only a drainer (this one, under the registry lock) sets
-        // `DRAINED` or `HELD`, so a thread that has neither now has nothing for this pass.
-        if tc.armed.load(Ordering::Relaxed) != HELD && tc.tag.load(Ordering::Relaxed) & DRAINED == 0
-        {
-            return;
+        let u = tc.recheck(recheck, core::ptr::eq(tc, own));
+        if u.tenant != 0 {
+            // A free racing this drain pushed after pass 2: the next drain must look again.
+            hooks::note_object_drain_unsettled();
         }
-        let mut tenant = 0;
-        let mut counts = [0u32; NUM_CLASSES];
-        {
-            let mut d = tc.lock();
-            let t = tc.tag.load(Ordering::Relaxed);
-            let mut settled = true;
-            if recheck && t & DRAINED != 0 && !core::ptr::eq(tc, own) {
-                tenant = regrown(tc, &mut d, &mut counts);
-                if tenant != 0 {
-                    hooks::note_object_drain_unsettled();
-                    settled = false;
-                }
-            } else if t & DRAINED != 0 {
-                settled = false;
-            }
-            if tc.armed.load(Ordering::Relaxed) == HELD {
-                // Off the list: untagged, without capacity (its bins stay empty), or
-                // `DRAINED` and settled (`ArmedList`).
-                let keep = t & NO_TAG == 0
-                    && tc.caching.load(Ordering::Relaxed)
-                    && (t & DRAINED == 0 || !settled);
-                if keep {
-                    push_armed(&mut ARMED.lock(), tc);
-                } else {
-                    unlist(tc);
-                }
-            }
-        }
-        uncharge_counts(tenant, &counts);
+        u.apply();
     };
     match which {
         hooks::ObjectDrain::All => {
@@ -1048,14 +1027,120 @@ pub(crate) fn drain(
     }
 }
 
+/// What a drainer's pass found to uncharge from one thread's tagged bins: `counts[c]`
+/// objects of class `c` from `tenant` (nothing when `tenant` is 0). Uncharged by the
+/// drainer after it released the thread's `stock` lock ([`apply`](Self::apply)).
+pub(crate) struct Uncharge {
+    pub(crate) tenant: ObjCgId,
+    pub(crate) counts: [u32; NUM_CLASSES],
+}
+
+impl Uncharge {
+    const NONE: Uncharge = Uncharge {
+        tenant: 0,
+        counts: [0; NUM_CLASSES],
+    };
+
+    /// Uncharges it (`hooks::uncharge`, one call per class that has objects).
+    fn apply(&self) {
+        uncharge_counts(self.tenant, &self.counts);
+    }
+}
+
+/// A drainer's side of the protocol, one thread's stock at a time ([`drain`] walks the
+/// threads and runs each pass on each; the loom model runs them on one stock).
+impl ObjectStock {
+    /// Pass 1, under the thread's `stock` lock: `STEAL` on a tagged stock not drained
+    /// before. `SeqCst`, as the byte stocks' `steal`; the barrier that follows is what
+    /// orders it before the owner's next check of the tag.
+    pub(crate) fn request_steal(&self) {
+        let _d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        if t & (NO_TAG | DRAINED) == 0 {
+            self.tag.store(t | STEAL, Ordering::SeqCst);
+        }
+    }
+
+    /// Pass 2, after the barrier (`remote`: whether it reached every thread), under the
+    /// thread's `stock` lock: with `STEAL`, record what each tagged bin counts and set
+    /// `DRAINED` (without a barrier, only withdraw the request: no count can be trusted);
+    /// for a thread drained before, the growth since its record. Returns what to uncharge,
+    /// and whether the thread is `DRAINED` (a free that read the tag before `STEAL` may
+    /// still push: pass 3 looks again).
+    pub(crate) fn record(&self, remote: bool) -> (Uncharge, bool) {
+        let mut u = Uncharge::NONE;
+        let mut drained = false;
+        let mut d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        if t & STEAL != 0 && !remote {
+            // No barrier, so no count can be trusted: withdraw the request.
+            self.tag.store(t & !STEAL, Ordering::Relaxed);
+        } else if t & STEAL != 0 {
+            let lines = self.lines();
+            for (c, n) in u.counts.iter_mut().enumerate() {
+                *n = lines[c].tagged.count();
+                d.rec[c] = *n;
+            }
+            self.tag.store(t & !STEAL | DRAINED, Ordering::Relaxed);
+            u.tenant = (t & TENANT) as ObjCgId;
+            drained = true;
+        } else if t & DRAINED != 0 {
+            u.tenant = regrown(self, &mut d, &mut u.counts);
+            drained = true;
+        }
+        drop(d);
+        (u, drained)
+    }
+
+    /// Pass 3, after a second barrier (`recheck`; false when there was none), for a thread
+    /// held off the armed list or `DRAINED`: re-reads a `DRAINED` thread's bins (not the
+    /// drainer's `own`), which settles it, and puts a held thread back on the armed list or
+    /// leaves it off (`ArmedList`), under its `stock` lock. Returns what a racing free pushed
+    /// since pass 2, to uncharge (a `tenant` other than 0: the drain is not settled).
+    pub(crate) fn recheck(&self, recheck: bool, own: bool) -> Uncharge {
+        let mut u = Uncharge::NONE;
+        // Without the lock: only a drainer (this one, under the registry lock) sets
+        // `DRAINED` or `HELD`, so a thread that has neither now has nothing for this pass.
+        if self.armed.load(Ordering::Relaxed) != HELD
+            && self.tag.load(Ordering::Relaxed) & DRAINED == 0
+        {
+            return u;
+        }
+        let mut d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        let mut settled = true;
+        if recheck && t & DRAINED != 0 && !own {
+            u.tenant = regrown(self, &mut d, &mut u.counts);
+            settled = u.tenant == 0;
+        } else if t & DRAINED != 0 {
+            settled = false;
+        }
+        if self.armed.load(Ordering::Relaxed) == HELD {
+            // Off the list: untagged, without capacity (its bins stay empty), or
+            // `DRAINED` and settled (`ArmedList`).
+            let keep = t & NO_TAG == 0
+                && self.caching.load(Ordering::Relaxed)
+                && (t & DRAINED == 0 || !settled);
+            if keep {
+                push_armed(&mut ARMED.lock(), self);
+            } else {
+                unlist(self);
+            }
+        }
+        drop(d);
+        u
+    }
+}
+
 /// For a `DRAINED` thread, under its `stock` lock (`d`): the growth of each tagged bin since
 /// the drainer's record (a free racing that drain pushed), recorded in `d.rec`, into
 /// `counts`. Returns the tag's tenant if anything grew, else 0. A count below `rec` is an
 /// allocation putting its pop back; it is ignored.
 fn regrown(tc: &ObjectStock, d: &mut Drained, counts: &mut [u32; NUM_CLASSES]) -> ObjCgId {
     let mut grew = false;
+    let lines = tc.lines();
     for (c, n) in counts.iter_mut().enumerate() {
-        let now = tc.lines()[c].tagged.count();
+        let now = lines[c].tagged.count();
         if now > d.rec[c] {
             *n = now - d.rec[c];
             d.rec[c] = now;

@@ -26,8 +26,8 @@
 //! `SLABCG_MEMBARRIER=0` in the environment skips `membarrier` (to test the fallbacks, or
 //! where a sandbox makes it slow).
 
-// The statics below stay core's atomics even under loom, which has no const constructors;
-// what a loom model sees of this file is its fences (`crate::sync`).
+// The statics below stay core's atomics even under loom: a loom atomic lives only within one
+// execution of a model (`crate::sync`). What a loom model sees of this file is its fences.
 use core::sync::atomic::AtomicU8;
 
 use crate::sync::Ordering;

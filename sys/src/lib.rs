@@ -33,7 +33,7 @@
 //! | [`warn`]`(msg)` | the message on stderr | ignored |
 //! | [`cpus`] | the CPUs in the affinity mask (read once), at least 1 | 1 |
 //! | [`yield_now`] | gives the CPU away (`sched_yield`) | ignored |
-//! | [`sync`] | core's atomics, or loom's under `cfg(loom)` | — |
+//! | [`sync`] | core's atomics, or loom's under `cfg(loom)` (made on first use: `new` stays `const`) | — |
 //!
 //! Under Miri (`cfg(miri)`, scripts/verify.sh) some calls have narrow fallbacks for what the
 //! interpreter does not model (partial `munmap`, `madvise`, `mremap` of pieces, `membarrier`,

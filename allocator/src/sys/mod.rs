@@ -8,6 +8,10 @@ pub use slabcg_sys::{
     advise_huge, check_page_size, fatal, release, resident_bytes, yield_now, PAGE,
 };
 
+/// The atomics of the structures a loom model checks (`ObjectStock`, `Bin`): core's, or
+/// loom's under `cfg(loom)`.
+pub(crate) use slabcg_sys::sync;
+
 #[cfg(not(test))]
 pub use slabcg_sys::{map, map_aligned, map_aligned_at, remap, unmap};
 

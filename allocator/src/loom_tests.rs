@@ -1,0 +1,365 @@
+//! Loom models of the object-stock protocol (`object_stock.rs`), running the real code: an
+//! `ObjectStock` and a thread cache's lines built inside the model, the owner's fast paths
+//! (`ObjectStock::push`, which checks the tag before the push; `ObjectStock::pop`, which
+//! checks it after the pop and its `light_barrier`, and `Bin::unpop` on a mismatch), its
+//! ways back (`reclaim_take`, a retag's `take_bins` + `set_tag`, `take_own` at exit), and a
+//! drainer's passes on that stock (`request_steal`, the remote barrier, `record`, the second
+//! barrier, `recheck`). Under loom both barriers are `SeqCst` fences (what membarrier
+//! guarantees: a full barrier on every running thread, between the owner's bin store and
+//! its load of the tag), and the `stock` lock is the real spin lock on loom's atomics.
+//!
+//! What stays a model: the tenants' charges (two loom atomics: the objects charged to A
+//! and to B), which the real paths keep in the byte stock (`hooks::charge`/`uncharge`); the
+//! slow paths around the protocol (`free_small_uncharging` uncharges and settles,
+//! `alloc_small_charging` charges a fresh slot, `note_miss` retags at once instead of after
+//! `RETAG_AFTER` misses, without `note_retag`'s budget and armed-list bookkeeping); the
+//! armed list and the walk over threads (`object_stock::drain`); one size class; the
+//! no-barrier branches.
+//!
+//! Checked in every execution:
+//! - no live object is ever uncharged (`charged >= live` after every step of the owner,
+//!   while the drainer runs), so no correction ever has to charge;
+//! - whenever the owner takes its bins, it finds at least what a drainer uncharged;
+//! - after both threads end, one more drain (the quiescent case) leaves each tenant charged
+//!   with exactly its live objects, and so does the owner settling after it; no slot is
+//!   lost or in two places.
+//!
+//! `RUSTFLAGS="--cfg loom" cargo test -p slabcg-allocator --lib --release loom`
+//! (`LOOM_MAX_PREEMPTIONS=3` in `.ci/run`).
+
+use core::cell::UnsafeCell;
+
+use loom::sync::atomic::AtomicU64;
+use loom::sync::Arc;
+use loom::thread;
+use slabcg_accounting::hooks::{self, ObjCgId};
+
+use crate::bin::new_lines;
+use crate::object_stock::{Count, Lines, ObjectStock, Pop, Taken, Uncharge, NO_TAG};
+use crate::size_class::NUM_CLASSES;
+use crate::slab::FreeObj;
+use crate::sys::sync::Ordering::Relaxed;
+
+const A: ObjCgId = 7;
+const B: ObjCgId = 9;
+/// The one size class the owner uses.
+const C: usize = 0;
+/// Capacity of its tagged bin.
+const MAX: u32 = 2;
+/// Slots in the model.
+const SLOTS: usize = 4;
+
+/// One thread's object stock and lines, the slots, and the tenants' charged objects.
+struct World {
+    stock: ObjectStock,
+    lines: Lines,
+    slots: [UnsafeCell<FreeObj>; SLOTS],
+    charged_a: AtomicU64,
+    charged_b: AtomicU64,
+}
+
+// SAFETY: what the real code shares of a thread cache with drainers: the drainer reaches
+// only the stock's atomics, its lock and the bins' counts (`object_stock.rs`); the
+// `Cell`s and the slots' memory are the owner's (the model's owner thread, then the main
+// thread after joining it).
+unsafe impl Sync for World {}
+// SAFETY: as above.
+unsafe impl Send for World {}
+
+/// The owner thread's own view: its live objects and its uncharged free slots.
+struct Owner {
+    w: Arc<World>,
+    live: Vec<(*mut u8, ObjCgId)>,
+    spare: Vec<*mut u8>,
+}
+
+impl World {
+    /// A stock tagged A with an empty tagged bin (capacity `MAX`), `a` live objects of A and
+    /// `b` of B, all charged, and the other slots spare.
+    fn build(a: usize, b: usize) -> Owner {
+        let w = Arc::new(World {
+            stock: ObjectStock::new(),
+            lines: new_lines(),
+            slots: core::array::from_fn(|_| {
+                UnsafeCell::new(FreeObj {
+                    next: core::ptr::null_mut(),
+                })
+            }),
+            charged_a: AtomicU64::new(a as u64),
+            charged_b: AtomicU64::new(b as u64),
+        });
+        w.stock.attach(&w.lines);
+        w.lines[C].tagged.set_capacity(MAX);
+        {
+            let _d = w.stock.lock();
+            w.stock.set_tag(A);
+        }
+        // Make what both threads race on before sharing (`slabcg_sys::sync`): the tag, the
+        // lock (taken above) and the class's tagged count.
+        w.stock.tag.load(Relaxed);
+        w.lines[C].tagged.count();
+        let p = |i: usize| w.slots[i].get() as *mut u8;
+        let live = (0..a)
+            .map(|i| (p(i), A))
+            .chain((a..a + b).map(|i| (p(i), B)))
+            .collect();
+        let spare = (a + b..SLOTS).map(p).collect();
+        Owner {
+            w: w.clone(),
+            live,
+            spare,
+        }
+    }
+
+    fn charged(&self, t: ObjCgId) -> &AtomicU64 {
+        match t {
+            A => &self.charged_a,
+            B => &self.charged_b,
+            _ => panic!("objects of tenant {t}"),
+        }
+    }
+
+    /// Uncharges what a drainer's pass found (`Uncharge::apply`).
+    fn apply(&self, u: &Uncharge) {
+        if u.tenant == 0 {
+            return;
+        }
+        assert!((0..NUM_CLASSES).all(|c| c == C || u.counts[c] == 0));
+        self.charged(u.tenant)
+            .fetch_sub(u.counts[C].into(), Relaxed);
+    }
+
+    /// A drain of this (another thread's) stock, as `object_stock::drain` runs its passes
+    /// on each: steal, barrier, record, second barrier, recheck.
+    fn drain(&self) {
+        self.stock.request_steal();
+        let remote = hooks::remote_barrier();
+        let (u, drained) = self.stock.record(remote);
+        self.apply(&u);
+        let recheck = drained && remote && hooks::remote_barrier();
+        let u = self.stock.recheck(recheck, false);
+        self.apply(&u);
+    }
+
+    fn charged_now(&self) -> (u64, u64) {
+        (self.charged_a.load(Relaxed), self.charged_b.load(Relaxed))
+    }
+}
+
+impl Owner {
+    fn count(&self, t: ObjCgId) -> u64 {
+        self.live.iter().filter(|&&(_, o)| o == t).count() as u64
+    }
+
+    /// No live object uncharged (module docs).
+    fn check_not_undercharged(&self) {
+        let (a, b) = self.w.charged_now();
+        assert!(a >= self.count(A), "a live A object uncharged");
+        assert!(b >= self.count(B), "a live B object uncharged");
+    }
+
+    /// `free_small` of the `i`-th live object: kept in the tagged bin when its owner is the
+    /// tag (`ObjectStock::push`), else uncharged (`free_small_uncharging`), which settles
+    /// when a drainer has been here.
+    fn free(&mut self, i: usize) {
+        let (p, owner) = self.live.remove(i);
+        let w = self.w.clone();
+        // SAFETY: p is a live slot of class C charged to `owner`, given up here.
+        if !unsafe { w.stock.push(&w.lines[C], owner, p) } {
+            w.charged(owner).fetch_sub(1, Relaxed);
+            self.spare.push(p);
+            if w.stock.must_reclaim() {
+                self.settle();
+            }
+        }
+        self.check_not_undercharged();
+    }
+
+    /// `alloc_small` under `cg`: a tagged slot when the check after the pop agrees
+    /// (`ObjectStock::pop`), else the pop put back (`Bin::unpop`), a fresh slot charged, and
+    /// the miss noted.
+    fn alloc(&mut self, cg: ObjCgId) {
+        let w = self.w.clone();
+        let p = match w.stock.pop(&w.lines[C], cg) {
+            Pop::Hit(p) => p,
+            other => {
+                if let Pop::Foreign(p) = other {
+                    // SAFETY: p is what the pop just returned.
+                    unsafe { w.lines[C].tagged.unpop(p) };
+                }
+                w.charged(cg).fetch_add(1, Relaxed);
+                let p = self.spare.pop().expect("a spare slot");
+                if w.stock.tag.load(Relaxed) != u64::from(cg) {
+                    self.note_miss(cg);
+                }
+                p
+            }
+        };
+        self.live.push((p, cg));
+        self.check_not_undercharged();
+    }
+
+    /// `note_miss`, retagging at once: under the lock, take the bins whatever a drainer did
+    /// to them and tag for `cg` (`retag_giving_back`), then give them back.
+    fn note_miss(&mut self, cg: ObjCgId) {
+        let w = self.w.clone();
+        let mut d = w.stock.lock();
+        let taken = w.stock.take_bins(&w.lines, &mut d, Count::Trusted);
+        w.stock.set_tag(cg);
+        drop(d);
+        self.give_back(&taken);
+    }
+
+    /// `reclaim`: take the bins back if a drainer has been here, and give them back.
+    fn settle(&mut self) {
+        let taken = self.w.stock.reclaim_take(&self.w.lines);
+        self.give_back(&taken);
+    }
+
+    /// `give_back_own` (thread exit): take the bins whatever a drainer did.
+    fn exit(&mut self) {
+        let taken = self.w.stock.take_own(&self.w.lines);
+        self.give_back(&taken);
+        self.check_not_undercharged();
+    }
+
+    /// `give_back`: uncharge what a drainer did not (`Taken::left`), keep the slots.
+    fn give_back(&mut self, t: &Taken) {
+        assert!((0..NUM_CLASSES).all(|c| c == C || t.chains[c].1 == 0));
+        let (mut o, n) = t.chains[C];
+        assert!(
+            n >= t.rec[C],
+            "the owner found fewer objects than the drainer uncharged"
+        );
+        if t.tag == NO_TAG {
+            assert_eq!(n, 0, "objects in an untagged bin");
+            return;
+        }
+        let tenant = (t.tag & u64::from(u32::MAX)) as ObjCgId;
+        self.w.charged(tenant).fetch_sub(t.left(C).into(), Relaxed);
+        for _ in 0..n {
+            self.spare.push(o as *mut u8);
+            // SAFETY: o is a free slot on the chain the owner just took.
+            o = unsafe { (*o).next };
+        }
+        assert!(o.is_null());
+    }
+
+    /// After both threads end: one more drain, at a quiescent point, must leave each tenant
+    /// charged with exactly its live objects (what `current_exact()` promises); the owner
+    /// settling then changes nothing, and every slot is live or spare, once.
+    fn check_quiescent(&mut self) {
+        let w = self.w.clone();
+        w.drain();
+        let exact = (self.count(A), self.count(B));
+        assert_eq!(w.charged_now(), exact, "not exact after a quiescent drain");
+        self.settle();
+        assert_eq!(
+            w.charged_now(),
+            exact,
+            "a settle after the drain changed it"
+        );
+        self.exit();
+        assert_eq!(w.charged_now(), exact);
+        let mut all: Vec<_> = self.live.iter().map(|&(p, _)| p).collect();
+        all.extend(&self.spare);
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), SLOTS, "a slot lost or in two places");
+    }
+
+    /// Runs `drains` drains on another thread while `f` runs here.
+    fn race(&mut self, drains: usize, f: impl FnOnce(&mut Owner)) {
+        let d = {
+            let w = self.w.clone();
+            thread::spawn(move || (0..drains).for_each(|_| w.drain()))
+        };
+        f(self);
+        d.join().unwrap();
+    }
+}
+
+/// Runs `body` in every execution of the model, on a thread with room for the thread
+/// cache's lines on its stack (under loom its atomics are larger, and a model thread's
+/// stack is 32 KiB).
+fn model(body: fn()) {
+    let mut b = loom::model::Builder::new();
+    // A drain reads every class's tagged count, twice: more branches than loom's default
+    // 1,000 per execution.
+    b.max_branches = b.max_branches.max(10_000);
+    b.check(move || {
+        thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(body)
+            .unwrap()
+            .join()
+            .unwrap();
+    });
+}
+
+/// The owner frees and allocates under A (kept in and taken from the bin when tagged A),
+/// then allocates under B (which retags) and frees a B object, while a drainer drains.
+#[test]
+fn loom_object_stock_drain_races_owner() {
+    model(|| {
+        // Two live objects of A, one of B, one spare slot.
+        let mut o = World::build(2, 1);
+        o.race(1, |o| {
+            o.free(0);
+            o.alloc(A);
+            o.alloc(B);
+            let i = o.live.iter().position(|&(_, t)| t == B).unwrap();
+            o.free(i);
+        });
+        o.check_quiescent();
+    });
+}
+
+/// Two frees then an allocation under A while a drainer drains: a free that read the tag
+/// before the drainer's request may push after the drainer counted, and the allocation's
+/// check after its pop must not take an object the drainer uncharged.
+#[test]
+fn loom_object_stock_drain_races_frees() {
+    model(|| {
+        let mut o = World::build(2, 0);
+        o.race(1, |o| {
+            o.free(0);
+            o.free(0);
+            o.alloc(A);
+        });
+        o.check_quiescent();
+    });
+}
+
+/// Two drains in a row against a free, an allocation and a free under A: the second drain
+/// reads the counts of a thread the first one drained while the owner still runs.
+#[test]
+fn loom_object_stock_two_drains_race_owner() {
+    model(|| {
+        let mut o = World::build(2, 0);
+        o.race(2, |o| {
+            o.free(0);
+            o.alloc(A);
+            o.free(0);
+        });
+        o.check_quiescent();
+    });
+}
+
+/// Thread exit (`give_back_own`) while a drainer drains: whichever goes first, the kept
+/// object is uncharged exactly once and nothing is left tagged.
+#[test]
+fn loom_object_stock_exit_races_drainer() {
+    model(|| {
+        let mut o = World::build(2, 0);
+        o.race(1, |o| {
+            o.free(0);
+            o.exit();
+        });
+        let w = o.w.clone();
+        // The drainer found the stock untagged, or drained it before the exit took it.
+        assert_eq!(w.stock.tag.load(Relaxed), NO_TAG);
+        assert_eq!(w.lines[C].tagged.count(), 0);
+        assert_eq!(w.charged_now(), (1, 0));
+    });
+}
