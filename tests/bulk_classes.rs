@@ -256,3 +256,65 @@ fn one_free_bulk_uncharges_each_owner() {
         assert_eq!(t.current_exact(), 0, "{}", t.name());
     }
 }
+
+/// Slots in this thread's bin of uncharged accounted slots of `l`'s class (a free that
+/// uncharges pushes there; one kept charged in the object stock does not).
+fn uncharged_in_bin(l: Layout) -> u32 {
+    let c = class_for(l.size(), l.align()).unwrap();
+    slabcg::allocator::testing::thread_cache::with(|tc| {
+        tc.bin(c, slabcg::allocator::testing::Kind::Accounted)
+            .count()
+    })
+}
+
+#[test]
+fn a_tenant_bulk_reuses_the_objects_its_bulk_free_kept_charged() {
+    let l = Layout::from_size_align(256, 8).unwrap();
+    let each = class_bytes(l);
+    // Its own thread: the thread's object stock is tagged only by this test's tenant.
+    std::thread::spawn(move || {
+        let t = Tenant::new("bulk-kept");
+        let g = t.enter();
+        let mut out = [std::ptr::null_mut(); 32];
+        // A few rounds so the thread's object stock is tagged for t (retag after a miss).
+        for _ in 0..4 {
+            assert_eq!(alloc_bulk(l, &mut out), 32);
+            // SAFETY: every block came from alloc_bulk with l, each freed once.
+            unsafe { free_bulk(l, &out) };
+        }
+        let uncharged = uncharged_in_bin(l);
+        assert_eq!(alloc_bulk(l, &mut out), 32);
+        // Sorted copies on the stack: nothing allocated in t's scope besides the objects.
+        let mut first = out;
+        first.sort();
+        // SAFETY: as above.
+        unsafe { free_bulk(l, &out) };
+        // The free kept all 32 charged (the uncharged bin did not grow) ...
+        assert_eq!(
+            uncharged_in_bin(l),
+            uncharged,
+            "free_bulk did not keep the objects"
+        );
+        assert!(t.current() >= 32 * each);
+        // ... and the next bulk takes the same ones back without touching that bin.
+        assert_eq!(alloc_bulk(l, &mut out), 32);
+        let mut again = out;
+        again.sort();
+        assert_eq!(again, first);
+        assert_eq!(uncharged_in_bin(l), uncharged);
+        assert_eq!(t.current_exact(), 32 * each);
+        // A drain uncharges the kept objects in place; the frees after it account exactly.
+        // SAFETY: as above.
+        unsafe { free_bulk(l, &out) };
+        drain_all_stocks();
+        assert_eq!(t.current_exact(), 0);
+        assert_eq!(alloc_bulk(l, &mut out), 32);
+        assert_eq!(t.current_exact(), 32 * each);
+        // SAFETY: as above.
+        unsafe { free_bulk(l, &out) };
+        drop(g);
+        assert_eq!(t.current_exact(), 0);
+    })
+    .join()
+    .unwrap();
+}

@@ -19,10 +19,14 @@
 //!   one tenant comes back as one stretch).
 //!
 //! Where the objects come from: a dedicated cache's slabs, [`CHUNK`] objects per lock round
-//! trip; a size class's: this thread's bin of the class first (the uncharged accounted bin
-//! inside a tenant scope, the plain bin outside), then the class's cache in chunks.
-//! `free_bulk` puts them back the same way (the bin while it has room). The chunks bound how
-//! long one call holds a cache's lock, whatever the count.
+//! trip; a size class's: inside a tenant scope, the object stock first (slots kept charged
+//! to the tenant, taken without charging, as the single allocation takes them), then this
+//! thread's bin of the class (the uncharged accounted bin inside a tenant scope, the plain
+//! bin outside), then the class's cache in chunks. `free_bulk` puts them back the same way:
+//! a slot whose owner is the thread's tag stays charged in the object stock while it has
+//! room (then it is neither uncharged nor its owner word cleared), the rest to the bin
+//! while it has room, then to the slabs. The chunks bound how long one call holds a cache's
+//! lock, whatever the count.
 
 use core::alloc::Layout;
 use core::ptr;
@@ -33,6 +37,7 @@ use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 use crate::bin::Bin;
 use crate::cache::SlabCache;
 use crate::dedicated::Cache;
+use crate::object_stock::Pop;
 use crate::owner::{is_accounted, owner_word};
 use crate::size_class::{class_for, class_size, Kind};
 use crate::slab::FreeObj;
@@ -404,12 +409,22 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
         each: class_size(c),
         idx: StatIdx::slab(c),
     };
+    // Inside a tenant, the object stock first: slots kept charged to `cg` (their owner word
+    // already says `cg`), as the single allocation takes them; only the rest is charged.
+    let kept = if cg != 0 { take_kept(c, cg, out) } else { 0 };
+    if kept == n {
+        return n;
+    }
+    let fresh = n - kept;
     // SAFETY: cg is this thread's current scope, just read.
-    if cg != 0 && !unsafe { runs.charge(n) } {
+    if cg != 0 && !unsafe { runs.charge(fresh) } {
+        // SAFETY: out[..kept] were just taken charged to cg from the object stock.
+        unsafe { give_back_kept(c, &mut out[..kept]) };
         return 0;
     }
     let cache = class_caches::cache(c, kind);
     let took = thread_cache::with(|tc| {
+        let out = &mut out[kept..];
         let bin = thread_cache::is_live(tc).then(|| {
             let bin = tc.bin(c, kind);
             // A thread that allocates from the class keeps a bin of it (as its first refill
@@ -432,12 +447,68 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
     });
     if !took {
         if cg != 0 {
-            // SAFETY: the runs charged just above, given back unused.
-            unsafe { runs.uncharge(n) };
+            // SAFETY: the runs charged just above, given back unused; out[..kept] as above.
+            unsafe {
+                runs.uncharge(fresh);
+                give_back_kept(c, &mut out[..kept]);
+            }
         }
         return 0;
     }
+    if cg != 0 {
+        // Charged objects came from the counters or the byte stock: as after a single
+        // allocation that missed the object stock, the thread may retag for `cg`, so that
+        // what this bulk frees later is kept (one miss counted per bulk).
+        thread_cache::with(|tc| {
+            if tc.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
+                tc.note_miss(cg);
+            } else if !tc.stock.caching.load(Ordering::Relaxed) {
+                tc.recheck_caching(cg);
+            }
+        });
+    }
     n
+}
+
+/// Takes up to `out.len()` slots of class `c` kept charged to `cg` in this thread's object
+/// stock into the front of `out` (the single allocation's `tagged_pop`, with its check after
+/// each pop) and returns how many.
+fn take_kept(c: usize, cg: ObjCgId, out: &mut [*mut u8]) -> usize {
+    thread_cache::with(|tc| {
+        if !thread_cache::is_live(tc) {
+            return 0;
+        }
+        let mut k = 0;
+        while k < out.len() {
+            match tc.tagged_pop(c, cg) {
+                Pop::Hit(p) => {
+                    out[k] = p;
+                    k += 1;
+                }
+                Pop::Empty => break,
+                Pop::Foreign(p) => {
+                    // SAFETY: p is what tagged_pop(c, cg) just returned as Foreign.
+                    unsafe { tc.put_back(c, p) };
+                    break;
+                }
+            }
+        }
+        k
+    })
+}
+
+/// Gives back slots that [`take_kept`] took, when the bulk fails: each is freed as a single
+/// free would (kept again, or uncharged), and its entry reset to null.
+///
+/// # Safety
+/// Every entry is a slot of class `c`'s accounted cache charged to its owner word's tenant,
+/// taken by `take_kept` and not handed out.
+unsafe fn give_back_kept(c: usize, kept: &mut [*mut u8]) {
+    for p in kept {
+        // SAFETY: caller's contract.
+        unsafe { charge::free_small(*p, c) };
+        *p = ptr::null_mut();
+    }
 }
 
 /// Frees every block in `ptrs` (null entries are skipped), all allocated with `layout`: the
@@ -477,8 +548,22 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
                 unsafe { plain.put(p) };
                 continue;
             }
+            // A slot whose owner is the thread's tag stays charged in the object stock, as a
+            // single free keeps it (the owner word stays, and nothing is written through an
+            // address computed from p: the slot is validated when it leaves the tagged bin
+            // for its slab, as the single free's is).
+            // SAFETY: caller's contract: p is a live accounted slot of class c, whose owner
+            // word says who it is charged to; it is given up.
+            if live
+                && unsafe { tc.tagged_push(c, (*tc.owner_word(p, c)).load(Ordering::Relaxed), p) }
+            {
+                continue;
+            }
             // Before anything is written through the owner address computed from p.
             accounted.check_slot_start(p);
+            if live && tc.tagged_is_head(c, p) {
+                sys::fatal("double free of an accounted object in free_bulk (already kept)");
+            }
             // SAFETY: p is a slot start of the accounted cache of class c (just checked).
             let w = unsafe { &*tc.owner_word(p, c) };
             let owner = w.load(Ordering::Relaxed);
