@@ -83,6 +83,7 @@ mod dedicated;
 #[cfg(test)]
 mod fault_tests;
 mod free_mark;
+mod front;
 mod global;
 mod init;
 mod invariant;
