@@ -265,6 +265,37 @@ impl Cache {
             .saturating_sub(k.transfer.load(Ordering::Relaxed) + in_fronts)
     }
 
+    /// Tests: this cache's front index (None: it has no front, `front::NO_FRONT`).
+    #[doc(hidden)]
+    pub fn front_index(&self) -> Option<u32> {
+        front::is_front(self.front).then_some(self.front)
+    }
+
+    /// Tests: slots of this cache in every live thread's fronts.
+    #[doc(hidden)]
+    pub fn slots_in_fronts(&self) -> usize {
+        thread_cache::front_counts(self.core).0
+    }
+
+    /// Tests: slots of this cache in the calling thread's front.
+    #[doc(hidden)]
+    pub fn slots_in_my_front(&self) -> usize {
+        thread_cache::with(|tc| {
+            let f = tc.front(self.front);
+            if f.is_of(self.core) {
+                f.bin.count() as usize
+            } else {
+                0
+            }
+        })
+    }
+
+    /// Tests: the cache's slabs with at least one slot handed out.
+    #[doc(hidden)]
+    pub fn active_slabs(&self) -> usize {
+        self.core.counters.active_slabs.load(Ordering::Relaxed)
+    }
+
     /// Allocates one object, charged to the current tenant if the cache is accounted. None
     /// when the tenant's limit refuses or memory is exhausted.
     #[inline(always)]
