@@ -111,7 +111,10 @@ fn remote_frees_land_in_the_freeing_threads_front() {
                 unsafe { c.free(nn(p)) };
             }
             assert_eq!(c.slots_in_my_front(), 0, "the first frees went home");
-            for &p in &a[HOME..] {
+            // SAFETY: as above.
+            unsafe { c.free(nn(a[HOME])) };
+            assert_eq!(c.slots_in_my_front(), 1, "the next free opened the front");
+            for &p in &a[HOME + 1..] {
                 // SAFETY: as above.
                 unsafe { c.free(nn(p)) };
             }
