@@ -154,13 +154,21 @@ fn thread_exit_gives_front_slots_back() {
     })
     .join()
     .unwrap();
-    assert_eq!(c.slots_in_fronts(), 0, "an exited thread's front still counts");
+    assert_eq!(
+        c.slots_in_fronts(),
+        0,
+        "an exited thread's front still counts"
+    );
     assert_eq!(c.live_objects(), 0);
     // Every slot went back to the cache (parked batches, which trim returns to their
     // slabs): nothing is handed out, so no slab stays active. Slots lost with the thread
     // would keep theirs active.
     slabcg::trim();
-    assert_eq!(c.active_slabs(), 0, "the exited thread's slots did not go back");
+    assert_eq!(
+        c.active_slabs(),
+        0,
+        "the exited thread's slots did not go back"
+    );
 }
 
 #[test]
@@ -172,9 +180,16 @@ fn trim_empties_the_calling_threads_fronts() {
         unsafe { c.free(p) };
     }
     assert!(c.slots_in_my_front() > 0);
-    assert!(c.active_slabs() > 0, "slots in the front keep their slabs active");
+    assert!(
+        c.active_slabs() > 0,
+        "slots in the front keep their slabs active"
+    );
     slabcg::trim();
-    assert_eq!(c.slots_in_my_front(), 0, "trim left slots in this thread's front");
+    assert_eq!(
+        c.slots_in_my_front(),
+        0,
+        "trim left slots in this thread's front"
+    );
     assert_eq!(c.active_slabs(), 0, "trim left the cache's slabs active");
     assert_eq!(c.live_objects(), 0);
     // The front works again after the trim.

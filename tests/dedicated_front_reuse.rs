@@ -131,13 +131,25 @@ fn dropped_cache_with_slots_in_another_threads_front() {
     // and the worker's front slots are its own again (its next allocation pops one).
     drop(x);
     let x = Arc::new(Cache::builder("reuse-x", layout(96)).build());
-    assert_eq!(x.front_index(), Some(ix), "a revived core claims its old index");
-    assert_eq!(x.live_objects(), 20, "the revived core lost the live objects");
+    assert_eq!(
+        x.front_index(),
+        Some(ix),
+        "a revived core claims its old index"
+    );
+    assert_eq!(
+        x.live_objects(),
+        20,
+        "the revived core lost the live objects"
+    );
     let xc = x.clone();
     b.run(move || {
         let before = xc.slots_in_my_front();
         let p = xc.alloc().unwrap();
-        assert_eq!(xc.slots_in_my_front(), before - 1, "the stale front was not reused");
+        assert_eq!(
+            xc.slots_in_my_front(),
+            before - 1,
+            "the stale front was not reused"
+        );
         // SAFETY: allocated just above, freed once.
         unsafe { xc.free(p) };
     });
@@ -167,7 +179,11 @@ fn dropped_cache_with_slots_in_another_threads_front() {
     fillers.pop();
     let x = Arc::new(Cache::builder("reuse-x", layout(96)).build());
     let f1 = Arc::new(Cache::builder("reuse-f1", layout(48)).build());
-    assert_eq!(x.slots_in_fronts(), 0, "the worker's stale x slots are still in its front");
+    assert_eq!(
+        x.slots_in_fronts(),
+        0,
+        "the worker's stale x slots are still in its front"
+    );
     assert_eq!(f1.slots_in_fronts(), 0);
     assert_eq!(x.live_objects(), 20);
     assert_eq!(f1.live_objects(), 20);

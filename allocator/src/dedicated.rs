@@ -36,8 +36,8 @@ use slabcg_accounting::hooks::{self, StatIdx};
 use crate::cache::SlabCache;
 use crate::front;
 use crate::owner::owner_word;
-use crate::{init, thread_cache};
 use crate::slab::{MetaPlacement, SlabLayout};
+use crate::{init, thread_cache};
 
 /// The geometry of a dedicated cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

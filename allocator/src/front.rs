@@ -163,8 +163,10 @@ impl FrontBin {
         self.bin.set_capacity(0);
         self.allocs.set(0);
         self.frees.set(0);
-        self.tag
-            .store(core as *const SlabCache as *mut SlabCache, Ordering::Relaxed);
+        self.tag.store(
+            core as *const SlabCache as *mut SlabCache,
+            Ordering::Relaxed,
+        );
     }
 
     /// Gives the slots back and drops the tag: the bin is `core`-less and closed (thread

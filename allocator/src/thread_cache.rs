@@ -676,7 +676,12 @@ pub(crate) fn front_refill_pop(tc: &ThreadCache, i: u32, core: &'static SlabCach
 ///
 /// # Safety
 /// `p` must be a live slot of `core` that the caller gives up.
-pub(crate) unsafe fn front_flush_push(tc: &ThreadCache, p: *mut u8, i: u32, core: &'static SlabCache) {
+pub(crate) unsafe fn front_flush_push(
+    tc: &ThreadCache,
+    p: *mut u8,
+    i: u32,
+    core: &'static SlabCache,
+) {
     debug_assert!(!is_uninit(tc));
     let o = p as *mut FreeObj;
     let home = || {
