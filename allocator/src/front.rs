@@ -251,15 +251,13 @@ pub(crate) fn claim(core: &'static SlabCache) -> u32 {
             .compare_exchange(ptr::null_mut(), me, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     };
-    let passes: [&dyn Fn(usize) -> bool; 3] = [
-        &|i| LAST[i].load(Ordering::Relaxed) == me,
-        &|i| LAST[i].load(Ordering::Relaxed).is_null(),
-        &|_| true,
-    ];
+    // By the core that last held the index: this one, none, any.
+    let passes: [&dyn Fn(*mut SlabCache) -> bool; 3] =
+        [&|last| last == me, &|last| last.is_null(), &|_| true];
     for pass in passes {
-        for i in 0..FRONTS {
-            if pass(i) && take(i) {
-                LAST[i].store(me, Ordering::Relaxed);
+        for (i, last) in LAST.iter().enumerate() {
+            if pass(last.load(Ordering::Relaxed)) && take(i) {
+                last.store(me, Ordering::Relaxed);
                 return i as u32;
             }
         }
