@@ -295,12 +295,30 @@ impl SlabCache {
     /// # Safety
     /// The chain must be well formed: `count` slots linked through their first word.
     pub unsafe fn flush(&self, head: *mut FreeObj, count: usize) {
-        // Dedicated caches return slots to their slabs: their refills want exact counts.
+        // Dedicated caches' single and bulk frees return slots to their slabs: their locked
+        // refills take exact counts and would leave parked batches idle (their fronts park
+        // through `flush_batch`).
         if count > 1 && self.id.class != u32::MAX {
             // SAFETY: caller's contract.
             if unsafe { self.try_park(head, count) } {
                 return;
             }
+        }
+        // SAFETY: caller's contract.
+        unsafe { self.flush_to_slabs(head, count) };
+        self.check_if_due();
+    }
+
+    /// Gives back `count` slots from a thread bin, a dedicated cache's front included: parked
+    /// whole when there is room (a front's next refill takes the batch back), else to the
+    /// slabs, with [`flush`](Self::flush)'s checks.
+    ///
+    /// # Safety
+    /// As [`flush`](Self::flush).
+    pub unsafe fn flush_batch(&self, head: *mut FreeObj, count: usize) {
+        // SAFETY: caller's contract.
+        if count > 1 && unsafe { self.try_park(head, count) } {
+            return;
         }
         // SAFETY: caller's contract.
         unsafe { self.flush_to_slabs(head, count) };

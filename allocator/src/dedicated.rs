@@ -2,19 +2,26 @@
 //! packs into slabs chosen for its size instead of rounding up to a power-of-two class
 //! (seed 004: a 2312-byte object gets 14 per 32 KiB slab instead of one per 4 KiB).
 //!
-//! A dedicated cache shares the slab machinery of the size classes ([`SlabCache`]). Its
-//! objects are not cached per thread: `alloc`/`free` take the cache's lock, so bulk calls
-//! (`alloc_bulk`/`free_bulk`, one lock round trip and one charge per call) are the fast way
-//! to move many objects.
+//! A dedicated cache shares the slab machinery of the size classes ([`SlabCache`]), and their
+//! per-thread front: `alloc`/`free` pop from and push onto this thread's bin of the cache
+//! (no lock, no atomic read-modify-write), refilled and flushed half a bin at a time through
+//! the cache's parked batches (`front.rs`: index assignment, tags, warm-up). A free on
+//! another thread lands in that thread's front, as a size class's does. The first 64 caches
+//! alive at once get a front; later ones take the cache's lock on every `alloc`/`free`.
+//! Bulk calls (`alloc_bulk`/`free_bulk`) take the lock once per call and bypass the front.
 //!
 //! With `.account(true)` every slot carries owner metadata (placement reported by
 //! [`Cache::info`]) and objects allocated inside a tenant scope are charged to it; objects
-//! allocated outside any scope carry owner 0 and are not charged. The first 76 accounted
+//! allocated outside any scope carry owner 0 and are not charged. Each object is charged
+//! through the accounting's byte stock on `alloc` and uncharged on `free` (slots in fronts
+//! are uncharged, owner 0): exact ownership, as the size classes' uncharged bins. The first 76 accounted
 //! caches get their own line in `tenant.stat()` (`slab_cache_<name>`); later ones are counted in
 //! `slab` only.
 //!
 //! A cache's shared part is never freed: segments name it in their headers for the life of
-//! the process. Dropping a `Cache` releases its empty slabs to the OS; objects still
+//! the process. Dropping a `Cache` gives this thread's front slots back and releases its empty
+//! slabs to the OS; other threads' fronts give theirs back at their next slow path on that
+//! front index, their `trim()` or their exit (the core stays valid). Objects still
 //! allocated from it stay valid (and leak), as with a kernel cache destroyed too early. The
 //! next cache built with the same name, layout and accounting reuses the dropped one's core
 //! and segments (its `live_objects` then counts such leaked objects too), so building and
@@ -27,9 +34,10 @@ use core::sync::atomic::Ordering;
 use slabcg_accounting::hooks::{self, StatIdx};
 
 use crate::cache::SlabCache;
+use crate::front;
 use crate::owner::owner_word;
-use crate::slab::FreeObj;
 use crate::slab::{MetaPlacement, SlabLayout};
+use crate::{init, thread_cache};
 
 /// The geometry of a dedicated cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +109,7 @@ impl CacheBuilder {
         if let Some(core) = revive(&layout, self.account, key) {
             return Ok(Cache {
                 core,
+                front: front::claim(core),
                 name: self.name,
                 stat: StatIdx(core.stat.load(Ordering::Relaxed)),
             });
@@ -121,6 +130,7 @@ impl CacheBuilder {
         crate::cache::register_dedicated(core);
         Ok(Cache {
             core,
+            front: front::claim(core),
             name: self.name,
             stat,
         })
@@ -180,8 +190,16 @@ impl core::fmt::Display for CacheError {
 impl std::error::Error for CacheError {}
 
 /// A dedicated cache of equal-sized objects.
+///
+/// `alloc` and `free` go through a per-thread front (module docs of the crate's
+/// `dedicated.rs` and `front.rs`): the first 64 caches alive at once get one; a cache built
+/// while 64 others live takes its lock on every call. A thread's first 8 allocations from a
+/// cache take the lock too (its front opens after them), and so do its first 64 frees while
+/// it has not allocated from the cache (objects other threads allocated go home).
 pub struct Cache {
     pub(crate) core: &'static SlabCache,
+    /// This cache's index in every thread's fronts (`front::NO_FRONT`: none).
+    front: u32,
     name: String,
     /// Where tenant stats count this cache's objects.
     stat: StatIdx,
@@ -236,41 +254,97 @@ impl Cache {
         }
     }
 
-    /// Objects handed out and not yet freed.
+    /// Objects handed out and not yet freed: slots that left the slabs, less those waiting
+    /// in the parked batches and in every thread's front (exact when no other thread uses
+    /// the cache meanwhile).
     pub fn live_objects(&self) -> usize {
-        self.core.counters.used.load(Ordering::Relaxed)
+        let k = &self.core.counters;
+        let (in_fronts, _) = thread_cache::front_counts(self.core);
+        k.used
+            .load(Ordering::Relaxed)
+            .saturating_sub(k.transfer.load(Ordering::Relaxed) + in_fronts)
+    }
+
+    /// Tests: this cache's front index (None: it has no front, `front::NO_FRONT`).
+    #[doc(hidden)]
+    pub fn front_index(&self) -> Option<u32> {
+        front::is_front(self.front).then_some(self.front)
+    }
+
+    /// Tests: slots of this cache in every live thread's fronts.
+    #[doc(hidden)]
+    pub fn slots_in_fronts(&self) -> usize {
+        thread_cache::front_counts(self.core).0
+    }
+
+    /// Tests: slots of this cache in the calling thread's front.
+    #[doc(hidden)]
+    pub fn slots_in_my_front(&self) -> usize {
+        thread_cache::with(|tc| {
+            let f = tc.front(self.front);
+            if f.is_of(self.core) {
+                f.bin.count() as usize
+            } else {
+                0
+            }
+        })
+    }
+
+    /// Tests: the cache's slabs with at least one slot handed out.
+    #[doc(hidden)]
+    pub fn active_slabs(&self) -> usize {
+        self.core.counters.active_slabs.load(Ordering::Relaxed)
     }
 
     /// Allocates one object, charged to the current tenant if the cache is accounted. None
     /// when the tenant's limit refuses or memory is exhausted.
+    #[inline(always)]
     pub fn alloc(&self) -> Option<NonNull<u8>> {
-        let size = self.core.layout.object_size;
-        let cg = self.charge_current(size)?;
-        let chain = self.core.refill(1, 1);
-        if chain.count == 0 {
-            // SAFETY: the `size` bytes charge_current just charged to cg, given back unused.
-            unsafe { self.uncharge(cg, size) };
-            return None;
+        if self.core.id.accounted {
+            return self.alloc_accounted();
         }
-        let p = chain.head as *mut u8;
-        self.set_owner(p, cg);
-        NonNull::new(p)
+        let p = thread_cache::with(|tc| tc.front(self.front).pop_of(self.core));
+        if !p.is_null() {
+            // SAFETY: just tested.
+            return Some(unsafe { NonNull::new_unchecked(p) });
+        }
+        NonNull::new(init::front_alloc_slow(self.front, self.core))
     }
 
-    /// Frees an object of this cache.
+    /// [`alloc`](Self::alloc) of an accounted cache: charge (byte stock), pop, owner word.
+    #[inline(always)]
+    fn alloc_accounted(&self) -> Option<NonNull<u8>> {
+        let size = self.core.layout.object_size;
+        let cg = self.charge_current(size)?;
+        let mut p = thread_cache::with(|tc| tc.front(self.front).pop_of(self.core));
+        if p.is_null() {
+            p = init::front_alloc_slow(self.front, self.core);
+            if p.is_null() {
+                // SAFETY: the `size` bytes charge_current just charged to cg, given back unused.
+                unsafe { self.uncharge(cg, size) };
+                return None;
+            }
+        }
+        self.set_owner(p, cg);
+        // SAFETY: just tested.
+        Some(unsafe { NonNull::new_unchecked(p) })
+    }
+
+    /// Frees an object of this cache, on any thread.
     ///
     /// # Safety
     /// `ptr` must come from this cache's `alloc`/`alloc_bulk` and not be freed already.
+    #[inline(always)]
     pub unsafe fn free(&self, ptr: NonNull<u8>) {
         let p = ptr.as_ptr();
         self.release_owner(p);
-        let o = p as *mut FreeObj;
-        // SAFETY: a one-object chain of the caller's object; flush validates that it is a
-        // slot of this cache.
-        unsafe {
-            (*o).next = core::ptr::null_mut();
-            self.core.flush(o, 1);
+        // SAFETY: the caller gives up p, a slot of this cache (validated when the front
+        // flushes it, as a size class's bin).
+        if unsafe { thread_cache::with(|tc| tc.front(self.front).push_of(self.core, p)) } {
+            return;
         }
+        // SAFETY: as above.
+        unsafe { init::front_free_slow(p, self.front, self.core) }
     }
 
     /// Charges `bytes` to the current tenant when accounted. Some(owner id, 0 = none).
@@ -297,17 +371,19 @@ impl Cache {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn set_owner(&self, p: *mut u8, cg: u32) {
         if self.core.id.accounted {
             // SAFETY: p is a slot of this accounted cache.
             unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
             if cg != 0 {
-                self.core.counters.charged.fetch_add(1, Ordering::Relaxed);
+                thread_cache::count_charged(self.front, self.core, 1);
             }
         }
     }
 
     /// Clears the owner of `p` and uncharges it.
+    #[inline(always)]
     pub(crate) fn release_owner(&self, p: *mut u8) {
         if self.core.id.accounted {
             // The owner address is computed from p: a pointer that is not a slot start of
@@ -317,19 +393,27 @@ impl Cache {
             self.core.check_slot_start(p);
             // SAFETY: p is a slot start of a segment of this accounted cache.
             let w = unsafe { &*owner_word(p) };
-            let cg = w.swap(0, Ordering::Relaxed);
+            // Only the thread that frees the slot touches its word: a load and a store, no
+            // read-modify-write.
+            let cg = w.load(Ordering::Relaxed);
             if cg != 0 {
-                self.core.counters.charged.fetch_sub(1, Ordering::Relaxed);
+                w.store(0, Ordering::Relaxed);
+                thread_cache::count_charged(self.front, self.core, -1);
+                // SAFETY: an object of this cache is charged object_size to the owner its
+                // word recorded, which was just cleared (a second free finds 0: no uncharge).
+                unsafe { self.uncharge(cg, self.core.layout.object_size) };
             }
-            // SAFETY: an object of this cache is charged object_size to the owner its word
-            // recorded, which the swap just cleared (a second free finds 0: no uncharge).
-            unsafe { self.uncharge(cg, self.core.layout.object_size) };
         }
     }
 }
 
 impl Drop for Cache {
     fn drop(&mut self) {
+        // This thread's front slots go back now; other threads' lazily (module docs). The
+        // index is free for the next cache once released; a thread whose bin still holds
+        // this core's slots flushes them on its first slow path there (the tag differs).
+        thread_cache::flush_front(self.front, self.core);
+        front::release(self.front);
         self.core.trim();
         // Release: the next build of the same cache that claims the core (Acquire) sees
         // everything this handle did to it.

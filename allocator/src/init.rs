@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 
 use slabcg_accounting::hooks;
 
+use crate::cache::SlabCache;
 use crate::size_class::Kind;
 use crate::{class_caches, large, sys, thread_cache};
 
@@ -44,6 +45,38 @@ pub unsafe fn free_slow(p: *mut u8, c: usize, kind: Kind) {
         }
         // SAFETY: caller's contract.
         unsafe { thread_cache::flush_push(tc, p, c, kind) }
+    })
+}
+
+/// Slow path of an allocation from front `i` of dedicated cache `core` on this thread: sets
+/// up the process and the thread on the thread's first slow path, then refills the front
+/// (`thread_cache::front_refill_pop`). Null when memory is exhausted.
+#[cold]
+#[inline(never)]
+pub fn front_alloc_slow(i: u32, core: &'static SlabCache) -> *mut u8 {
+    thread_cache::with(|tc| {
+        if thread_cache::is_uninit(tc) {
+            init_thread(tc);
+        }
+        thread_cache::front_refill_pop(tc, i, core)
+    })
+}
+
+/// Slow path of a free to front `i` of dedicated cache `core` on this thread: sets up the
+/// process and the thread on the thread's first slow path, then flushes half the front
+/// (`thread_cache::front_flush_push`).
+///
+/// # Safety
+/// `p` must be a live slot of `core` that the caller gives up.
+#[cold]
+#[inline(never)]
+pub unsafe fn front_free_slow(p: *mut u8, i: u32, core: &'static SlabCache) {
+    thread_cache::with(|tc| {
+        if thread_cache::is_uninit(tc) {
+            init_thread(tc);
+        }
+        // SAFETY: caller's contract.
+        unsafe { thread_cache::front_flush_push(tc, p, i, core) }
     })
 }
 

@@ -18,6 +18,10 @@
 //!                        → accounting never used, or plain segment: bin(c, Kind::Plain).push()
 //!                        → accounted segment: charge::free_small → owner word (owner.rs,
 //!                          the class's OwnerGeom in the thread cache) → tagged_push
+//! Cache::alloc         → ThreadCache::front(i).pop_of(core)  (dedicated; front.rs: tag
+//!                        compare, pop); accounted: byte-stock charge first, owner word after
+//! Cache::free          → accounted: owner word, uncharge → front(i).push_of(core, p)
+//!                        misses: init::{front_alloc_slow, front_free_slow}
 //! ```
 //! C's `free` (crate `slabcg-capi`) carries no layout: `raw::free` finds the class from the
 //! segment header (or takes the large path outside segments), then joins `free_class`.
@@ -35,7 +39,8 @@
 //! 3. `cache` (`SlabCache`: slabs, lists, parked batches), `class_caches` (the size
 //!    classes' plain and accounted caches);
 //! 4. `owner` (owner words: `OwnerGeom`, `owner_word`, `class_owner_word`,
-//!    `is_accounted`), `bin` (`Bin`, `ClassBins`);
+//!    `is_accounted`), `bin` (`Bin`, `ClassBins`), `front` (`FrontBin`, the dedicated
+//!    caches' per-thread bins, and the table of front indexes);
 //! 5. `object_stock` (`ObjectStock`, the armed list, the drain protocol);
 //! 6. `thread_cache` (`ThreadCache`, embedding the bins and the object stock; the registry);
 //! 7. `large` (large allocations, the mapping cache), `stats`;
@@ -46,6 +51,9 @@
 //! 11. `tenant_alloc` (the allocator-api2 `Allocator` for `TenantAlloc` and `&Cache`).
 //!
 //! Who touches what:
+//! - a thread's front bins of dedicated caches: only that thread; their tag and count are
+//!   read racily by stats; the table of front indexes: any building or dropping thread,
+//!   by compare-and-swap;
 //! - a thread's `thread_cache` bins: only that thread (bin counts are read racily by
 //!   stats); a drainer also reads its tagged bins' counts and, under the thread's object
 //!   stock lock, writes its tag (the object-stock protocol, `object_stock`);
@@ -88,6 +96,7 @@ mod dedicated;
 #[cfg(test)]
 mod fault_tests;
 mod free_mark;
+mod front;
 mod global;
 mod init;
 mod invariant;

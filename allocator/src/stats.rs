@@ -2,7 +2,8 @@
 //!
 //! Statistics are gathered on read from counters the slow paths keep anyway: slots a cache
 //! handed out minus slots sitting in thread bins (each thread's bin counts, read racily but
-//! never torn) is what the program holds. The fast paths touch nothing extra.
+//! never torn; for dedicated caches the front bins tagged with the cache) is what the
+//! program holds. The fast paths touch nothing extra.
 
 use core::fmt;
 use core::sync::atomic::Ordering;
@@ -113,22 +114,28 @@ pub fn stats() -> AllocStats {
         }
         s.allocated += out.objects * out.size;
     }
-    // Dedicated caches have no thread bins: what they handed out, less what waits in their
-    // parked batches, is what the program holds.
+    // Dedicated caches: what they handed out, less what waits in their parked batches and in
+    // the threads' fronts (`front.rs`), is what the program holds.
     crate::cache::for_each_dedicated(|cache| {
         let k = &cache.counters;
+        let (in_fronts, charged_in_fronts) = thread_cache::front_counts(cache);
         let held = k
             .used
             .load(Ordering::Relaxed)
-            .saturating_sub(k.transfer.load(Ordering::Relaxed));
+            .saturating_sub(k.transfer.load(Ordering::Relaxed) + in_fronts);
+        // The core's count plus the live threads' net counts; the core's alone may have
+        // wrapped below zero (objects charged on one thread, freed on another), so the sum
+        // is taken modulo 2^64.
+        let charged = (k.charged.load(Ordering::Relaxed) as isize)
+            .wrapping_add(charged_in_fronts)
+            .max(0) as usize;
         let bytes = held * cache.layout.object_size;
         s.dedicated_caches += 1;
         s.dedicated_objects += held;
         s.dedicated_bytes += bytes;
         s.allocated += bytes;
         // Objects allocated outside every scope carry no owner: they are the root's.
-        s.allocated_charged +=
-            k.charged.load(Ordering::Relaxed).min(held) * cache.layout.object_size;
+        s.allocated_charged += charged.min(held) * cache.layout.object_size;
         let resident = s.resident;
         add_slabs(&mut s, cache);
         s.dedicated_resident += s.resident - resident;
@@ -160,7 +167,8 @@ fn add_slabs(s: &mut AllocStats, cache: &crate::cache::SlabCache) -> (usize, usi
     (active, empty)
 }
 
-/// Gives free memory back to the OS now: this thread's cached slots and every parked batch
+/// Gives free memory back to the OS now: this thread's cached slots (its dedicated caches'
+/// fronts included) and every parked batch
 /// go back to their slabs, every empty slab of every cache (size classes and dedicated) is
 /// released, and cached large mappings are unmapped. Other threads' bins (bounded to 128 KiB
 /// per class each) are left alone.

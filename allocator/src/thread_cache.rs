@@ -16,6 +16,11 @@
 //! the object stock, hence atomics with plain loads and stores), the object stock's
 //! drainer-side fields (`object_stock.rs`) and the registry links (under the registry lock).
 //!
+//! Dedicated caches have a front here too: `fronts`, one [`FrontBin`] per front index
+//! (`front.rs` says how indexes are assigned, why bins carry their core as a tag, and the
+//! warm-up); [`front_refill_pop`] and [`front_flush_push`] are their slow paths, the same
+//! refill-half / flush-half as the size classes', through the core's parked batches.
+//!
 //! Lifecycle (`state`): UNINIT (all `max == 0`, so the first alloc or free takes the slow path,
 //! where `init.rs` sets up the process and then this thread, [`set_up`]) → LIVE → DEAD at
 //! thread exit (bins flushed, `max == 0` again; later allocations of this thread, e.g. from
@@ -30,6 +35,7 @@ use slabcg_accounting::hooks::{self, ObjCgId};
 use crate::bin::{new_lines, Bin, ClassBins};
 use crate::cache::SlabCache;
 use crate::class_caches;
+use crate::front::{self, FrontBin, FRONTS};
 use crate::lock::{SpinGuard, SpinLock};
 use crate::object_stock::{self, ObjectStock, Pop};
 use crate::owner::class_owner_word;
@@ -75,6 +81,9 @@ pub struct ThreadCache {
     /// Slow paths since the last invariant walk (`crate::invariant::due`).
     #[cfg(debug_assertions)]
     walks: AtomicU32,
+    /// Per front index, the bin of a dedicated cache (`front.rs`); the last one
+    /// (`front::NO_FRONT`) is never tagged, the bin of caches without an index.
+    fronts: [FrontBin; FRONTS + 1],
 }
 
 impl ThreadCache {
@@ -90,7 +99,16 @@ impl ThreadCache {
             prev: AtomicPtr::new(ptr::null_mut()),
             #[cfg(debug_assertions)]
             walks: AtomicU32::new(0),
+            fronts: [const { FrontBin::new() }; FRONTS + 1],
         }
+    }
+
+    /// The front bin of index `i` (`i <= front::NO_FRONT`).
+    #[inline(always)]
+    pub fn front(&self, i: u32) -> &FrontBin {
+        debug_assert!(i as usize <= FRONTS);
+        // SAFETY: front indexes come from `front::claim`, which yields i <= NO_FRONT == FRONTS.
+        unsafe { self.fronts.get_unchecked(i as usize) }
     }
 
     /// The bin of class `c` of this kind (plain, or uncharged accounted slots).
@@ -195,6 +213,12 @@ impl ThreadCache {
         for c in 0..NUM_CLASSES {
             self.bins[c].plain.check();
             self.accounted[c].check();
+        }
+        for f in &self.fronts {
+            f.check();
+        }
+        if !self.fronts[FRONTS].tag().is_null() {
+            crate::invariant::broken("thread cache: the no-front bin is tagged");
         }
         self.stock.check(&self.bins);
     }
@@ -361,6 +385,9 @@ pub fn flush_current() {
 }
 
 fn flush_all(tc: &ThreadCache) {
+    for f in &tc.fronts {
+        f.flush();
+    }
     for c in 0..NUM_CLASSES {
         for kind in Kind::BOTH {
             let bin = tc.bin(c, kind);
@@ -413,6 +440,11 @@ fn teardown(tc: &ThreadCache) {
     }
     tc.stock.give_back_own(&tc.bins);
     flush_all(tc);
+    // Untagged: later frees and allocations of this thread count charged objects in their
+    // cores directly (`count_charged`), none lands in a bin nobody would flush.
+    for f in &tc.fronts {
+        f.close();
+    }
     registry_remove(tc);
 }
 
@@ -567,6 +599,14 @@ pub unsafe fn fork_child() {
         let t = unsafe { &*tc };
         if tc != me {
             t.stock.give_back_orphan(&t.bins);
+            // Their front slots are lost like their bins', but their charged counts stay
+            // right in the cores' statistics.
+            for f in &t.fronts {
+                if !f.tag().is_null() {
+                    // SAFETY: a tag names a core, and cores are never freed.
+                    front::fold_charged(unsafe { &*f.tag() }, f.charged());
+                }
+            }
         }
         tc = t.next.load(Ordering::Relaxed);
     }
@@ -593,4 +633,132 @@ pub fn drain_object_stocks(which: hooks::ObjectDrain) {
     object_stock::drain(which, &own.stock, is_live(own), &|f| {
         threads.for_each(|tc| f(&tc.stock))
     });
+}
+
+/// Slow path of an allocation from front `i` of dedicated cache `core` on a set-up thread
+/// (`init::front_alloc_slow` is the entry): retag the bin when it holds another core's slots,
+/// take one slot on the locked path while the bin warms up, else refill half the bin. For a
+/// thread whose bins are closed, or a cache without an index, one slot straight from the core.
+pub(crate) fn front_refill_pop(tc: &ThreadCache, i: u32, core: &'static SlabCache) -> *mut u8 {
+    debug_assert!(!is_uninit(tc));
+    if tc.state.get() != LIVE || !front::is_front(i) {
+        return refill_one(core);
+    }
+    let f = tc.front(i);
+    if !f.is_of(core) {
+        f.retag(core);
+    }
+    let p = f.bin.pop();
+    if !p.is_null() {
+        return p;
+    }
+    if f.bin.capacity() == 0 {
+        if !f.warm_alloc() {
+            return refill_one(core);
+        }
+        f.bin.set_capacity(front::bin_max(core));
+    }
+    let cap = f.bin.capacity();
+    let chain = core.refill((cap / 2).max(1) as usize, cap as usize);
+    if chain.count == 0 {
+        return ptr::null_mut();
+    }
+    f.fill(chain.head, chain.count as u32);
+    tc.check_if_due();
+    f.bin.pop()
+}
+
+/// Slow path of a free to front `i` of dedicated cache `core` on a set-up thread
+/// (`init::front_free_slow` is the entry): retag the bin when it holds another core's slots,
+/// send the slot home while the bin is closed (`front::HOME_FREES`), else give half the bin
+/// back and push. For a thread whose bins are closed, or a cache without an index, the slot
+/// goes straight to the core.
+///
+/// # Safety
+/// `p` must be a live slot of `core` that the caller gives up.
+pub(crate) unsafe fn front_flush_push(
+    tc: &ThreadCache,
+    p: *mut u8,
+    i: u32,
+    core: &'static SlabCache,
+) {
+    debug_assert!(!is_uninit(tc));
+    let o = p as *mut FreeObj;
+    let home = || {
+        // SAFETY: a one-slot chain of the caller's slot.
+        unsafe {
+            (*o).next = ptr::null_mut();
+            core.flush(o, 1);
+        }
+    };
+    if tc.state.get() != LIVE || !front::is_front(i) {
+        home();
+        return;
+    }
+    let f = tc.front(i);
+    if !f.is_of(core) {
+        f.retag(core);
+    }
+    if f.bin.is_head(p) {
+        double_free_at_head();
+    }
+    if f.bin.capacity() == 0 {
+        if !f.warm_free() {
+            home();
+            return;
+        }
+        f.bin.set_capacity(front::bin_max(core));
+    }
+    let k = f.bin.count().div_ceil(2);
+    if k > 0 {
+        let chain = f.bin.take(k);
+        // SAFETY: the chain holds k slots of `core` taken from its bin.
+        unsafe { core.flush_batch(chain, k as usize) };
+    }
+    // SAFETY: the bin now has room and is `core`'s; the caller gives up p.
+    if !unsafe { f.bin.push(p) } {
+        double_free_at_head();
+    }
+    tc.check_if_due();
+}
+
+/// Counts `d` charged objects of `core` allocated (+) or freed (-) on this thread: in the
+/// front bin when it is `core`'s (no atomic read-modify-write), else in the core's counter.
+#[inline(always)]
+pub(crate) fn count_charged(i: u32, core: &SlabCache, d: isize) {
+    with(|tc| {
+        let f = tc.front(i);
+        if f.is_of(core) {
+            f.add_charged(d);
+        } else {
+            front::fold_charged(core, d);
+        }
+    })
+}
+
+/// Gives this thread's front slots of `core` at index `i` back to the core (the cache is
+/// being dropped; other threads' fronts give theirs back lazily, `front.rs`).
+pub(crate) fn flush_front(i: u32, core: &SlabCache) {
+    with(|tc| {
+        let f = tc.front(i);
+        if is_live(tc) && f.is_of(core) {
+            f.flush();
+        }
+    })
+}
+
+/// Slots of `core` in every live thread's fronts, and those threads' net charged objects
+/// of it (racy reads, for `stats()` and `Cache::live_objects`).
+pub(crate) fn front_counts(core: &SlabCache) -> (usize, isize) {
+    let threads = Threads::lock();
+    let (mut slots, mut charged) = (0usize, 0isize);
+    threads.for_each(|tc| {
+        for f in &tc.fronts {
+            if f.is_of(core) {
+                slots += f.bin.count() as usize;
+                charged += f.charged();
+            }
+        }
+    });
+    (slots, charged)
 }

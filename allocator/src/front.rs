@@ -1,0 +1,278 @@
+//! The per-thread front of dedicated caches: each thread cache holds [`FRONTS`] bins for
+//! dedicated caches (kmem_cache_create users get the per-CPU fast path of kmalloc), and a
+//! process-wide table hands each live dedicated cache one of those indexes.
+//!
+//! Index assignment. A cache claims a free index when it is built ([`claim`]) and gives it
+//! back when its last handle drops ([`release`]); a revived core (`dedicated.rs`) prefers
+//! the index it held before, whose stale bins in other threads then are its own slots again.
+//! With every index taken, a new cache has none ([`NO_FRONT`]) and takes the cache's lock on
+//! every `alloc`/`free`, as before the front existed (documented on `Cache`).
+//!
+//! Tags instead of generations. Each bin records the core whose slots it holds (`tag`, the
+//! core's address; null for none). The fast paths compare it with the cache's core before
+//! they pop or push (one load and compare), so an index reused by another cache never gets
+//! an old cache's slot: the first slow path of the new cache on that thread finds the tag
+//! differ and flushes the old slots to their own core before it retags ([`FrontBin::retag`]).
+//! A core address is a generation that never wraps: cores are never freed (segments name
+//! them), and a revived core is the same core with the same slots, so a bin tagged with it
+//! is valid under any index and any handle. This is why a cache dropped while other threads
+//! still hold its slots in their fronts is safe: those slots stay valid slots of a mapped
+//! core, and go back to it on their thread's next slow path at that index, at `trim()` on
+//! that thread, or at its exit.
+//!
+//! Warm-up (why a bin starts closed, capacity 0). A thread's first [`WARM_ALLOCS`]
+//! allocations from a cache take the locked path: a thread that touches a cache a few times
+//! does not hoard half a bin of its slots (64 caches times up to 128 KiB each). Frees on a
+//! thread whose bin is closed go home to the core, the first [`HOME_FREES`] of them: the size
+//! classes' cache-scratch rule applies as is, a thread freeing objects that others allocated
+//! would otherwise hand them to its next allocations in cache lines those threads still use.
+//! A thread that keeps only freeing (a consumer) opens its bin after that.
+//!
+//! Accounted caches. A slot in a front is uncharged, its owner word 0 (the front is the
+//! accounted caches' bin of uncharged slots, as `ThreadCache::accounted` is for the size
+//! classes); allocation charges the current tenant through the byte stock, free uncharges
+//! the owner word's tenant. The object stock is not used: its drain protocol is written for
+//! the size classes' fixed tagged bins. What `stats()` reports as charged objects is counted
+//! without an atomic read-modify-write on the fast path: `charged` of a bin is this thread's
+//! net count of charged objects of the tagged core (allocated minus freed here, so it can be
+//! negative), folded into the core's `counters.charged` when the bin is retagged or the
+//! thread exits.
+//!
+//! Invariants of a [`FrontBin`] (checked by [`FrontBin::check`], with `Bin::check`):
+//! `tag == null  =>  bin.count == 0 && charged == 0`; every slot on the bin is a free slot of
+//! `tag`'s core, counted in its `counters.used` (slots in fronts left their slabs). For a
+//! core C (stats and `Cache::live_objects`): `used(C) == held(C) + transfer(C) +
+//! Σ_threads Σ_{bins tagged C} count`.
+
+use core::cell::Cell;
+use core::ptr;
+use core::sync::atomic::{AtomicIsize, AtomicPtr, Ordering};
+
+use crate::bin::Bin;
+use crate::cache::SlabCache;
+use crate::slab::FreeObj;
+
+/// Bins per thread for dedicated caches (the most dedicated caches that have a front at once).
+pub const FRONTS: usize = 64;
+/// The index of a cache without a front: its bin (one past the real ones) is never tagged,
+/// so the fast paths' tag compare sends such a cache to its slow path without a bounds test.
+pub const NO_FRONT: u32 = FRONTS as u32;
+/// Locked allocations a thread makes from a cache before its bin opens.
+pub const WARM_ALLOCS: u8 = 8;
+/// Frees a thread sends home before its bin opens (the size classes' `HOME_FREES`).
+pub const HOME_FREES: u8 = 64;
+/// Bytes a front bin may hold before it gives half back (as a size-class bin).
+const BIN_BYTES: usize = 128 * 1024;
+
+/// Capacity of an open front bin of `core`.
+pub(crate) fn bin_max(core: &SlabCache) -> u32 {
+    (BIN_BYTES / core.layout.stride).clamp(2, 256) as u32
+}
+
+/// One thread's bin for one front index.
+pub struct FrontBin {
+    pub(crate) bin: Bin,
+    /// The core whose slots the bin holds (null: none). Written by the owner thread only,
+    /// read racily by `stats()` (an atomic for that; relaxed loads and stores are plain moves).
+    tag: AtomicPtr<SlabCache>,
+    /// Net charged objects of `tag`'s core allocated minus freed on this thread since the
+    /// tag was set (module docs); read racily by `stats()`.
+    charged: AtomicIsize,
+    /// Allocations taken on the locked path while closed.
+    allocs: Cell<u8>,
+    /// Frees sent home while closed.
+    frees: Cell<u8>,
+}
+
+impl FrontBin {
+    pub(crate) const fn new() -> FrontBin {
+        FrontBin {
+            bin: Bin::new(),
+            tag: AtomicPtr::new(ptr::null_mut()),
+            charged: AtomicIsize::new(0),
+            allocs: Cell::new(0),
+            frees: Cell::new(0),
+        }
+    }
+
+    /// Whether the bin holds `core`'s slots.
+    #[inline(always)]
+    pub fn is_of(&self, core: &SlabCache) -> bool {
+        ptr::eq(self.tag.load(Ordering::Relaxed), core)
+    }
+
+    /// The core whose slots the bin holds (null: none).
+    pub(crate) fn tag(&self) -> *const SlabCache {
+        self.tag.load(Ordering::Relaxed)
+    }
+
+    /// Pops a slot of `core`, or null when the bin is empty or holds another core's slots.
+    #[inline(always)]
+    pub fn pop_of(&self, core: &SlabCache) -> *mut u8 {
+        if !self.is_of(core) {
+            return ptr::null_mut();
+        }
+        self.bin.pop()
+    }
+
+    /// Pushes slot `p` of `core`; false when the bin is full, closed, headed by `p`, or holds
+    /// another core's slots.
+    ///
+    /// # Safety
+    /// `p` must be a slot of `core` that nobody uses any more.
+    #[inline(always)]
+    pub unsafe fn push_of(&self, core: &SlabCache, p: *mut u8) -> bool {
+        // SAFETY: caller's contract; a slot of the bin's core.
+        self.is_of(core) && unsafe { self.bin.push(p) }
+    }
+
+    /// Counts `d` charged objects of the tagged core allocated (+) or freed (-) here.
+    #[inline(always)]
+    pub(crate) fn add_charged(&self, d: isize) {
+        self.charged
+            .store(self.charged.load(Ordering::Relaxed) + d, Ordering::Relaxed);
+    }
+
+    /// This bin's net charged objects of its core (racy read).
+    pub(crate) fn charged(&self) -> isize {
+        self.charged.load(Ordering::Relaxed)
+    }
+
+    /// Gives every slot back to the tagged core and folds `charged` into it; the bin keeps
+    /// its tag and capacity. The owner thread only.
+    pub(crate) fn flush(&self) {
+        let core = self.tag.load(Ordering::Relaxed);
+        if core.is_null() {
+            return;
+        }
+        // SAFETY: a tag names a core, and cores are never freed.
+        let core = unsafe { &*core };
+        let (head, n) = self.bin.take_all();
+        if n > 0 {
+            // SAFETY: the bin held n free slots of its tagged core.
+            unsafe { core.flush_batch(head, n as usize) };
+        }
+        let d = self.charged.swap(0, Ordering::Relaxed);
+        fold_charged(core, d);
+    }
+
+    /// Makes the bin `core`'s: the old core's slots and charged count go back to it, and the
+    /// bin starts closed (warm-up, module docs). The owner thread only.
+    pub(crate) fn retag(&self, core: &'static SlabCache) {
+        self.flush();
+        self.bin.set_capacity(0);
+        self.allocs.set(0);
+        self.frees.set(0);
+        self.tag.store(
+            core as *const SlabCache as *mut SlabCache,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Gives the slots back and drops the tag: the bin is `core`-less and closed (thread
+    /// exit). The owner thread only.
+    pub(crate) fn close(&self) {
+        self.flush();
+        self.bin.set_capacity(0);
+        self.tag.store(ptr::null_mut(), Ordering::Relaxed);
+    }
+
+    /// A locked allocation while the bin is closed: true once the bin should open.
+    pub(crate) fn warm_alloc(&self) -> bool {
+        let n = self.allocs.get();
+        if n < WARM_ALLOCS {
+            self.allocs.set(n + 1);
+            return false;
+        }
+        true
+    }
+
+    /// A free while the bin is closed: true once the bin should open (else the slot goes home).
+    pub(crate) fn warm_free(&self) -> bool {
+        let n = self.frees.get();
+        if n < HOME_FREES {
+            self.frees.set(n + 1);
+            return false;
+        }
+        true
+    }
+
+    /// Fills the empty bin with a chain of `count` slots of its core.
+    pub(crate) fn fill(&self, head: *mut FreeObj, count: u32) {
+        self.bin.fill(head, count);
+    }
+
+    /// The invariant (module docs): `Bin::check`, and an untagged bin is empty and counts
+    /// nothing charged. The owner thread only, off the fast paths.
+    pub(crate) fn check(&self) {
+        self.bin.check();
+        if self.tag().is_null() && (self.bin.count() != 0 || self.charged() != 0) {
+            crate::invariant::broken("front bin: untagged but holds slots or charges");
+        }
+        let core = self.tag();
+        let mut o = self.bin.head();
+        while !o.is_null() {
+            // SAFETY: a tagged core is never freed; the list's slots link to the next or null.
+            unsafe {
+                if !crate::owner::is_slot_of(o as *mut u8, &*core) {
+                    crate::invariant::broken("front bin: a slot of another core");
+                }
+                o = (*o).next;
+            }
+        }
+    }
+}
+
+/// Adds a thread's net charged count `d` of objects of `core` to the core's counter.
+pub(crate) fn fold_charged(core: &SlabCache, d: isize) {
+    if d > 0 {
+        core.counters
+            .charged
+            .fetch_add(d as usize, Ordering::Relaxed);
+    } else if d < 0 {
+        core.counters
+            .charged
+            .fetch_sub((-d) as usize, Ordering::Relaxed);
+    }
+}
+
+/// Which core holds each index (null: free).
+static OWNERS: [AtomicPtr<SlabCache>; FRONTS] = [const { AtomicPtr::new(ptr::null_mut()) }; FRONTS];
+/// The core that last held each index: a revived core claims its old index first.
+static LAST: [AtomicPtr<SlabCache>; FRONTS] = [const { AtomicPtr::new(ptr::null_mut()) }; FRONTS];
+
+/// Claims a front index for `core` (user context, when a cache is built): the one it held
+/// before when free, else an index no core held yet, else any free one; [`NO_FRONT`] when
+/// all are taken.
+pub(crate) fn claim(core: &'static SlabCache) -> u32 {
+    let me = core as *const SlabCache as *mut SlabCache;
+    let take = |i: usize| {
+        OWNERS[i]
+            .compare_exchange(ptr::null_mut(), me, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    };
+    // By the core that last held the index: this one, none, any.
+    let passes: [&dyn Fn(*mut SlabCache) -> bool; 3] =
+        [&|last| last == me, &|last| last.is_null(), &|_| true];
+    for pass in passes {
+        for (i, last) in LAST.iter().enumerate() {
+            if pass(last.load(Ordering::Relaxed)) && take(i) {
+                last.store(me, Ordering::Relaxed);
+                return i as u32;
+            }
+        }
+    }
+    NO_FRONT
+}
+
+/// Gives index `i` back (the cache's last handle dropped).
+pub(crate) fn release(i: u32) {
+    if i < NO_FRONT {
+        OWNERS[i as usize].store(ptr::null_mut(), Ordering::Release);
+    }
+}
+
+/// Whether `i` is a real front index (not [`NO_FRONT`]).
+pub(crate) fn is_front(i: u32) -> bool {
+    i < NO_FRONT
+}

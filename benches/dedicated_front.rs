@@ -1,0 +1,84 @@
+//! Issue 18: a dedicated cache's `alloc`+`free` pair (what `TypedCache` wraps) against a
+//! `Box::new` + drop pair of a type of the same layout, outside any tenant and inside one
+//! (the cache accounted, the Box charged through the size classes' object stock).
+//!
+//! `cargo bench --bench dedicated_front`. Prints ns per pair of each variant, the median of
+//! 15 alternating rounds in this process, and the ratios cache / Box (the figure to watch;
+//! the target is 1.10 or less).
+
+use std::alloc::Layout;
+use std::hint::black_box;
+use std::time::Instant;
+
+use slabcg::{Cache, SlabAlloc, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+const ROUNDS: usize = 15;
+const PAIRS: usize = 2_000_000;
+
+/// The object both sides allocate: 64 bytes, a size class of its own.
+type Obj = [u64; 8];
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn time(f: &mut dyn FnMut()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_nanos() as f64 / PAIRS as f64
+}
+
+fn boxes() {
+    for i in 0..PAIRS {
+        let b = Box::new([i as u64; 8]);
+        black_box(&b);
+    }
+}
+
+fn cache_pairs(c: &Cache) {
+    for i in 0..PAIRS {
+        let p = c.alloc().unwrap();
+        // SAFETY: a fresh 64-byte slot, aligned for Obj (the cache's layout).
+        unsafe { (p.as_ptr() as *mut Obj).write([i as u64; 8]) };
+        black_box(p);
+        // SAFETY: allocated just above, freed once.
+        unsafe { c.free(p) };
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let plain = Cache::builder("bench-front", Layout::new::<Obj>()).build();
+    let acct = Cache::builder("bench-front-acct", Layout::new::<Obj>())
+        .account(true)
+        .build();
+    let t = Tenant::new("bench-front");
+    let names = ["box", "cache", "box in tenant", "cache in tenant"];
+    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); 4];
+    let mut ratio = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        let b = time(&mut boxes);
+        let c = time(&mut || cache_pairs(&plain));
+        let (bt, ct) = {
+            let _g = t.enter();
+            (time(&mut boxes), time(&mut || cache_pairs(&acct)))
+        };
+        for (v, x) in ns.iter_mut().zip([b, c, bt, ct]) {
+            v.push(x);
+        }
+        ratio[0].push(c / b);
+        ratio[1].push(ct / bt);
+    }
+    for (n, v) in names.iter().zip(ns) {
+        println!("{n:>16}: {:6.2} ns/pair", median(v));
+    }
+    let [r0, r1] = ratio;
+    println!("cache/box, no tenant:  {:.3}", median(r0));
+    println!("cache/box, in tenant:  {:.3}", median(r1));
+}
