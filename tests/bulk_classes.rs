@@ -185,9 +185,12 @@ fn bulk_and_single_frees_mixed_across_threads_account_exactly() {
 
     let queue = Mutex::new(batches);
     std::thread::scope(|s| {
+        // Joined explicitly: the scope's own end does not wait for the threads' exit hooks,
+        // which give back what their object stocks kept charged to b.
+        let mut freers = Vec::new();
         for id in 0..3usize {
             let (b, queue) = (&b, &queue);
-            s.spawn(move || {
+            freers.push(s.spawn(move || {
                 let _g = (id != 0).then(|| b.enter());
                 let mut own: Vec<Vec<*mut u8>> = vec![Vec::new(); layouts.len()];
                 let mut i = 0usize;
@@ -221,7 +224,10 @@ fn bulk_and_single_frees_mixed_across_threads_account_exactly() {
                     // SAFETY: allocated with layouts[k], each freed once.
                     unsafe { free_bulk(layouts[k], rest) };
                 }
-            });
+            }));
+        }
+        for f in freers {
+            f.join().unwrap();
         }
     });
     drain_all_stocks();
