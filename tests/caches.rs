@@ -250,3 +250,71 @@ fn cache_lines_in_reports_have_unique_one_word_keys() {
         unsafe { c.free(p) };
     }
 }
+
+/// Objects of a cache per 32 KiB (whatever its slab order): what seed 004 compares.
+fn per_32k(c: &Cache) -> usize {
+    32 * 1024 / c.info().stride
+}
+
+#[test]
+fn seed_004_sizes_and_inode_like_caches_pack_as_the_issue_states() {
+    let check = |c: &Cache| {
+        let i = c.info();
+        assert_eq!(
+            i.objects_per_slab * i.stride + i.leftover_bytes,
+            i.slab_bytes,
+            "{i:?}"
+        );
+        assert!(
+            i.stride >= i.object_size && i.stride.is_multiple_of(i.align),
+            "{i:?}"
+        );
+    };
+    // 2312 B (seed 004's mem_cgroup): 14 per 32 KiB, 13 cache-line aligned, against 8 from
+    // the 4 KiB size class it would round to.
+    let plain = Cache::builder("s004-2312", Layout::from_size_align(2312, 8).unwrap()).build();
+    let hw = Cache::builder("s004-2312-hw", Layout::from_size_align(2312, 8).unwrap())
+        .hwcache_align(true)
+        .build();
+    check(&plain);
+    check(&hw);
+    assert_eq!((per_32k(&plain), per_32k(&hw)), (14, 13));
+    assert_eq!(hw.info().stride, 2368);
+    assert_eq!(
+        32 * 1024 / slabcg::allocator::class_size(slabcg::allocator::class_for(4096, 8).unwrap()),
+        8
+    );
+    // 2896 B: 11 per 32 KiB either way (stride 2896, or 2944 aligned), against 10 from the
+    // 3 KiB class it rounds to.
+    let plain = Cache::builder("s004-2896", Layout::from_size_align(2896, 8).unwrap()).build();
+    let hw = Cache::builder("s004-2896-hw", Layout::from_size_align(2896, 8).unwrap())
+        .hwcache_align(true)
+        .build();
+    check(&plain);
+    check(&hw);
+    assert_eq!((plain.info().stride, hw.info().stride), (2896, 2944));
+    assert_eq!((per_32k(&plain), per_32k(&hw)), (11, 11));
+    let class = slabcg::allocator::class_size(slabcg::allocator::class_for(2896, 8).unwrap());
+    assert!(32 * 1024 / class < 11, "class {class}");
+    // An ext4-inode-like cache (1144 B, accounted): the owner words fit in the slab's tail.
+    let ext4 = Cache::builder("ext4-inode", Layout::from_size_align(1144, 8).unwrap())
+        .account(true)
+        .build();
+    check(&ext4);
+    assert_eq!(
+        ext4.info().meta,
+        MetaPlacement::Leftover,
+        "{:?}",
+        ext4.info()
+    );
+    assert_eq!(ext4.info().meta_cost_slots, 0);
+    // An xfs-inode-like cache (992 B, 64-byte aligned, accounted): stride 1024, the owner
+    // word in each slot's 32 bytes of padding.
+    let xfs = Cache::builder("xfs-inode", Layout::from_size_align(992, 64).unwrap())
+        .account(true)
+        .build();
+    check(&xfs);
+    assert_eq!(xfs.info().stride, 1024);
+    assert_eq!(xfs.info().meta, MetaPlacement::Padding, "{:?}", xfs.info());
+    assert_eq!(xfs.info().meta_cost_slots, 0);
+}
