@@ -18,43 +18,8 @@ use core::ops::{Deref, DerefMut};
 
 use crate::sync::{spin_loop, Ordering};
 
-#[cfg(not(loom))]
-use core::sync::atomic::AtomicBool as Flag;
-
-/// Loom's `AtomicBool`, made on first use (loom has no `const` constructor). Without drop
-/// glue (`ManuallyDrop`: a loom atomic owns no memory), so that `const` code building
-/// structures that hold locks still compiles under loom.
-#[cfg(loom)]
-struct Flag(core::mem::ManuallyDrop<std::sync::OnceLock<loom::sync::atomic::AtomicBool>>);
-
-#[cfg(loom)]
-impl Flag {
-    const fn new(_unlocked: bool) -> Self {
-        Flag(core::mem::ManuallyDrop::new(std::sync::OnceLock::new()))
-    }
-    fn get(&self) -> &loom::sync::atomic::AtomicBool {
-        self.0
-            .get_or_init(|| loom::sync::atomic::AtomicBool::new(false))
-    }
-    fn load(&self, o: Ordering) -> bool {
-        self.get().load(o)
-    }
-    fn store(&self, v: bool, o: Ordering) {
-        self.get().store(v, o)
-    }
-    fn compare_exchange(&self, a: bool, b: bool, s: Ordering, f: Ordering) -> Result<bool, bool> {
-        self.get().compare_exchange(a, b, s, f)
-    }
-    fn compare_exchange_weak(
-        &self,
-        a: bool,
-        b: bool,
-        s: Ordering,
-        f: Ordering,
-    ) -> Result<bool, bool> {
-        self.get().compare_exchange_weak(a, b, s, f)
-    }
-}
+// The shim's `AtomicBool`: core's, or under loom loom's made on first use (module docs).
+use crate::sync::AtomicBool as Flag;
 
 /// A value guarded by a spin lock.
 pub struct SpinLock<T> {
