@@ -192,6 +192,39 @@ fn misaligned_free_to_accounted_cache_is_reported() {
     println!("not detected");
 }
 
+/// The same with the calling thread's front of the cache open and the object charged to a
+/// tenant: the front's free must report the pointer before it clears an owner word and
+/// uncharges.
+#[test]
+fn misaligned_free_of_charged_object_in_an_open_front_is_reported() {
+    const NAME: &str = "misaligned_free_of_charged_object_in_an_open_front_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: free of a pointer that is not the start of a slot",
+        );
+    }
+    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(256, 8).unwrap())
+        .account(true)
+        .build();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _scope = tenant.enter();
+    // Open this thread's front of c: its warm-up allocations, freed again.
+    let warm: Vec<_> = (0..9).map(|_| c.alloc().unwrap()).collect();
+    for p in warm {
+        // SAFETY: allocated just above, freed once.
+        unsafe { c.free(p) };
+    }
+    assert!(c.slots_in_my_front() > 0);
+    let p = c.alloc().unwrap();
+    // SAFETY: deliberately invalid: the middle of a live charged slot.
+    unsafe { c.free(NonNull::new_unchecked(p.as_ptr().add(8))) };
+    // Exit before the front is flushed (the flush would catch the pointer too, but only
+    // after the wrong owner word was cleared and the tenant uncharged).
+    println!("not detected");
+    std::process::exit(0);
+}
+
 /// An uncharging free computes the owner address from the pointer: a pointer into the middle
 /// of an accounted slot must be reported before that address (another slot's owner word) is
 /// cleared and its tenant uncharged. The free runs on a thread whose object stock does not
