@@ -110,8 +110,8 @@
 //! The first 64 [`Cache`]s alive at once get a per-thread front (a bin per thread, as the
 //! size classes have); later ones take the cache's lock on every `alloc` / `free`. A
 //! thread's first 8 allocations from a cache take the lock too, so a thread that touches a
-//! cache a few times keeps no slots of it. The bulk calls take the lock once per 512
-//! objects. A dropped cache's slabs stay mapped for the next cache built with the same
+//! cache a few times keeps no slots of it. The bulk calls take the front's slots first, then
+//! the lock once per 512 objects. A dropped cache's slabs stay mapped for the next cache built with the same
 //! name, layout and accounting, which also takes back the slots other threads' fronts kept. The first 76 accounted dedicated caches get their
 //! own `slab_cache_<name>` line in `stat()`; later ones count only in the `slab` total.
 

@@ -300,3 +300,38 @@ fn accounted_front_keeps_exact_ownership_across_threads() {
     assert_eq!(slabcg::stats().allocated_charged, stats_before);
     slabcg::allocator::testing::check_invariants();
 }
+
+#[test]
+fn bulk_goes_through_the_threads_front() {
+    std::thread::spawn(|| {
+        let c = Cache::builder("front-bulk", layout(256)).build();
+        warm_up(&c);
+        let mut out = [std::ptr::null_mut(); 16];
+        assert_eq!(c.alloc_bulk(&mut out), 16);
+        let before = c.slots_in_my_front();
+        // SAFETY: every pointer came from alloc_bulk, each freed once.
+        unsafe { c.free_bulk(&out) };
+        assert_eq!(
+            c.slots_in_my_front(),
+            before + 16,
+            "free_bulk bypassed the front"
+        );
+        let freed = addrs(&out);
+        assert_eq!(c.alloc_bulk(&mut out), 16);
+        assert_eq!(
+            c.slots_in_my_front(),
+            before,
+            "alloc_bulk bypassed the front"
+        );
+        let mut again = addrs(&out);
+        again.sort_unstable();
+        let mut freed = freed;
+        freed.sort_unstable();
+        assert_eq!(again, freed);
+        // SAFETY: as above.
+        unsafe { c.free_bulk(&out) };
+        assert_eq!(c.live_objects(), 0);
+    })
+    .join()
+    .unwrap();
+}

@@ -18,8 +18,9 @@
 //!   consecutive objects with the same owner in runs the same way (a bulk allocated under
 //!   one tenant comes back as one stretch).
 //!
-//! Where the objects come from: a dedicated cache's slabs, [`CHUNK`] objects per lock round
-//! trip; a size class's: inside a tenant scope, the object stock first (slots kept charged
+//! Where the objects come from: a dedicated cache's: this thread's front bin of it first
+//! (`front.rs`; when the bin holds this cache's slots), then its slabs, [`CHUNK`] objects
+//! per lock round trip; a size class's: inside a tenant scope, the object stock first (slots kept charged
 //! to the tenant, taken without charging, as the single allocation takes them), then this
 //! thread's bin of the class (the uncharged accounted bin inside a tenant scope, the plain
 //! bin outside), then the class's cache in chunks. `free_bulk` puts them back the same way:
@@ -41,6 +42,7 @@ use crate::object_stock::Pop;
 use crate::owner::{is_accounted, owner_word};
 use crate::size_class::{class_for, class_size, Kind};
 use crate::slab::FreeObj;
+use crate::thread_cache::ThreadCache;
 use crate::{charge, class_caches, init, sys, thread_cache};
 
 /// The most bytes one charged run holds: small enough for the accounting's 32-bit stat
@@ -275,7 +277,8 @@ impl Cache {
     /// it was, except that entries written before memory ran out are null). In an accounted
     /// cache inside a tenant scope the objects are charged with one stock operation per run
     /// of up to 1 GiB (so once for any real bulk), whatever the count; the objects come
-    /// from the cache's slabs, 512 per lock round trip.
+    /// from this thread's front of the cache first, then from its slabs, 512 per lock round
+    /// trip.
     ///
     /// ```
     /// use std::alloc::Layout;
@@ -303,7 +306,8 @@ impl Cache {
         if cg != 0 && !unsafe { runs.charge(n) } {
             return 0;
         }
-        if !take(self.core, None, out) {
+        let took = thread_cache::with(|tc| take(self.core, self.front_bin(tc), out));
+        if !took {
             if cg != 0 {
                 // SAFETY: the runs charged just above, given back unused.
                 unsafe { runs.uncharge(n) };
@@ -329,7 +333,25 @@ impl Cache {
     /// # Safety
     /// Every pointer must come from this cache, be live, and appear once.
     pub unsafe fn free_bulk(&self, ptrs: &[*mut u8]) {
-        let mut sink = Sink::new(self.core, None);
+        // SAFETY: caller's contract.
+        thread_cache::with(|tc| unsafe { self.free_bulk_through(self.front_bin(tc), ptrs) })
+    }
+
+    /// This thread's front bin of the cache when it holds this cache's slots (module docs of
+    /// `front.rs`: a closed bin has no room, so it takes and gives nothing); none on a
+    /// thread that is exiting or for a cache without a front.
+    fn front_bin<'t>(&self, tc: &'t ThreadCache) -> Option<&'t Bin> {
+        let f = tc.front(self.front);
+        (thread_cache::is_live(tc) && f.is_of(self.core)).then_some(&f.bin)
+    }
+
+    /// [`free_bulk`](Self::free_bulk) into `bin` (this thread's front bin of the cache) while
+    /// it has room, then to the slabs.
+    ///
+    /// # Safety
+    /// As `free_bulk`.
+    unsafe fn free_bulk_through(&self, bin: Option<&Bin>, ptrs: &[*mut u8]) {
+        let mut sink = Sink::new(self.core, bin);
         if !self.core.id.accounted {
             for &p in ptrs.iter().filter(|p| !p.is_null()) {
                 // SAFETY: caller's contract; flush validates that p is a slot of this cache.

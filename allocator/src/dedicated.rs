@@ -199,7 +199,7 @@ impl std::error::Error for CacheError {}
 pub struct Cache {
     pub(crate) core: &'static SlabCache,
     /// This cache's index in every thread's fronts (`front::NO_FRONT`: none).
-    front: u32,
+    pub(crate) front: u32,
     name: String,
     /// Where tenant stats count this cache's objects.
     stat: StatIdx,
