@@ -30,7 +30,7 @@
 //! also covers every walk of the table.
 
 use core::ptr::null_mut;
-use core::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
@@ -368,9 +368,12 @@ impl ObjCg {
 
     #[cold]
     fn push_zombie(&self) {
-        debug_assert_eq!(
-            self.next_zombie.load(Ordering::Relaxed),
-            0,
+        // No slot holds a share of a dead objcg (a slot holds a ref). In a forked child the
+        // count can still be 1: a thread that vanished at the fork between taking a share
+        // and taking its ref (`charge::charge_slow`) never gives it back. Harmless: the link
+        // below overwrites it, and until then it only kept one share of the budget taken.
+        debug_assert!(
+            self.next_zombie.load(Ordering::Relaxed) == 0 || FORKED.load(Ordering::Relaxed),
             "a zombie held by a slot"
         );
         let mut old = ZOMBIES.load(Ordering::Relaxed);
@@ -494,7 +497,13 @@ fn for_each_entry(mut f: impl FnMut(&ObjCg)) {
 /// handlers run outside every read section).
 pub(crate) fn fork_child() {
     for_each_entry(|oc| oc.readers.store(0, Ordering::Relaxed));
+    FORKED.store(true, Ordering::Relaxed);
 }
+
+/// This process is a forked child of a process that used the accounting: shares of the
+/// stock budget taken by threads that did not survive the fork may never come back
+/// (`push_zombie`).
+static FORKED: AtomicBool = AtomicBool::new(false);
 
 /// Bytes the id table holds now (chunks, directories and the free lists), for tests.
 pub(crate) fn table_bytes() -> usize {
