@@ -27,6 +27,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::stock::{Contents, Pool, Stock};
+use crate::sys::sync::model;
 use crate::sys::sync::Ordering::Relaxed;
 use crate::types::{ObjCgId, StatIdx};
 
@@ -149,23 +150,6 @@ impl World {
             "a stat delta lost or counted twice"
         );
     }
-}
-
-/// Runs `body` in every execution of the model, on a thread with room for a `Stock` on its
-/// stack (under loom its atomics are larger, and a model thread's stack is 32 KiB).
-fn model(body: fn()) {
-    let mut b = loom::model::Builder::new();
-    // A drain reads every class's tagged count, twice: more branches than loom's default
-    // 1,000 per execution.
-    b.max_branches = b.max_branches.max(10_000);
-    b.check(move || {
-        thread::Builder::new()
-            .stack_size(1 << 20)
-            .spawn(body)
-            .unwrap()
-            .join()
-            .unwrap();
-    });
 }
 
 /// The owner charges, uncharges and charges again (hits while its slot lasts, direct

@@ -480,15 +480,7 @@ impl SlabCache {
     }
 
     fn add_used(&self, delta: isize) {
-        if delta > 0 {
-            self.counters
-                .used
-                .fetch_add(delta as usize, Ordering::Relaxed);
-        } else if delta < 0 {
-            self.counters
-                .used
-                .fetch_sub((-delta) as usize, Ordering::Relaxed);
-        }
+        add_signed(&self.counters.used, delta);
     }
 
     /// Checks that `p` is the start of a slot of this cache (in a segment we mapped, of this
@@ -800,5 +792,14 @@ unsafe fn list_remove(head: &mut *mut SlabDesc, d: *mut SlabDesc) {
         }
         (*d).next = ptr::null_mut();
         (*d).prev = ptr::null_mut();
+    }
+}
+
+/// Adds a signed `delta` to an unsigned counter (a net count of one side's changes).
+pub(crate) fn add_signed(counter: &AtomicUsize, delta: isize) {
+    if delta > 0 {
+        counter.fetch_add(delta as usize, Ordering::Relaxed);
+    } else if delta < 0 {
+        counter.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
     }
 }

@@ -49,7 +49,7 @@ use core::ptr;
 use core::sync::atomic::{AtomicIsize, AtomicPtr, Ordering};
 
 use crate::bin::Bin;
-use crate::cache::SlabCache;
+use crate::cache::{add_signed, SlabCache};
 use crate::slab::FreeObj;
 
 /// Bins per thread for dedicated caches (the most dedicated caches that have a front at once).
@@ -225,15 +225,7 @@ impl FrontBin {
 
 /// Adds a thread's net charged count `d` of objects of `core` to the core's counter.
 pub(crate) fn fold_charged(core: &SlabCache, d: isize) {
-    if d > 0 {
-        core.counters
-            .charged
-            .fetch_add(d as usize, Ordering::Relaxed);
-    } else if d < 0 {
-        core.counters
-            .charged
-            .fetch_sub((-d) as usize, Ordering::Relaxed);
-    }
+    add_signed(&core.counters.charged, d);
 }
 
 /// Which core holds each index (null: free).

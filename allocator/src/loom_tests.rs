@@ -38,6 +38,7 @@ use crate::bin::new_lines;
 use crate::object_stock::{Count, Lines, ObjectStock, Pop, Taken, Uncharge, NO_TAG};
 use crate::size_class::NUM_CLASSES;
 use crate::slab::FreeObj;
+use crate::sys::sync::model;
 use crate::sys::sync::Ordering::Relaxed;
 
 const A: ObjCgId = 7;
@@ -277,24 +278,6 @@ impl Owner {
         f(self);
         d.join().unwrap();
     }
-}
-
-/// Runs `body` in every execution of the model, on a thread with room for the thread
-/// cache's lines on its stack (under loom its atomics are larger, and a model thread's
-/// stack is 32 KiB).
-fn model(body: fn()) {
-    let mut b = loom::model::Builder::new();
-    // A drain reads every class's tagged count, twice: more branches than loom's default
-    // 1,000 per execution.
-    b.max_branches = b.max_branches.max(10_000);
-    b.check(move || {
-        thread::Builder::new()
-            .stack_size(1 << 20)
-            .spawn(body)
-            .unwrap()
-            .join()
-            .unwrap();
-    });
 }
 
 /// The owner frees and allocates under A (kept in and taken from the bin when tagged A),
