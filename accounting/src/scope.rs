@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::callbacks;
 use crate::node::Tenant;
+use crate::sys::fast_tls::{self, Word};
 use crate::types::ObjCgId;
 
 thread_local! {
@@ -40,8 +41,10 @@ impl Frame {
             t.set(n);
             n
         });
+        let prev = current_objcg();
+        set_current(id);
         Frame {
-            prev: CURRENT.with(|c| c.replace(id)),
+            prev,
             prev_top: TOP.with(|t| t.replace(token)),
             token,
         }
@@ -55,7 +58,7 @@ impl Frame {
             return false;
         }
         TOP.with(|t| t.set(self.prev_top));
-        CURRENT.with(|c| c.set(self.prev));
+        set_current(self.prev);
         true
     }
 }
@@ -195,5 +198,19 @@ impl Drop for RootScope {
 /// The objcg id of this thread's current scope. A single TLS load.
 #[inline(always)]
 pub(crate) fn current_objcg() -> ObjCgId {
+    if fast_tls::AVAILABLE {
+        // The C library's build: an initial-exec word instead of a `__tls_get_addr` call on
+        // every allocation. Only `set_current` writes it, always with an objcg id.
+        return fast_tls::get(Word::Scope) as ObjCgId;
+    }
     CURRENT.with(Cell::get)
+}
+
+#[inline(always)]
+fn set_current(id: ObjCgId) {
+    if fast_tls::AVAILABLE {
+        fast_tls::set(Word::Scope, id as usize);
+    } else {
+        CURRENT.with(|c| c.set(id));
+    }
 }

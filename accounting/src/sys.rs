@@ -10,6 +10,9 @@
 /// The atomics of the structures a loom model checks (`Stock`): core's, or loom's under
 /// `cfg(loom)`.
 pub(crate) use slabcg_sys::sync;
+
+/// Per-thread words in the initial-exec TLS model (feature `ie-tls`, for the C library).
+pub(crate) use slabcg_sys::fast_tls;
 pub(crate) use slabcg_sys::{
     cpus, light_barrier, read_environment, remote_barrier, remote_barrier_kind, warn, SpinGuard,
     SpinLock,

@@ -43,6 +43,7 @@ use crate::segment::ACCOUNTED_BIT;
 use crate::size_class::{class_size, Kind, NUM_CLASSES};
 use crate::slab::FreeObj;
 use crate::sys;
+use crate::sys::fast_tls::{self, Word};
 
 const UNINIT: u8 = 0;
 const LIVE: u8 = 1;
@@ -243,7 +244,28 @@ thread_local! {
 /// Runs `f` on this thread's cache.
 #[inline(always)]
 pub fn with<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
+    if fast_tls::AVAILABLE {
+        // A shared-library build: `TC.with` would call `__tls_get_addr`; the initial-exec
+        // word holds the cache's address once this thread has taken the slow path below.
+        let p = fast_tls::get(Word::ThreadCache) as *const ThreadCache;
+        // SAFETY: the word is 0 or `TC`'s address on this thread (`with_first`), which lives
+        // as long as the thread (it has no destructor; thread exit is hooked separately).
+        if let Some(tc) = unsafe { p.as_ref() } {
+            return f(tc);
+        }
+        return with_first(f);
+    }
     TC.with(|tc| f(opaque(tc)))
+}
+
+/// [`with`] on a thread whose initial-exec word is not set yet: sets it.
+#[cold]
+#[inline(never)]
+fn with_first<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
+    TC.with(|tc| {
+        fast_tls::set(Word::ThreadCache, tc as *const ThreadCache as usize);
+        f(tc)
+    })
 }
 
 /// `tc`, through an empty `asm!` that hides where the pointer came from. Without it LLVM

@@ -33,6 +33,7 @@
 //! | [`warn`]`(msg)` | the message on stderr | ignored |
 //! | [`cpus`] | the CPUs in the affinity mask (read once), at least 1 | 1 |
 //! | [`yield_now`] | gives the CPU away (`sched_yield`) | ignored |
+//! | [`fast_tls`] | per-thread words in the initial-exec TLS model (feature `ie-tls`), else a `thread_local!` | cannot fail |
 //! | [`sync`] | core's atomics, or loom's under `cfg(loom)` (made on first use: `new` stays `const`) | — |
 //!
 //! Under Miri (`cfg(miri)`, scripts/verify.sh) some calls have narrow fallbacks for what the
@@ -41,13 +42,14 @@
 //!
 //! # Layers
 //! `sync` (atomics) <- `thread` (yield, exit hook, fork, cpus) <- `lock` (spin lock) <-
-//! `barrier` (membarrier, mprotect fallback); `mem` (mappings) and `diag` (fatal, warn) stand
-//! alone. No file imports one that imports it back.
+//! `barrier` (membarrier, mprotect fallback); `mem` (mappings), `diag` (fatal, warn) and
+//! `fast_tls` (per-thread words) stand alone. No file imports one that imports it back.
 
 #![warn(missing_docs)]
 
 mod barrier;
 mod diag;
+pub mod fast_tls;
 mod lock;
 mod mem;
 pub mod sync;

@@ -12,6 +12,9 @@ pub use slabcg_sys::{
 /// loom's under `cfg(loom)`.
 pub(crate) use slabcg_sys::sync;
 
+/// Per-thread words in the initial-exec TLS model (feature `ie-tls`, for the C library).
+pub(crate) use slabcg_sys::fast_tls;
+
 #[cfg(not(test))]
 pub use slabcg_sys::{map, map_aligned, map_aligned_at, remap, unmap};
 

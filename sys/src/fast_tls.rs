@@ -1,0 +1,174 @@
+//! Per-thread words in the initial-exec TLS model, for a build of slabcg as a shared library
+//! (feature `ie-tls`; `slabcg-capi` turns it on).
+//!
+//! Rust's `thread_local!` in a shared object uses the general-dynamic model: every access
+//! calls `__tls_get_addr`, about 17 instructions, three times per C `malloc`+`free` pair
+//! (BENCHMARKS.md section 9). Stable Rust has no way to ask for another model, so this file
+//! defines its words itself, in assembly, in the `.tbss` section, and reads them with the
+//! initial-exec sequence: the word's offset from the thread pointer from the GOT, then one
+//! `%fs`-relative load. That is what mimalloc and jemalloc do in their shared libraries.
+//!
+//! The model needs the library in the static TLS block: true for `LD_PRELOAD` and for
+//! libraries a program links against; a `dlopen` of the library finds room only in glibc's
+//! surplus (hundreds of bytes; these words are 16), as for every initial-exec library.
+//! In an executable the linker turns the sequence into a constant offset, so the words work
+//! there too (the workspace's tests build them when cargo unifies the feature).
+//!
+//! Without the feature, on other architectures, under Miri and under loom, the words are a
+//! `thread_local!`; [`AVAILABLE`] says which.
+
+/// One per-thread word. Each has one client, named here so that two clients never share a
+/// word by mistake; every word starts at 0 on every thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Word {
+    /// The allocator's thread cache, once the thread has touched it (0 until then).
+    ThreadCache = 0,
+    /// The accounting's current scope (its objcg id; 0 is the root).
+    Scope = 1,
+}
+
+/// Whether the words are initial-exec TLS in this build (otherwise a `thread_local!`).
+pub const AVAILABLE: bool = cfg!(all(
+    feature = "ie-tls",
+    target_arch = "x86_64",
+    target_os = "linux",
+    not(miri),
+    not(loom)
+));
+
+#[cfg(all(
+    feature = "ie-tls",
+    target_arch = "x86_64",
+    target_os = "linux",
+    not(miri),
+    not(loom)
+))]
+mod imp {
+    use super::Word;
+
+    // Two zeroed words in the thread-local bss. Hidden: the symbol is the library's own,
+    // never interposed, so the linker may resolve the offset at link time where it can.
+    core::arch::global_asm!(
+        ".pushsection .tbss.slabcg_fast_tls,\"awT\",@nobits",
+        ".p2align 4",
+        ".globl slabcg_fast_tls",
+        ".hidden slabcg_fast_tls",
+        ".type slabcg_fast_tls, @tls_object",
+        ".size slabcg_fast_tls, 16",
+        "slabcg_fast_tls:",
+        ".zero 16",
+        ".popsection",
+    );
+
+    #[inline(always)]
+    pub(super) fn get(w: Word) -> usize {
+        let v: usize;
+        // SAFETY: reads the GOT entry holding the offset of `slabcg_fast_tls` from the thread
+        // pointer (resolved by the dynamic linker before any code of the library runs), then
+        // the word at that offset in the calling thread's static TLS block: 16 bytes this
+        // file defines, alive as long as the thread. No other memory is touched.
+        unsafe {
+            match w {
+                Word::ThreadCache => core::arch::asm!(
+                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
+                    "mov {v}, qword ptr fs:[{off}]",
+                    off = out(reg) _, v = out(reg) v,
+                    options(nostack, preserves_flags, readonly, pure),
+                ),
+                Word::Scope => core::arch::asm!(
+                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
+                    "mov {v}, qword ptr fs:[{off} + 8]",
+                    off = out(reg) _, v = out(reg) v,
+                    options(nostack, preserves_flags, readonly, pure),
+                ),
+            }
+        }
+        v
+    }
+
+    #[inline(always)]
+    pub(super) fn set(w: Word, v: usize) {
+        // SAFETY: as in `get`; writes the calling thread's own word, which no other thread
+        // reads.
+        unsafe {
+            match w {
+                Word::ThreadCache => core::arch::asm!(
+                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
+                    "mov qword ptr fs:[{off}], {v}",
+                    off = out(reg) _, v = in(reg) v,
+                    options(nostack, preserves_flags),
+                ),
+                Word::Scope => core::arch::asm!(
+                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
+                    "mov qword ptr fs:[{off} + 8], {v}",
+                    off = out(reg) _, v = in(reg) v,
+                    options(nostack, preserves_flags),
+                ),
+            }
+        }
+    }
+}
+
+#[cfg(not(all(
+    feature = "ie-tls",
+    target_arch = "x86_64",
+    target_os = "linux",
+    not(miri),
+    not(loom)
+)))]
+mod imp {
+    use super::Word;
+    use core::cell::Cell;
+
+    std::thread_local! {
+        static WORDS: [Cell<usize>; 2] = const { [Cell::new(0), Cell::new(0)] };
+    }
+
+    #[inline(always)]
+    pub(super) fn get(w: Word) -> usize {
+        WORDS.with(|a| a[w as usize].get())
+    }
+
+    #[inline(always)]
+    pub(super) fn set(w: Word, v: usize) {
+        WORDS.with(|a| a[w as usize].set(v))
+    }
+}
+
+/// The calling thread's word `w` (0 until this thread sets it).
+#[inline(always)]
+pub fn get(w: Word) -> usize {
+    imp::get(w)
+}
+
+/// Sets the calling thread's word `w`; no other thread sees it.
+#[inline(always)]
+pub fn set(w: Word, v: usize) {
+    imp::set(w, v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_per_thread_and_start_at_zero() {
+        assert_eq!(get(Word::ThreadCache), 0);
+        assert_eq!(get(Word::Scope), 0);
+        set(Word::ThreadCache, 0xdead_beef);
+        set(Word::Scope, 7);
+        assert_eq!(get(Word::ThreadCache), 0xdead_beef);
+        assert_eq!(get(Word::Scope), 7);
+        std::thread::spawn(|| {
+            assert_eq!(get(Word::ThreadCache), 0);
+            assert_eq!(get(Word::Scope), 0);
+            set(Word::Scope, 9);
+            assert_eq!(get(Word::Scope), 9);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(get(Word::Scope), 7);
+        set(Word::ThreadCache, 0);
+        set(Word::Scope, 0);
+    }
+}
