@@ -21,12 +21,12 @@ else
 fi
 allocs=(slabcg mimalloc jemalloc sys)
 declare -A lib=([slabcg]="$lib_slabcg" [mimalloc]="$lib_mi" [jemalloc]="$lib_je" [sys]="")
-# SLABCG_IE_LIB=path adds a fifth allocator, "slabcg-ie": libslabcg.so built with
-# initial-exec TLS (nightly only: RUSTFLAGS="-Z tls-model=initial-exec" cargo +nightly build
-# --release -p slabcg-capi --target-dir target/tls-ie), to measure what __tls_get_addr costs.
-if [ -n "${SLABCG_IE_LIB:-}" ]; then
-  allocs=(slabcg slabcg-ie mimalloc jemalloc sys)
-  lib[slabcg-ie]="$SLABCG_IE_LIB"
+# SLABCG_BASE_LIB=path adds a fifth allocator, "slabcg-base": another build of libslabcg.so
+# to compare with this one (e.g. `cargo build --release -p slabcg-capi --no-default-features`,
+# general-dynamic TLS, copied aside; or the library of an earlier commit).
+if [ -n "${SLABCG_BASE_LIB:-}" ]; then
+  allocs=(slabcg slabcg-base mimalloc jemalloc sys)
+  lib[slabcg-base]="$SLABCG_BASE_LIB"
 fi
 
 # The allocator order of round R: rotated by one each round, so that none always runs first.
@@ -56,7 +56,7 @@ for line in open(sys.argv[1]):
 unit = sys.argv[2]
 print(f"| allocator | {unit} (median) | peak RSS MiB (median) | runs |")
 print("|---|---|---|---|")
-for a in ["slabcg", "slabcg-ie", "mimalloc", "jemalloc", "sys"]:
+for a in ["slabcg", "slabcg-base", "mimalloc", "jemalloc", "sys"]:
     if a in rows:
         v = rows[a]
         print(f"| {a if a != 'sys' else 'glibc'} | {statistics.median(s for s, _ in v):.3f} | "

@@ -109,7 +109,7 @@ for line in open(sys.argv[1]):
         bad.append(line.strip())
 tests = list(dict.fromkeys(t for t, _ in rows))
 present = {a for _, a in rows}
-allocs = [a for a in ["slabcg", "slabcg-ie", "mimalloc", "jemalloc", "sys"] if a in present]
+allocs = [a for a in ["slabcg", "slabcg-base", "mimalloc", "jemalloc", "sys"] if a in present]
 ours = [a for a in allocs if a.startswith("slabcg")]
 med = {k: (statistics.median(s for s, _ in v), statistics.median(m for _, m in v)) for k, v in rows.items()}
 names = [a if a != "sys" else "glibc" for a in allocs]

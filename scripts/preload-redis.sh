@@ -69,7 +69,7 @@ for line in open(sys.argv[1]):
     for kv in f[3:]:
         k, v = kv.split("=")
         rps[k][a].append(float(v))
-allocs = [a for a in ["slabcg", "slabcg-ie", "mimalloc", "jemalloc", "sys"] if a in rss]
+allocs = [a for a in ["slabcg", "slabcg-base", "mimalloc", "jemalloc", "sys"] if a in rss]
 names = {"sys": "glibc", "jemalloc": "jemalloc (redis's own)"}
 print("| command (requests/s, median) | " + " | ".join(names.get(a, a) for a in allocs) + " | slabcg / mimalloc |")
 print("|---" * (len(allocs) + 2) + "|")

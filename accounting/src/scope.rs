@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::callbacks;
 use crate::node::Tenant;
+#[cfg(feature = "ie-tls")]
 use crate::sys::fast_tls::{self, Word};
 use crate::types::ObjCgId;
 
@@ -198,6 +199,7 @@ impl Drop for RootScope {
 /// The objcg id of this thread's current scope. A single TLS load.
 #[inline(always)]
 pub(crate) fn current_objcg() -> ObjCgId {
+    #[cfg(feature = "ie-tls")]
     if fast_tls::AVAILABLE {
         // The C library's build: an initial-exec word instead of a `__tls_get_addr` call on
         // every allocation. Only `set_current` writes it, always with an objcg id.
@@ -208,9 +210,10 @@ pub(crate) fn current_objcg() -> ObjCgId {
 
 #[inline(always)]
 fn set_current(id: ObjCgId) {
+    #[cfg(feature = "ie-tls")]
     if fast_tls::AVAILABLE {
         fast_tls::set(Word::Scope, id as usize);
-    } else {
-        CURRENT.with(|c| c.set(id));
+        return;
     }
+    CURRENT.with(|c| c.set(id));
 }

@@ -12,6 +12,7 @@
 pub(crate) use slabcg_sys::sync;
 
 /// Per-thread words in the initial-exec TLS model (feature `ie-tls`, for the C library).
+#[cfg(feature = "ie-tls")]
 pub(crate) use slabcg_sys::fast_tls;
 pub(crate) use slabcg_sys::{
     cpus, light_barrier, read_environment, remote_barrier, remote_barrier_kind, warn, SpinGuard,

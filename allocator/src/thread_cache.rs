@@ -43,6 +43,7 @@ use crate::segment::ACCOUNTED_BIT;
 use crate::size_class::{class_size, Kind, NUM_CLASSES};
 use crate::slab::FreeObj;
 use crate::sys;
+#[cfg(feature = "ie-tls")]
 use crate::sys::fast_tls::{self, Word};
 
 const UNINIT: u8 = 0;
@@ -244,6 +245,9 @@ thread_local! {
 /// Runs `f` on this thread's cache.
 #[inline(always)]
 pub fn with<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
+    // A `cfg` as well as the constant: without the feature the function is token for token
+    // what it was, so that LLVM's inlining of the fast paths does not change.
+    #[cfg(feature = "ie-tls")]
     if fast_tls::AVAILABLE {
         // A shared-library build: `TC.with` would call `__tls_get_addr`; the initial-exec
         // word holds the cache's address once this thread has taken the slow path below.
@@ -259,6 +263,7 @@ pub fn with<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
 }
 
 /// [`with`] on a thread whose initial-exec word is not set yet: sets it.
+#[cfg(feature = "ie-tls")]
 #[cold]
 #[inline(never)]
 fn with_first<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {

@@ -13,6 +13,7 @@ pub use slabcg_sys::{
 pub(crate) use slabcg_sys::sync;
 
 /// Per-thread words in the initial-exec TLS model (feature `ie-tls`, for the C library).
+#[cfg(feature = "ie-tls")]
 pub(crate) use slabcg_sys::fast_tls;
 
 #[cfg(not(test))]
