@@ -250,26 +250,28 @@ pub fn with<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
     #[cfg(feature = "ie-tls")]
     if fast_tls::AVAILABLE {
         // A shared-library build: `TC.with` would call `__tls_get_addr`; the initial-exec
-        // word holds the cache's address once this thread has taken the slow path below.
-        let p = fast_tls::get(Word::ThreadCache) as *const ThreadCache;
-        // SAFETY: the word is 0 or `TC`'s address on this thread (`with_first`), which lives
-        // as long as the thread (it has no destructor; thread exit is hooked separately).
-        if let Some(tc) = unsafe { p.as_ref() } {
-            return f(tc);
+        // word holds the cache's address once this thread has been through `first_touch`.
+        // The closure is not handed to the cold path, so its captures stay in registers.
+        let mut p = fast_tls::get_stable(Word::ThreadCache) as *const ThreadCache;
+        if p.is_null() {
+            p = first_touch();
         }
-        return with_first(f);
+        // SAFETY: `p` is `TC`'s address on this thread (`first_touch`), which lives as long
+        // as the thread (it has no destructor; thread exit is hooked separately).
+        return f(unsafe { &*p });
     }
     TC.with(|tc| f(opaque(tc)))
 }
 
-/// [`with`] on a thread whose initial-exec word is not set yet: sets it.
+/// This thread's cache, recording its address in the initial-exec word for [`with`].
 #[cfg(feature = "ie-tls")]
 #[cold]
 #[inline(never)]
-fn with_first<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
+fn first_touch() -> *const ThreadCache {
     TC.with(|tc| {
-        fast_tls::set(Word::ThreadCache, tc as *const ThreadCache as usize);
-        f(tc)
+        let p = tc as *const ThreadCache;
+        fast_tls::set(Word::ThreadCache, p as usize);
+        p
     })
 }
 

@@ -304,3 +304,33 @@ fn real_programs_match_the_system_allocator() {
         eprintln!("sqlite3 not found: its part of this test did not run");
     }
 }
+
+/// The library reads its per-thread words with the initial-exec model (feature `ie-tls`,
+/// on by default): the dynamic section says the library needs static TLS, and the words'
+/// symbol is a TLS object. Without the feature every malloc and free would call
+/// `__tls_get_addr` (BENCHMARKS.md section 9).
+#[test]
+fn per_thread_words_are_initial_exec() {
+    let dynamic = Command::new("readelf")
+        .arg("-dW")
+        .arg(lib())
+        .output()
+        .expect("run readelf (binutils, which gcc needs)");
+    let dynamic = String::from_utf8_lossy(&dynamic.stdout);
+    assert!(
+        dynamic.lines().any(|l| l.contains("(FLAGS)") && l.contains("STATIC_TLS")),
+        "no STATIC_TLS flag:\n{dynamic}"
+    );
+    let symbols = Command::new("readelf")
+        .arg("-sW")
+        .arg(lib())
+        .output()
+        .expect("run readelf");
+    let symbols = String::from_utf8_lossy(&symbols.stdout);
+    assert!(
+        symbols
+            .lines()
+            .any(|l| l.ends_with(" slabcg_fast_tls") && l.contains(" TLS ")),
+        "no TLS symbol slabcg_fast_tls"
+    );
+}

@@ -21,7 +21,8 @@
 /// word by mistake; every word starts at 0 on every thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Word {
-    /// The allocator's thread cache, once the thread has touched it (0 until then).
+    /// The allocator's thread cache, once the thread has touched it (0 until then): set once
+    /// per thread and never changed, so it may be read with [`get_stable`].
     ThreadCache = 0,
     /// The accounting's current scope (its objcg id; 0 is the root).
     Scope = 1,
@@ -59,6 +60,30 @@ mod imp {
         ".zero 16",
         ".popsection",
     );
+
+    #[inline(always)]
+    pub(super) fn get_stable(w: Word) -> usize {
+        let v: usize;
+        // SAFETY: as in `get`. `nomem` lets the compiler reuse an earlier read: sound for
+        // the words `get_stable` is for (module docs), whose value never changes once set.
+        unsafe {
+            match w {
+                Word::ThreadCache => core::arch::asm!(
+                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
+                    "mov {v}, qword ptr fs:[{off}]",
+                    off = out(reg) _, v = out(reg) v,
+                    options(nostack, preserves_flags, nomem, pure),
+                ),
+                Word::Scope => core::arch::asm!(
+                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
+                    "mov {v}, qword ptr fs:[{off} + 8]",
+                    off = out(reg) _, v = out(reg) v,
+                    options(nostack, preserves_flags, nomem, pure),
+                ),
+            }
+        }
+        v
+    }
 
     #[inline(always)]
     pub(super) fn get(w: Word) -> usize {
@@ -130,6 +155,11 @@ mod imp {
     }
 
     #[inline(always)]
+    pub(super) fn get_stable(w: Word) -> usize {
+        get(w)
+    }
+
+    #[inline(always)]
     pub(super) fn set(w: Word, v: usize) {
         WORDS.with(|a| a[w as usize].set(v))
     }
@@ -139,6 +169,15 @@ mod imp {
 #[inline(always)]
 pub fn get(w: Word) -> usize {
     imp::get(w)
+}
+
+/// As [`get`], for a word that goes at most once per thread from 0 to its final value (the
+/// thread cache's address): the compiler may reuse an earlier read of it, so a caller may
+/// still see 0 just after setting it, and must then take its slow path again, which finds
+/// the word set. Three reads in one `free` become one.
+#[inline(always)]
+pub fn get_stable(w: Word) -> usize {
+    imp::get_stable(w)
 }
 
 /// Sets the calling thread's word `w`; no other thread sees it.
