@@ -7,8 +7,10 @@
 //!
 //! A C `free` carries no size, so [`free`] finds the class from the address instead: a
 //! pointer inside a segment (one bitmap load, `segment::is_segment`) is a slot of the cache
-//! named in the segment header; any other pointer is a large allocation, whose header page
-//! precedes it. The Rust paths (`GlobalAlloc::dealloc`) are untouched: they still compute the
+//! named in the segment header, and must be a slot's start; any other pointer must be a
+//! large allocation, whose header page precedes it and is marked live in `addr_map` (so an
+//! address slabcg never handed out, such as a direct `mmap`, is reported with the fatal
+//! message before that page is read). The Rust paths (`GlobalAlloc::dealloc`) are untouched: they still compute the
 //! class from the layout and never read a segment header.
 //!
 //! Sizes here are what the slot or mapping holds, so a block keeps the category its
@@ -20,6 +22,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::ptr;
 
 use crate::global::{alloc_impl, free_class};
+use crate::segment::Segment;
 use crate::size_class::{class_for, class_size, MAX_SMALL};
 use crate::sys::PAGE;
 use crate::{charge, large, segment, SlabAlloc};
@@ -47,17 +50,23 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     p
 }
 
-/// The size class of slot `p`, from its segment header.
+/// The size class of slot `p`, from its segment header, after checking that `p` is the
+/// start of a slot (a C caller hands over no layout to check it against, and a pointer
+/// into the middle of a block would otherwise go into a bin and be handed out again).
 ///
 /// # Safety
 /// `p` must lie in a segment (`segment::is_segment`).
 #[inline(always)]
 unsafe fn slot_class(p: *mut u8) -> usize {
+    let seg = segment::segment_of(p);
     // SAFETY: segments are never unmapped and their header is written once at creation,
     // before any slot of theirs is handed out; the cache it names is never freed.
-    let class = unsafe { (*(*segment::segment_of(p)).cache).class };
+    let (class, start) = unsafe { ((*(*seg).cache).class, Segment::is_slot_start(seg, p)) };
     if class == u32::MAX {
         dedicated_free();
+    }
+    if !start {
+        not_a_slot_start();
     }
     class as usize
 }
@@ -68,13 +77,20 @@ fn dedicated_free() -> ! {
     crate::sys::fatal("free() of an object of a dedicated cache (free it with Cache::free)")
 }
 
+#[cold]
+#[inline(never)]
+fn not_a_slot_start() -> ! {
+    crate::sys::fatal("free of a pointer that is not the start of a slot")
+}
+
 /// Frees `p` (null: nothing), whatever its size and alignment.
 ///
 /// # Safety
 /// `p` must be null or a live block returned by [`alloc`], [`alloc_zeroed`], [`realloc`] or
 /// the global allocator of this copy of the crate, freed once. A pointer this allocator did
-/// not hand out is reported (the process aborts) where the slow paths can tell, as
-/// `GlobalAlloc::dealloc` does.
+/// not hand out (outside its segments and large blocks, or not the start of a slot) is
+/// reported at once, the process aborting with a message; double frees where the slow
+/// paths can tell, as `GlobalAlloc::dealloc` does.
 #[inline]
 pub unsafe fn free(p: *mut u8) {
     if p.is_null() {
