@@ -92,11 +92,12 @@ impl Bin {
             return false;
         }
         // Hardened builds: a slot whose first word is a valid link is free already
-        // (`link.rs`); confirm on the list before reporting. Always false by default.
+        // (`link.rs`); confirm on the list before reporting. Nothing by default.
+        #[cfg(feature = "hardened")]
         // SAFETY: the caller's slot is readable.
-        if unsafe { FreeObj::looks_free(o) } {
-            self.check_not_listed(o);
-        }
+        unsafe {
+            self.check_push(o)
+        };
         // SAFETY: the caller hands us the slot; its first word becomes the link.
         unsafe { FreeObj::set_next(o, head) };
         self.head.store(o, Ordering::Relaxed);
@@ -104,10 +105,26 @@ impl Bin {
         true
     }
 
+    /// Hardened builds: the double-free check of every push (`link.rs`). Out of line: inlined,
+    /// it makes the callers' thread-local closures too big to inline, which costs more than
+    /// the call.
+    ///
+    /// # Safety
+    /// `o` must be readable for one word.
+    #[cfg(feature = "hardened")]
+    #[inline(never)]
+    unsafe fn check_push(&self, o: *mut FreeObj) {
+        // SAFETY: caller's contract.
+        if unsafe { FreeObj::looks_free(o) } {
+            self.check_not_listed(o);
+        }
+    }
+
     /// Reports a double free when `o` is on this bin's list (hardened builds: its first word
     /// is a valid link). A slot free elsewhere (another thread's bin, a parked batch, its
     /// slab) is left to the flushes' checks; a live slot whose data happens to decode to a
     /// link is not on the list and goes on.
+    #[cfg(feature = "hardened")]
     #[cold]
     #[inline(never)]
     fn check_not_listed(&self, o: *mut FreeObj) {

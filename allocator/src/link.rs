@@ -6,8 +6,8 @@
 //! Default build: the link is the next slot's address, a plain load and store.
 //!
 //! `hardened` feature (mimalloc's secure mode): the word holds the address mixed with the
-//! slot's own address and a per-process random secret, `rotl(next ^ slot, r) ^ key` (key
-//! and rotation from one `getrandom` draw, made on first use). A program that writes into
+//! slot's own address and a per-process random secret, `rotl(next ^ slot, 29) ^ key` (the
+//! key from one `getrandom` draw, made when the first segment is). A program that writes into
 //! a freed slot (use after free) cannot forge a link without the secret: the decoded value
 //! is then all but certain to lie outside every segment, and the pop that meets it reports
 //! the corruption (`sys::fatal`) instead of handing that address out. Mixing in the slot's
@@ -131,51 +131,49 @@ fn is_link(n: usize) -> bool {
 #[cfg(feature = "hardened")]
 static SECRET: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
-/// The process's secret, drawn on first use. Relaxed is enough: the word goes from 0 to its
-/// one value once, by compare-and-swap, so every thread that reads it nonzero reads the
-/// same value, and one that still reads 0 joins the swap and gets it.
+/// The process's secret. Drawn by [`draw_secret`] when the first segment is made, before
+/// any slot exists: every link is written to and read from a slot, and whichever thread
+/// touches a slot learned of it after its segment was made (through the cache's lock, or
+/// the program's own synchronisation that handed it the pointer), so it reads the secret
+/// drawn by then. Relaxed: the word goes from 0 to its one value once.
 #[cfg(feature = "hardened")]
 #[inline(always)]
 fn secret() -> u64 {
-    use core::sync::atomic::Ordering;
-    let k = SECRET.load(Ordering::Relaxed);
-    if k != 0 {
-        return k;
-    }
-    draw_secret()
+    let k = SECRET.load(core::sync::atomic::Ordering::Relaxed);
+    debug_assert!(k != 0, "a free-list link before the first segment");
+    k
 }
 
-#[cfg(feature = "hardened")]
-#[cold]
-#[inline(never)]
-fn draw_secret() -> u64 {
-    use core::sync::atomic::Ordering;
-    let k = slabcg_sys::random_u64();
-    match SECRET.compare_exchange(0, k, Ordering::Relaxed, Ordering::Relaxed) {
-        Ok(_) => k,
-        Err(winner) => winner,
+/// Draws the secret unless it is drawn already (`segment::Segment::create`, before the
+/// segment's slots can be linked). A compare-and-swap: two first segments made at once
+/// agree on one value. Nothing in the default build.
+#[inline]
+pub fn draw_secret() {
+    #[cfg(feature = "hardened")]
+    {
+        use core::sync::atomic::Ordering;
+        if SECRET.load(Ordering::Relaxed) == 0 {
+            let k = slabcg_sys::random_u64();
+            let _ = SECRET.compare_exchange(0, k, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 }
 
-/// Rotation (odd, 1..=63) from the secret's top bits.
+/// The rotation of the encoding: a constant (a rotation by a key-derived count cost three
+/// more instructions per link, measured; the secret is in the XOR).
 #[cfg(feature = "hardened")]
-#[inline(always)]
-fn rotation(k: u64) -> u32 {
-    ((k >> 58) | 1) as u32
-}
+const ROT: u32 = 29;
 
 #[cfg(feature = "hardened")]
 #[inline(always)]
 fn encode(o: *mut FreeObj, n: usize) -> usize {
-    let k = secret();
-    ((n ^ o as usize) as u64).rotate_left(rotation(k)) as usize ^ k as usize
+    ((n ^ o as usize) as u64).rotate_left(ROT) as usize ^ secret() as usize
 }
 
 #[cfg(feature = "hardened")]
 #[inline(always)]
 fn decode(o: *mut FreeObj, w: usize) -> usize {
-    let k = secret();
-    ((w ^ k as usize) as u64).rotate_right(rotation(k)) as usize ^ o as usize
+    ((w ^ secret() as usize) as u64).rotate_right(ROT) as usize ^ o as usize
 }
 
 #[cfg(feature = "hardened")]
@@ -201,6 +199,7 @@ mod tests {
             a.as_mut_ptr() as *mut FreeObj,
             b.as_mut_ptr() as *mut FreeObj,
         );
+        draw_secret();
         // SAFETY: both are live local words; only encode/decode, no list is walked.
         unsafe {
             (*oa).link = encode(oa, 0x1000);

@@ -62,24 +62,19 @@ unsafe fn slot_class(p: *mut u8) -> usize {
     // SAFETY: segments are never unmapped and their header is written once at creation,
     // before any slot of theirs is handed out; the cache it names is never freed.
     let (class, start) = unsafe { ((*(*seg).cache).class, Segment::is_slot_start(seg, p)) };
-    if class == u32::MAX {
-        dedicated_free();
-    }
-    if !start {
-        not_a_slot_start();
+    // One test for both reports on the common path.
+    if class == u32::MAX || !start {
+        bad_sizeless_free(class);
     }
     class as usize
 }
 
 #[cold]
 #[inline(never)]
-fn dedicated_free() -> ! {
-    crate::sys::fatal("free() of an object of a dedicated cache (free it with Cache::free)")
-}
-
-#[cold]
-#[inline(never)]
-fn not_a_slot_start() -> ! {
+fn bad_sizeless_free(class: u32) -> ! {
+    if class == u32::MAX {
+        crate::sys::fatal("free() of an object of a dedicated cache (free it with Cache::free)")
+    }
     crate::sys::fatal("free of a pointer that is not the start of a slot")
 }
 

@@ -110,6 +110,8 @@ impl Segment {
         let (_, slabs_offset, nslabs) = geometry(layout.slab_shift);
         // Odd multiples of SEGMENT for accounted segments (ACCOUNTED_BIT).
         let offset = if cache.accounted { ACCOUNTED_BIT } else { 0 };
+        // Before the first slot exists (hardened builds' link secret; nothing by default).
+        crate::link::draw_secret();
         let seg = sys::map_aligned_at(SEGMENT + GUARD, 2 * SEGMENT, offset) as *mut Segment;
         if seg.is_null() {
             return seg;
