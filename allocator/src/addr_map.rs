@@ -75,7 +75,7 @@ fn large_slot(h: usize) -> Option<(&'static AtomicPtr<AtomicU64>, usize, u64)> {
 /// space the map covers.
 #[must_use]
 pub fn insert_large(h: *mut u8) -> bool {
-    debug_assert!(h as usize % PAGE == 0);
+    debug_assert!((h as usize).is_multiple_of(PAGE));
     let Some((root, word, bit)) = large_slot(h as usize) else {
         return false;
     };

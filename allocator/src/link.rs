@@ -124,7 +124,7 @@ impl FreeObj {
 #[cfg(feature = "hardened")]
 #[inline(always)]
 fn is_link(n: usize) -> bool {
-    n == 0 || (n % 8 == 0 && addr_map::is_segment(n as *const u8))
+    n == 0 || (n.is_multiple_of(8) && addr_map::is_segment(n as *const u8))
 }
 
 /// The secret: 0 until drawn.

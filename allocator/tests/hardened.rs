@@ -140,7 +140,7 @@ fn every_segment_is_followed_by_a_guard_page() {
     let guard = guard.unwrap_or_else(|| panic!("no mapping at {end:#x}:\n{maps}"));
     assert!(guard.contains(" ---p "), "{guard}");
     let s = slabcg_allocator::stats();
-    assert!(s.guard >= 4096 && s.guard % 4096 == 0, "{s}");
+    assert!(s.guard >= 4096 && s.guard.is_multiple_of(4096), "{s}");
     assert!(s.mapped >= s.guard + SEGMENT);
 }
 
