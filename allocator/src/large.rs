@@ -328,7 +328,9 @@ fn not_a_large_block(p: *mut u8) -> ! {
 /// its page below is read) and carry the magic word.
 ///
 /// # Safety
-/// Any `p`; its page below is read only when `addr_map` says a live block's header is there.
+/// `p` may be any address: the page below it is read only when `addr_map` marks it as the
+/// header page of a live block (a free racing another free of the same block aside, which
+/// is a double free already: `addr_map`'s module docs).
 unsafe fn checked(p: *mut u8) -> *mut LargeHeader {
     if p as usize & (PAGE - 1) != 0 {
         sys::fatal("free of a pointer that slabcg did not allocate (large, misaligned)");
@@ -337,7 +339,7 @@ unsafe fn checked(p: *mut u8) -> *mut LargeHeader {
     if !addr_map::is_large(h.cast()) {
         not_a_large_block(p);
     }
-    // SAFETY: the caller guarantees the header page is readable.
+    // SAFETY: addr_map marks h as the header page of a live large block: mapped and ours.
     if unsafe { (*h).magic } != MAGIC {
         sys::fatal("free of a pointer that slabcg did not allocate, or a double free (large)");
     }
@@ -421,9 +423,10 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
         let nh = nb as *mut LargeHeader;
         (*nh).map_len = new_len;
         if !addr_map::insert_large(nb) {
-            // The moved block's GiB has no leaf and none can be mapped: give it up (the
-            // caller sees a failed resize, but the old block is gone; report instead of
-            // handing back a block no free could take).
+            // The moved block's GiB has no leaf and none can be mapped (out of memory).
+            // The old address is gone, so null would lose the block, and a block no free
+            // recognises must not be handed back: report. (One 32 KiB map per GiB, never
+            // given back: this needs the OS to refuse it right after a successful mremap.)
             sys::fatal("out of memory for the large-block map while moving a large block");
         }
         MAPPED.fetch_add(new_len - old_len, Ordering::Relaxed);
