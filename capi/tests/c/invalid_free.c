@@ -3,7 +3,7 @@
  *
  *   mmap    a page-aligned pointer from a direct mmap, the page below it unmapped (a free
  *           that took it for a large block would read its header there and fault)
- *   middle  a pointer into the middle of a malloc'd block
+ *   middle  a pointer into the middle of a malloc'd block (reported by the hardened build)
  *   large   a page inside a large malloc'd block (page aligned, not the block's start) */
 #include <stdio.h>
 #include <stdlib.h>
