@@ -62,8 +62,11 @@ impl Bin {
             return ptr::null_mut();
         }
         // SAFETY: p heads this bin's list, so it is a free slot whose first word is the link
-        // (invariant: count == |list|).
-        self.head.store(unsafe { (*p).next }, Ordering::Relaxed);
+        // (invariant: count == |list|); it leaves the list here.
+        unsafe {
+            self.head.store(FreeObj::next(p), Ordering::Relaxed);
+            FreeObj::clear_link(p);
+        }
         self.count
             .store(self.count.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
         p.cast()
@@ -88,11 +91,55 @@ impl Bin {
         if n >= self.max.get() || o == head {
             return false;
         }
+        // Hardened builds: a slot whose first word is a valid link is free already
+        // (`link.rs`); confirm on the list before reporting. Nothing by default.
+        #[cfg(feature = "hardened")]
+        // SAFETY: the caller's slot is readable.
+        unsafe {
+            self.check_push(o)
+        };
         // SAFETY: the caller hands us the slot; its first word becomes the link.
-        unsafe { (*o).next = head };
+        unsafe { FreeObj::set_next(o, head) };
         self.head.store(o, Ordering::Relaxed);
         self.count.store(n + 1, Ordering::Relaxed);
         true
+    }
+
+    /// Hardened builds: the double-free check of every push (`link.rs`). Out of line: inlined,
+    /// it makes the callers' thread-local closures too big to inline, which costs more than
+    /// the call.
+    ///
+    /// # Safety
+    /// `o` must be readable for one word.
+    #[cfg(feature = "hardened")]
+    #[inline(never)]
+    unsafe fn check_push(&self, o: *mut FreeObj) {
+        // SAFETY: caller's contract.
+        if unsafe { FreeObj::looks_free(o) } {
+            self.check_not_listed(o);
+        }
+    }
+
+    /// Reports a double free when `o` is on this bin's list (hardened builds: its first word
+    /// is a valid link). A slot free elsewhere (another thread's bin, a parked batch, its
+    /// slab) is left to the flushes' checks; a live slot whose data happens to decode to a
+    /// link is not on the list and goes on.
+    #[cfg(feature = "hardened")]
+    #[cold]
+    #[inline(never)]
+    fn check_not_listed(&self, o: *mut FreeObj) {
+        let n = self.count();
+        let mut f = self.head();
+        let mut i = 0;
+        // Bounded by the count, in case the list is corrupt.
+        while !f.is_null() && i < n {
+            if f == o {
+                crate::sys::fatal("double free (the slot is already free in this thread's bin)");
+            }
+            // SAFETY: every slot on the list links to the next free slot or to null.
+            f = unsafe { FreeObj::next(f) };
+            i += 1;
+        }
     }
 
     /// Whether `p` is the first free slot of this bin: freeing it now is a double free.
@@ -109,7 +156,7 @@ impl Bin {
     pub unsafe fn unpop(&self, p: *mut u8) {
         let o = p as *mut FreeObj;
         // SAFETY: p is a free slot of this bin's class (caller's contract).
-        unsafe { (*o).next = self.head.load(Ordering::Relaxed) };
+        unsafe { FreeObj::set_next(o, self.head.load(Ordering::Relaxed)) };
         self.head.store(o, Ordering::Relaxed);
         self.count
             .store(self.count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -122,13 +169,13 @@ impl Bin {
         let mut i = 1;
         while i < k {
             // SAFETY: the list holds count >= k slots, each linking to the next.
-            last = unsafe { (*last).next };
+            last = unsafe { FreeObj::next(last) };
             i += 1;
         }
         // SAFETY: last is the k-th slot (k >= 1).
         unsafe {
-            self.head.store((*last).next, Ordering::Relaxed);
-            (*last).next = ptr::null_mut();
+            self.head.store(FreeObj::next(last), Ordering::Relaxed);
+            FreeObj::set_next(last, ptr::null_mut());
         }
         self.count
             .store(self.count.load(Ordering::Relaxed) - k, Ordering::Relaxed);
@@ -160,7 +207,7 @@ impl Bin {
         while !o.is_null() {
             n += 1;
             // SAFETY: every slot on the list links to the next free slot or to null.
-            o = unsafe { (*o).next };
+            o = unsafe { FreeObj::next(o) };
         }
         self.head.store(ptr::null_mut(), Ordering::Relaxed);
         self.count.store(0, Ordering::Relaxed);
@@ -192,7 +239,7 @@ impl Bin {
         while !o.is_null() && len <= n {
             len += 1;
             // SAFETY: every slot on the list links to the next free slot or to null.
-            o = unsafe { (*o).next };
+            o = unsafe { FreeObj::next(o) };
         }
         if len != n {
             crate::invariant::broken("bin: count != |list|");

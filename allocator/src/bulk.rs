@@ -200,7 +200,7 @@ impl<'a> Sink<'a> {
         }
         let o = p as *mut FreeObj;
         // SAFETY: the caller gives up p; its first word becomes the chain link.
-        unsafe { (*o).next = self.head };
+        unsafe { FreeObj::set_next(o, self.head) };
         self.head = o;
         self.count += 1;
         if self.count == CHUNK {
@@ -247,8 +247,13 @@ fn take(cache: &'static SlabCache, bin: Option<&Bin>, out: &mut [*mut u8]) -> bo
         let mut o = chain.head;
         for slot in &mut out[got..got + chain.count] {
             *slot = o.cast();
-            // SAFETY: the chain links chain.count slots through their first word.
-            o = unsafe { (*o).next };
+            // SAFETY: the chain links chain.count slots through their first word; each
+            // leaves it here.
+            unsafe {
+                let next = FreeObj::next(o);
+                FreeObj::clear_link(o);
+                o = next;
+            }
         }
         got += chain.count;
         if chain.count < k {

@@ -213,7 +213,7 @@ impl SlabCache {
                 while chain.count < want && (*d).used < objects {
                     let obj = if !(*d).free.is_null() {
                         let o = (*d).free;
-                        (*d).free = (*o).next;
+                        (*d).free = FreeObj::next(o);
                         o
                     } else {
                         debug_assert!((*d).carved < objects);
@@ -226,7 +226,7 @@ impl SlabCache {
                     if marks {
                         free_mark::clear(obj);
                     }
-                    (*obj).next = chain.head;
+                    FreeObj::set_next(obj, chain.head);
                     chain.head = obj;
                     chain.count += 1;
                     from_slabs += 1;
@@ -350,7 +350,7 @@ impl SlabCache {
                 if marks && free_mark::is_set(o) {
                     suspect = true;
                 }
-                o = (*o).next;
+                o = FreeObj::next(o);
             }
             n += 1;
         }
@@ -405,7 +405,7 @@ impl SlabCache {
             // SAFETY: obj is a slot from the chain (caller's contract); its link is read before
             // the slot is pushed onto its slab's free list, which overwrites it.
             unsafe {
-                let next = (*obj).next;
+                let next = FreeObj::next(obj);
                 let d = self.desc_of_checked(obj as *mut u8);
                 if marks {
                     // A duplicate later in this chain finds the first copy on the slab.
@@ -414,7 +414,7 @@ impl SlabCache {
                     }
                     free_mark::set(obj);
                 }
-                (*obj).next = (*d).free;
+                FreeObj::set_next(obj, (*d).free);
                 (*d).free = obj;
                 if (*d).state == SlabState::Full {
                     (*d).state = SlabState::Partial;
@@ -540,7 +540,7 @@ impl SlabCache {
                 if f == o {
                     return true;
                 }
-                f = (*f).next;
+                f = FreeObj::next(f);
                 steps += 1;
             }
         }
@@ -563,7 +563,7 @@ impl SlabCache {
                 if free_mark::is_set(o) && self.is_free_in(l, o) {
                     double_free_in_cache();
                 }
-                o = (*o).next;
+                o = FreeObj::next(o);
             }
         }
     }
@@ -658,7 +658,7 @@ impl SlabCache {
                         let mut f = (*d).free;
                         while !f.is_null() && n <= objects {
                             n += 1;
-                            f = (*f).next;
+                            f = FreeObj::next(f);
                         }
                         // Checked: the counts this walk exists to catch may be corrupt, and an
                         // overflow panic must not unwind out of the allocator.
@@ -702,7 +702,7 @@ impl SlabCache {
                 let mut o = head;
                 while !o.is_null() && len <= n {
                     len += 1;
-                    o = (*o).next;
+                    o = FreeObj::next(o);
                 }
                 if len != n {
                     broken("cache: a parked batch is not a chain of its count");

@@ -76,7 +76,10 @@ fn a_refused_segment_fails_the_allocation_and_leaves_the_cache_empty() {
         // The cache works once the OS gives memory again, and its lists are sound.
         let p = c.alloc().expect("the allocation after the refusal");
         assert_eq!(c.live_objects(), 1);
-        assert_eq!(fault::net_mapped(), net + crate::segment::SEGMENT as isize);
+        assert_eq!(
+            fault::net_mapped(),
+            net + (crate::segment::SEGMENT + crate::segment::GUARD) as isize
+        );
         // SAFETY: p is a live object of c, freed once.
         unsafe { c.free(p) };
         let n = c.alloc_bulk(&mut out);
@@ -254,7 +257,7 @@ fn a_bulk_refused_part_way_gives_back_what_it_took() {
     );
     assert_eq!(
         fault::net_mapped(),
-        net + crate::segment::SEGMENT as isize,
+        net + (crate::segment::SEGMENT + crate::segment::GUARD) as isize,
         "the first segment is the cache's, nothing else stays mapped"
     );
     assert_eq!(c.alloc_bulk(&mut out), out.len());

@@ -183,7 +183,7 @@ mod tests {
             // SAFETY: o is one of the 4 slots refill returned, given back once as a
             // one-slot chain.
             unsafe {
-                (*o).next = core::ptr::null_mut();
+                FreeObj::set_next(o, core::ptr::null_mut());
                 core.flush(o, 1);
                 assert!(is_set(o), "a slot on its slab's free list is marked");
             }
@@ -235,7 +235,7 @@ mod tests {
         while !o.is_null() {
             v.push(o);
             // SAFETY: o is a slot of a chain a refill handed over.
-            o = unsafe { (*o).next };
+            o = unsafe { FreeObj::next(o) };
         }
         v
     }

@@ -217,7 +217,7 @@ impl FrontBin {
                 if !crate::owner::is_slot_of(o as *mut u8, &*core) {
                     crate::invariant::broken("front bin: a slot of another core");
                 }
-                o = (*o).next;
+                o = FreeObj::next(o);
             }
         }
     }

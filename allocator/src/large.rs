@@ -22,7 +22,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::lock::SpinLock;
 use crate::sys::{self, PAGE};
-use crate::unmapped;
+use crate::{addr_map, unmapped};
 
 const MAGIC: usize = 0x51ab_c91a_56e0_0001;
 
@@ -298,25 +298,48 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
             },
         );
     }
+    if !addr_map::insert_large(header(p).cast()) {
+        // No room for the map's leaf: a block the free path could not recognise is no
+        // block. (The mapping is fresh or was cached; either way nobody else has it.)
+        // SAFETY: header(p)..+map_len is the mapping made or taken above, unused.
+        unsafe { sys::unmap(header(p).cast(), map_len) };
+        return ptr::null_mut();
+    }
     COUNT.fetch_add(1, Ordering::Relaxed);
     MAPPED.fetch_add(map_len, Ordering::Relaxed);
     unmapped::revive(p);
     p
 }
 
-/// Checks the header of a large allocation, aborting with a message when it is not one.
+/// Reports a pointer whose header page is not one of a live large allocation
+/// (`addr_map`): a block freed before (its mapping gone, or cached), or an address slabcg
+/// never handed out (a direct `mmap`, another allocator's memory, a page inside a block).
+#[cold]
+#[inline(never)]
+fn not_a_large_block(p: *mut u8) -> ! {
+    if unmapped::is_dead(p) {
+        sys::fatal("double free, or use after free, of a large block (its mapping is gone)");
+    }
+    sys::fatal("free of a pointer that slabcg did not allocate, or a double free (large)")
+}
+
+/// Checks that `p` is a live large allocation, aborting with a message when it is not one:
+/// its header page must be marked in `addr_map` (so a foreign address is reported before
+/// its page below is read) and carry the magic word.
 ///
 /// # Safety
-/// `p` must be readable one page below (true of every pointer this module returned).
+/// `p` may be any address: the page below it is read only when `addr_map` marks it as the
+/// header page of a live block (a free racing another free of the same block aside, which
+/// is a double free already: `addr_map`'s module docs).
 unsafe fn checked(p: *mut u8) -> *mut LargeHeader {
     if p as usize & (PAGE - 1) != 0 {
         sys::fatal("free of a pointer that slabcg did not allocate (large, misaligned)");
     }
-    if unmapped::is_dead(p) {
-        sys::fatal("double free, or use after free, of a large block (its mapping is gone)");
-    }
     let h = header(p);
-    // SAFETY: the caller guarantees the header page is readable.
+    if !addr_map::is_large(h.cast()) {
+        not_a_large_block(p);
+    }
+    // SAFETY: addr_map marks h as the header page of a live large block: mapped and ours.
     if unsafe { (*h).magic } != MAGIC {
         sys::fatal("free of a pointer that slabcg did not allocate, or a double free (large)");
     }
@@ -333,6 +356,7 @@ pub unsafe fn free(p: *mut u8) {
         let h = checked(p);
         let len = (*h).map_len;
         (*h).magic = 0;
+        addr_map::remove_large(h.cast());
         COUNT.fetch_sub(1, Ordering::Relaxed);
         MAPPED.fetch_sub(len, Ordering::Relaxed);
         if !keep_cached(h as *mut u8, len) {
@@ -388,13 +412,23 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
         }
         // The block may move: its old address is dead unless it stays (revived below).
         unmapped::bury(p);
+        addr_map::remove_large(h.cast());
         let nb = sys::remap(h as *mut u8, old_len, new_len);
         if nb.is_null() {
             unmapped::revive(p);
+            // The leaf of the block's own header page exists: the insert cannot fail.
+            let _ = addr_map::insert_large(h.cast());
             return nb;
         }
         let nh = nb as *mut LargeHeader;
         (*nh).map_len = new_len;
+        if !addr_map::insert_large(nb) {
+            // The moved block's GiB has no leaf and none can be mapped (out of memory).
+            // The old address is gone, so null would lose the block, and a block no free
+            // recognises must not be handed back: report. (One 32 KiB map per GiB, never
+            // given back: this needs the OS to refuse it right after a successful mremap.)
+            sys::fatal("out of memory for the large-block map while moving a large block");
+        }
         MAPPED.fetch_add(new_len - old_len, Ordering::Relaxed);
         unmapped::revive(nb.add(PAGE));
         nb.add(PAGE)

@@ -33,7 +33,9 @@
 //!
 //! Layers, bottom to top (each file uses only files below it; `modcycles.py` checks):
 //! 1. `sys`, `lock`, `invariant` (reporting broken invariants), `size_class` (the table,
-//!    `Kind`), `slab` (slab layout, `FreeObj`), `unmapped`;
+//!    `Kind`), `addr_map` (which addresses are segments and live large blocks), `link`
+//!    (`FreeObj`, free-list links: plain, or encoded in `hardened` builds), `slab` (slab
+//!    layout), `unmapped`;
 //! 2. `segment` (4 MiB segments, their headers and map; a header names its cache by
 //!    `CacheId`), `free_mark`;
 //! 3. `cache` (`SlabCache`: slabs, lists, parked batches), `class_caches` (the size
@@ -87,6 +89,7 @@
 
 #![warn(missing_docs)]
 
+mod addr_map;
 mod bin;
 mod bulk;
 mod cache;
@@ -101,6 +104,7 @@ mod global;
 mod init;
 mod invariant;
 mod large;
+mod link;
 mod lock;
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -81,11 +81,7 @@ impl World {
         let w = Arc::new(World {
             stock: ObjectStock::new(),
             lines: new_lines(),
-            slots: core::array::from_fn(|_| {
-                UnsafeCell::new(FreeObj {
-                    next: core::ptr::null_mut(),
-                })
-            }),
+            slots: core::array::from_fn(|_| UnsafeCell::new(FreeObj::unlinked())),
             charged_a: AtomicU64::new(a as u64),
             charged_b: AtomicU64::new(b as u64),
         });
@@ -241,7 +237,7 @@ impl Owner {
         for _ in 0..n {
             self.spare.push(o as *mut u8);
             // SAFETY: o is a free slot on the chain the owner just took.
-            o = unsafe { (*o).next };
+            o = unsafe { FreeObj::next(o) };
         }
         assert!(o.is_null());
     }

@@ -314,7 +314,7 @@ impl ObjectStock {
                         if (*w).load(Ordering::Relaxed) != tenant {
                             broken("object stock: a kept slot's owner word is not the tag");
                         }
-                        o = (*o).next;
+                        o = FreeObj::next(o);
                     }
                 }
             }
@@ -536,7 +536,7 @@ impl ObjectStock {
                     let w = b.owner.word(o as *mut u8);
                     debug_assert!(core::ptr::eq(w, crate::owner::owner_word(o as *mut u8)));
                     (*w).store(cg, Ordering::Relaxed);
-                    o = (*o).next;
+                    o = FreeObj::next(o);
                 }
             }
         }
@@ -737,7 +737,7 @@ unsafe fn clear_owner(lines: &Lines, o: *mut FreeObj, c: usize) -> *mut FreeObj 
     // accounted cache.
     unsafe {
         (*class_owner_word(o as *mut u8, c, &lines[c].owner)).store(0, Ordering::Relaxed);
-        (*o).next
+        FreeObj::next(o)
     }
 }
 

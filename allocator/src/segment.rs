@@ -21,19 +21,25 @@
 //! geometry from it.
 //!
 //! Segments are never unmapped (their slabs are released to the OS with madvise instead), so
-//! a header stays readable for the life of the process; a global bitmap records which 4 MiB
-//! address ranges are segments, so a pointer we did not hand out is recognised as such.
+//! a header stays readable for the life of the process; a global bitmap (`addr_map`) records
+//! which 4 MiB address ranges are segments, so a pointer we did not hand out is recognised
+//! as such.
 
 use core::ptr;
-use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::slab::{FreeObj, SlabLayout};
 use crate::sys::{self, PAGE};
 
-pub const SEGMENT_SHIFT: u32 = 22;
+pub const SEGMENT_SHIFT: u32 = crate::addr_map::SEGMENT_SHIFT;
 pub const SEGMENT: usize = 1 << SEGMENT_SHIFT;
 /// Set in the address of every slot of an accounted segment, clear in every plain one.
 pub const ACCOUNTED_BIT: usize = SEGMENT;
+
+/// Bytes of the `PROT_NONE` guard page mapped after every segment: a page in hardened builds
+/// (a read or write running off a segment's last slab faults instead of reaching whatever
+/// is mapped next), none by default. It lies outside the segment's 4 MiB, so the segment's
+/// geometry is the same either way; `stats()` counts it in `mapped` and `guard`.
+pub const GUARD: usize = if cfg!(feature = "hardened") { PAGE } else { 0 };
 
 /// What the slots of a cache are, as its segments record it: a field of every cache
 /// (`cache::SlabCache::id`). A segment header points here, so that a slot address leads to
@@ -104,9 +110,17 @@ impl Segment {
         let (_, slabs_offset, nslabs) = geometry(layout.slab_shift);
         // Odd multiples of SEGMENT for accounted segments (ACCOUNTED_BIT).
         let offset = if cache.accounted { ACCOUNTED_BIT } else { 0 };
-        let seg = sys::map_aligned_at(SEGMENT, 2 * SEGMENT, offset) as *mut Segment;
+        // Before the first slot exists (hardened builds' link secret; nothing by default).
+        crate::link::draw_secret();
+        let seg = sys::map_aligned_at(SEGMENT + GUARD, 2 * SEGMENT, offset) as *mut Segment;
         if seg.is_null() {
             return seg;
+        }
+        // SAFETY: the guard page is the last page of the mapping just made, past the segment.
+        if GUARD != 0 && !unsafe { sys::protect_none((seg as *mut u8).add(SEGMENT), GUARD) } {
+            // SAFETY: the whole mapping is ours and unused.
+            unsafe { sys::unmap(seg.cast(), SEGMENT + GUARD) };
+            return ptr::null_mut();
         }
         // SAFETY: seg is a fresh, zeroed, writable mapping of SEGMENT bytes, large enough for
         // the header (geometry() sized slabs_offset to hold it); the descriptors are valid when
@@ -124,7 +138,7 @@ impl Segment {
                 },
             );
         }
-        segmap_insert(seg as usize);
+        crate::addr_map::insert_segment(seg as usize);
         seg
     }
 
@@ -146,6 +160,23 @@ impl Segment {
     pub unsafe fn slab_start(seg: *mut Segment, k: usize) -> *mut u8 {
         // SAFETY: the caller guarantees seg is live; the slab lies inside the segment.
         unsafe { (seg as *mut u8).add((*seg).slabs_offset + (k << (*seg).layout.slab_shift)) }
+    }
+
+    /// Whether `p` is the start of a slot of one of the segment's slabs (not in its header,
+    /// a slab's tail or the middle of a slot). Whether the slot is allocated is not checked.
+    ///
+    /// # Safety
+    /// `seg` must be a live segment and `p` lie inside it.
+    #[inline(always)]
+    pub unsafe fn is_slot_start(seg: *mut Segment, p: *const u8) -> bool {
+        // SAFETY: the caller guarantees seg is live; its header is immutable.
+        let (slabs_offset, nslabs, l) =
+            unsafe { ((*seg).slabs_offset, (*seg).nslabs, &(*seg).layout) };
+        // Below slab 0 (in the header) the offset wraps around and no slab index fits.
+        let off = (p as usize - seg as usize).wrapping_sub(slabs_offset);
+        let within = off & (l.slab_bytes() - 1);
+        let idx = l.slot_index(within);
+        (off >> l.slab_shift) < nslabs && idx * l.stride == within && idx < l.objects
     }
 
     /// Segment, slab index and slab start of a descriptor.
@@ -197,24 +228,5 @@ const _: () = {
     }
 };
 
-// One bit per 4 MiB of a 47-bit address space: 2^25 bits in 2^19 words (4 MiB of zero-filled
-// .bss that costs nothing until touched).
-const SEGMAP_WORDS: usize = 1 << (47 - SEGMENT_SHIFT - 6);
-static SEGMAP: [AtomicU64; SEGMAP_WORDS] = [const { AtomicU64::new(0) }; SEGMAP_WORDS];
-
-fn segmap_insert(seg: usize) {
-    let i = seg >> SEGMENT_SHIFT;
-    if let Some(w) = SEGMAP.get(i >> 6) {
-        w.fetch_or(1 << (i & 63), Ordering::Release);
-    }
-}
-
-/// True when `p` lies in a segment this allocator mapped.
-#[inline]
-pub fn is_segment(p: *const u8) -> bool {
-    let i = p as usize >> SEGMENT_SHIFT;
-    match SEGMAP.get(i >> 6) {
-        Some(w) => w.load(Ordering::Acquire) & (1 << (i & 63)) != 0,
-        None => false,
-    }
-}
+/// True when `p` lies in a segment this allocator mapped (the bitmap of `addr_map`).
+pub use crate::addr_map::is_segment;

@@ -29,11 +29,8 @@
 use crate::sys::PAGE;
 
 /// A free slot: the link of a free list (a slab's, a thread bin's, a batch's) lives in the
-/// slot's first word.
-#[repr(C)]
-pub struct FreeObj {
-    pub next: *mut FreeObj,
-}
+/// slot's first word (`link.rs`: plain, or encoded in hardened builds).
+pub use crate::link::FreeObj;
 
 /// Bytes of owner metadata per slot: a u32 objcg id.
 pub const META_BYTES: usize = 4;

@@ -8,7 +8,7 @@
 use core::fmt;
 use core::sync::atomic::Ordering;
 
-use crate::segment::{geometry, SEGMENT};
+use crate::segment::{geometry, GUARD, SEGMENT};
 use crate::size_class::{class_size, Kind, NUM_CLASSES};
 use crate::{class_caches, large, sys, thread_cache};
 
@@ -59,6 +59,9 @@ pub struct AllocStats {
     pub dedicated_bytes: usize,
     /// Bytes dedicated caches keep resident (part of `resident`).
     pub dedicated_resident: usize,
+    /// Bytes of `PROT_NONE` guard pages (part of `mapped`, never resident): one page after
+    /// every segment in builds with the `hardened` feature, 0 otherwise.
+    pub guard: usize,
     /// Resident set size of the whole process as the OS reports it (0 where unknown).
     pub process_rss: usize,
     /// Per size class.
@@ -85,6 +88,7 @@ pub fn stats() -> AllocStats {
         dedicated_objects: 0,
         dedicated_bytes: 0,
         dedicated_resident: 0,
+        guard: 0,
         process_rss: sys::resident_bytes(),
         classes: classes_out,
     };
@@ -162,7 +166,8 @@ fn add_slabs(s: &mut AllocStats, cache: &crate::cache::SlabCache) -> (usize, usi
     let (header, _, _) = geometry(cache.layout.slab_shift);
     s.active += active * slab;
     s.resident += (active + empty) * slab + segs * header;
-    s.mapped += segs * SEGMENT;
+    s.mapped += segs * (SEGMENT + GUARD);
+    s.guard += segs * GUARD;
     s.metadata += segs * header + active * cache.layout.meta_bytes_paid();
     (active, empty)
 }
@@ -198,6 +203,7 @@ impl fmt::Display for AllocStats {
         writeln!(f, "dedicated_objects {}", self.dedicated_objects)?;
         writeln!(f, "dedicated_bytes {}", self.dedicated_bytes)?;
         writeln!(f, "dedicated_resident {}", self.dedicated_resident)?;
+        writeln!(f, "guard {}", self.guard)?;
         writeln!(f, "process_rss {}", self.process_rss)?;
         writeln!(
             f,

@@ -335,7 +335,12 @@ pub(crate) fn refill_pop(tc: &ThreadCache, c: usize, kind: Kind) -> *mut u8 {
 }
 
 fn refill_one(cache: &SlabCache) -> *mut u8 {
-    cache.refill(1, 1).head.cast()
+    let o = cache.refill(1, 1).head;
+    if !o.is_null() {
+        // SAFETY: the one slot refill handed over, not handed out yet.
+        unsafe { FreeObj::clear_link(o) };
+    }
+    o.cast()
 }
 
 /// Slow path of a free to bin `(c, kind)` of a set-up thread (`init::free_slow` is the
@@ -353,7 +358,7 @@ pub(crate) unsafe fn flush_push(tc: &ThreadCache, p: *mut u8, c: usize, kind: Ki
         if tc.state.get() != LIVE {
             // SAFETY: a one-slot chain of the caller's slot.
             unsafe {
-                (*o).next = ptr::null_mut();
+                FreeObj::set_next(o, ptr::null_mut());
                 cache.flush(o, 1);
             }
             return;
@@ -373,7 +378,7 @@ pub(crate) unsafe fn flush_push(tc: &ThreadCache, p: *mut u8, c: usize, kind: Ki
                 tc.home_frees[c].set(sent + 1);
                 // SAFETY: a one-slot chain of the caller's slot.
                 unsafe {
-                    (*o).next = ptr::null_mut();
+                    FreeObj::set_next(o, ptr::null_mut());
                     cache.flush(o, 1);
                 }
                 return;
@@ -716,7 +721,7 @@ pub(crate) unsafe fn front_flush_push(
     let home = || {
         // SAFETY: a one-slot chain of the caller's slot.
         unsafe {
-            (*o).next = ptr::null_mut();
+            FreeObj::set_next(o, ptr::null_mut());
             core.flush(o, 1);
         }
     };

@@ -370,3 +370,67 @@ fn large_blocks_at_reused_addresses_free_normally() {
     }
     assert!(!seen.is_empty());
 }
+
+/// A page-aligned pointer from a direct `mmap`, the page below it unmapped: where a large
+/// block's header would be. The free used to read that page and fault (SIGSEGV, no
+/// message); the large-block map (`addr_map`) tells it is no block first.
+fn foreign_page(name: &str, free: impl FnOnce(*mut u8)) {
+    if !is_child(name) {
+        return run_child_expect_fatal(
+            name,
+            "slabcg: fatal: free of a pointer that slabcg did not allocate",
+        );
+    }
+    // SAFETY: an anonymous private mapping, its first page unmapped again; the rest is
+    // never unmapped (the process ends in the fatal).
+    let p = unsafe {
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            1 << 16,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(m, libc::MAP_FAILED);
+        libc::munmap(m, 4096);
+        (m as *mut u8).add(4096)
+    };
+    free(p);
+    println!("not detected");
+}
+
+#[test]
+fn sizeless_free_of_a_foreign_page_is_reported() {
+    // SAFETY: deliberately invalid: a pointer slabcg never handed out.
+    foreign_page("sizeless_free_of_a_foreign_page_is_reported", |p| unsafe {
+        slabcg_allocator::raw::free(p)
+    });
+}
+
+#[test]
+fn large_dealloc_of_a_foreign_page_is_reported() {
+    // SAFETY: deliberately invalid: a pointer slabcg never handed out, with a large layout.
+    foreign_page("large_dealloc_of_a_foreign_page_is_reported", |p| unsafe {
+        GLOBAL.dealloc(p, Layout::from_size_align(1 << 20, 8).unwrap())
+    });
+}
+
+/// With `hardened`, the sizeless free checks a slot's start at once: a pointer into the
+/// middle of a slot is reported on the spot (the default build trusts it there: 20
+/// instructions per C pair, `raw::slot_class`).
+#[cfg(feature = "hardened")]
+#[test]
+fn sizeless_free_into_the_middle_of_a_slot_is_reported() {
+    const NAME: &str = "sizeless_free_into_the_middle_of_a_slot_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: free of a pointer that is not the start of a slot",
+        );
+    }
+    let p = slabcg_allocator::raw::alloc(100, 8);
+    // SAFETY: deliberately invalid: 16 bytes into a live slot.
+    unsafe { slabcg_allocator::raw::free(p.add(16)) };
+    println!("not detected");
+}

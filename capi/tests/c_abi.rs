@@ -318,7 +318,9 @@ fn per_thread_words_are_initial_exec() {
         .expect("run readelf (binutils, which gcc needs)");
     let dynamic = String::from_utf8_lossy(&dynamic.stdout);
     assert!(
-        dynamic.lines().any(|l| l.contains("(FLAGS)") && l.contains("STATIC_TLS")),
+        dynamic
+            .lines()
+            .any(|l| l.contains("(FLAGS)") && l.contains("STATIC_TLS")),
         "no STATIC_TLS flag:\n{dynamic}"
     );
     let symbols = Command::new("readelf")
@@ -333,4 +335,35 @@ fn per_thread_words_are_initial_exec() {
             .any(|l| l.ends_with(" slabcg_fast_tls") && l.contains(" TLS ")),
         "no TLS symbol slabcg_fast_tls"
     );
+}
+
+/// free() of addresses slabcg never handed out ends the process with slabcg's fatal message,
+/// not a SIGSEGV: a page-aligned pointer from a direct mmap (whose page below, where a
+/// large block's header would be, is unmapped) and a page inside a large block. (A pointer
+/// into the middle of a slot is checked at once only by the hardened build:
+/// allocator/tests/invalid_free.rs.)
+#[test]
+fn frees_of_foreign_pointers_are_reported() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = scratch("invalid-free");
+    let prog = d.join("invalid_free");
+    gcc(&prog, &[&src("tests/c/invalid_free.c")]);
+    for (mode, msg) in [
+        (
+            "mmap",
+            "slabcg: fatal: free of a pointer that slabcg did not allocate",
+        ),
+        (
+            "large",
+            "slabcg: fatal: free of a pointer that slabcg did not allocate",
+        ),
+    ] {
+        let o = run(Command::new(&prog).arg(mode), true);
+        let err = String::from_utf8_lossy(&o.stderr);
+        // `timeout` passes the child's death by SIGABRT on as that signal or as 128 + 6.
+        let aborted = o.status.signal() == Some(libc::SIGABRT)
+            || o.status.code() == Some(128 + libc::SIGABRT);
+        assert!(aborted, "{mode}: not an abort: {}", text(&o));
+        assert!(err.contains(msg), "{mode}: {}", text(&o));
+    }
 }

@@ -19,6 +19,7 @@
 //! | [`unmap`]`(p, len)` (unsafe) | the page range is gone; any page range of a mapping | ignored (the range stays mapped) |
 //! | [`release`]`(p, len)` (unsafe) | the range stops being resident and reads back as zero | ignored |
 //! | [`advise_huge`]`(p, len)` (unsafe) | a hint: transparent huge pages for the range | ignored |
+//! | [`protect_none`]`(p, len)` (unsafe) | the page range faults on any access (a guard page) | false, the range unchanged |
 //! | [`remap`]`(p, old, new)` (unsafe) | a whole mapping grown or shrunk, maybe moved, contents kept | null, the old mapping unchanged (always null without `mremap` and under Miri) |
 //! | [`check_page_size`] | true when the kernel's page is at most [`PAGE`] | false |
 //! | [`resident_bytes`] | the process's resident set, from `/proc/self/statm` | 0 |
@@ -31,6 +32,7 @@
 //! | [`SpinLock`] | mutual exclusion; `const` constructor; lock, try-lock, raw lock for fork handlers | never fails; spins, then yields |
 //! | [`fatal`]`(msg)` | the message on stderr, then `abort` | does not return |
 //! | [`warn`]`(msg)` | the message on stderr | ignored |
+//! | [`random_u64`] | 64 random bits from `getrandom`, never 0 | a weaker mix of clock, pid and a stack address |
 //! | [`cpus`] | the CPUs in the affinity mask (read once), at least 1 | 1 |
 //! | [`yield_now`] | gives the CPU away (`sched_yield`) | ignored |
 //! | [`fast_tls`] | per-thread words in the initial-exec TLS model (feature `ie-tls`), else a `thread_local!` | cannot fail |
@@ -42,8 +44,9 @@
 //!
 //! # Layers
 //! `sync` (atomics) <- `thread` (yield, exit hook, fork, cpus) <- `lock` (spin lock) <-
-//! `barrier` (membarrier, mprotect fallback); `mem` (mappings), `diag` (fatal, warn) and
-//! `fast_tls` (per-thread words) stand alone. No file imports one that imports it back.
+//! `barrier` (membarrier, mprotect fallback); `mem` (mappings), `diag` (fatal, warn),
+//! `fast_tls` (per-thread words) and `random` stand alone. No file imports one that
+//! imports it back.
 
 #![warn(missing_docs)]
 
@@ -52,6 +55,7 @@ mod diag;
 pub mod fast_tls;
 mod lock;
 mod mem;
+mod random;
 pub mod sync;
 mod thread;
 
@@ -59,7 +63,8 @@ pub use barrier::{light_barrier, read_environment, remote_barrier, remote_barrie
 pub use diag::{fatal, warn};
 pub use lock::{SpinGuard, SpinLock};
 pub use mem::{
-    advise_huge, check_page_size, map, map_aligned, map_aligned_at, release, remap, resident_bytes,
-    unmap, PAGE,
+    advise_huge, check_page_size, map, map_aligned, map_aligned_at, protect_none, release, remap,
+    resident_bytes, unmap, PAGE,
 };
+pub use random::random_u64;
 pub use thread::{cpus, on_thread_exit, register_fork_handlers, yield_now, ExitFn, ExitStep};

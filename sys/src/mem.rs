@@ -166,6 +166,25 @@ pub unsafe fn advise_huge(p: *mut u8, len: usize) {
     let _ = (p, len);
 }
 
+/// Makes a page range inaccessible (`PROT_NONE`): a guard page, where any read or write
+/// faults. False when the OS refuses (the range stays as it was).
+///
+/// # Safety
+/// `p..p+len` must be a page-aligned range this crate mapped that nobody uses.
+pub unsafe fn protect_none(p: *mut u8, len: usize) -> bool {
+    // Miri has no mprotect; only the `hardened` allocator asks, which Miri does not run.
+    #[cfg(not(miri))]
+    // SAFETY: the caller guarantees the range is ours and unused; only its protection changes.
+    unsafe {
+        libc::mprotect(p.cast(), len, libc::PROT_NONE) == 0
+    }
+    #[cfg(miri)]
+    {
+        let _ = (p, len);
+        false
+    }
+}
+
 /// Grows or shrinks a mapping, moving it if needed. Null on failure (the old mapping is then
 /// unchanged).
 ///
