@@ -212,7 +212,9 @@ pub(crate) fn current_objcg() -> ObjCgId {
 fn set_current(id: ObjCgId) {
     #[cfg(feature = "ie-tls")]
     if fast_tls::AVAILABLE {
-        fast_tls::set(Word::Scope, id as usize);
+        // SAFETY: this module is the word's client, and `id` comes from its scope protocol
+        // (every caller of `set_current`).
+        unsafe { fast_tls::set(Word::Scope, id as usize) };
         return;
     }
     CURRENT.with(|c| c.set(id));

@@ -270,7 +270,9 @@ pub fn with<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
 fn first_touch() -> *const ThreadCache {
     TC.with(|tc| {
         let p = tc as *const ThreadCache;
-        fast_tls::set(Word::ThreadCache, p as usize);
+        // SAFETY: this crate is the word's client; `p` is this thread's cache, which lives
+        // as long as the thread.
+        unsafe { fast_tls::set(Word::ThreadCache, p as usize) };
         p
     })
 }

@@ -309,6 +309,12 @@ fn real_programs_match_the_system_allocator() {
 /// on by default): the dynamic section says the library needs static TLS, and the words'
 /// symbol is a TLS object. Without the feature every malloc and free would call
 /// `__tls_get_addr` (BENCHMARKS.md section 9).
+#[cfg(all(
+    feature = "ie-tls",
+    target_arch = "x86_64",
+    target_pointer_width = "64",
+    target_os = "linux"
+))]
 #[test]
 fn per_thread_words_are_initial_exec() {
     let dynamic = Command::new("readelf")

@@ -8,14 +8,17 @@
 //! initial-exec sequence: the word's offset from the thread pointer from the GOT, then one
 //! `%fs`-relative load. That is what mimalloc and jemalloc do in their shared libraries.
 //!
-//! The model needs the library in the static TLS block: true for `LD_PRELOAD` and for
-//! libraries a program links against; a `dlopen` of the library finds room only in glibc's
-//! surplus (hundreds of bytes; these words are 16), as for every initial-exec library.
+//! The model puts the library's whole TLS segment (about 11 KiB, the thread cache included,
+//! not only these 16 bytes) in the static TLS block: true for `LD_PRELOAD` and for a program
+//! linked against the library; a `dlopen` of the library, or of a plugin linked against it,
+//! fails ("cannot allocate memory in static TLS block") unless glibc's surplus is raised
+//! (`GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384`), as with jemalloc's library.
 //! In an executable the linker turns the sequence into a constant offset, so the words work
 //! there too (the workspace's tests build them when cargo unifies the feature).
 //!
 //! Without the feature, on other architectures, under Miri and under loom, the words are a
-//! `thread_local!`; [`AVAILABLE`] says which.
+//! `thread_local!`; [`AVAILABLE`] says which. x32 (32-bit pointers, 4-byte GOT entries) gets
+//! the fallback too.
 
 /// One per-thread word. Each has one client, named here so that two clients never share a
 /// word by mistake; every word starts at 0 on every thread.
@@ -32,6 +35,7 @@ pub enum Word {
 pub const AVAILABLE: bool = cfg!(all(
     feature = "ie-tls",
     target_arch = "x86_64",
+    target_pointer_width = "64",
     target_os = "linux",
     not(miri),
     not(loom)
@@ -40,6 +44,7 @@ pub const AVAILABLE: bool = cfg!(all(
 #[cfg(all(
     feature = "ie-tls",
     target_arch = "x86_64",
+    target_pointer_width = "64",
     target_os = "linux",
     not(miri),
     not(loom)
@@ -65,7 +70,12 @@ mod imp {
     pub(super) fn get_stable(w: Word) -> usize {
         let v: usize;
         // SAFETY: as in `get`. `nomem` lets the compiler reuse an earlier read: sound for
-        // the words `get_stable` is for (module docs), whose value never changes once set.
+        // the thread cache's word, which never changes once set. Strictly, Rust's reference
+        // calls a `pure` block whose output changes undefined; this relies on LLVM's
+        // treatment of such a block (a value it may reuse or hoist, never invent), the same
+        // as it gives a `thread_local!`'s address. A reused 0 only means one more call of
+        // the caller's slow path; a reused non-zero is the same thread's cache, since one
+        // call of the allocator runs on one thread (no callbacks, no await inside).
         unsafe {
             match w {
                 Word::ThreadCache => core::arch::asm!(
@@ -74,12 +84,8 @@ mod imp {
                     off = out(reg) _, v = out(reg) v,
                     options(nostack, preserves_flags, nomem, pure),
                 ),
-                Word::Scope => core::arch::asm!(
-                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
-                    "mov {v}, qword ptr fs:[{off} + 8]",
-                    off = out(reg) _, v = out(reg) v,
-                    options(nostack, preserves_flags, nomem, pure),
-                ),
+                // The scope word changes all the time: never a reused read.
+                Word::Scope => return get(Word::Scope),
             }
         }
         v
@@ -137,6 +143,7 @@ mod imp {
 #[cfg(not(all(
     feature = "ie-tls",
     target_arch = "x86_64",
+    target_pointer_width = "64",
     target_os = "linux",
     not(miri),
     not(loom)
@@ -171,18 +178,23 @@ pub fn get(w: Word) -> usize {
     imp::get(w)
 }
 
-/// As [`get`], for a word that goes at most once per thread from 0 to its final value (the
-/// thread cache's address): the compiler may reuse an earlier read of it, so a caller may
-/// still see 0 just after setting it, and must then take its slow path again, which finds
-/// the word set. Three reads in one `free` become one.
+/// As [`get`], but for [`Word::ThreadCache`], which goes at most once per thread from 0 to
+/// its final value, the compiler may reuse an earlier read: a caller may still see 0 just
+/// after setting it, and must then take its slow path again, which finds the word set. Three
+/// reads in one `free` become one. Any other word is read as [`get`] reads it.
 #[inline(always)]
 pub fn get_stable(w: Word) -> usize {
     imp::get_stable(w)
 }
 
 /// Sets the calling thread's word `w`; no other thread sees it.
+///
+/// # Safety
+/// Only the word's one client (named on [`Word`]) may set it, with a value that client's
+/// readers accept: the thread cache's address, once per thread (readers dereference it), or
+/// an objcg id its scope protocol installs (readers charge through it).
 #[inline(always)]
-pub fn set(w: Word, v: usize) {
+pub unsafe fn set(w: Word, v: usize) {
     imp::set(w, v)
 }
 
@@ -194,20 +206,27 @@ mod tests {
     fn words_are_per_thread_and_start_at_zero() {
         assert_eq!(get(Word::ThreadCache), 0);
         assert_eq!(get(Word::Scope), 0);
-        set(Word::ThreadCache, 0xdead_beef);
-        set(Word::Scope, 7);
+        // SAFETY: nothing of slabcg runs on this test thread, which puts the words back.
+        unsafe {
+            set(Word::ThreadCache, 0xdead_beef);
+            set(Word::Scope, 7);
+        }
         assert_eq!(get(Word::ThreadCache), 0xdead_beef);
         assert_eq!(get(Word::Scope), 7);
         std::thread::spawn(|| {
             assert_eq!(get(Word::ThreadCache), 0);
             assert_eq!(get(Word::Scope), 0);
-            set(Word::Scope, 9);
+            // SAFETY: as above.
+            unsafe { set(Word::Scope, 9) };
             assert_eq!(get(Word::Scope), 9);
         })
         .join()
         .unwrap();
         assert_eq!(get(Word::Scope), 7);
-        set(Word::ThreadCache, 0);
-        set(Word::Scope, 0);
+        // SAFETY: as above.
+        unsafe {
+            set(Word::ThreadCache, 0);
+            set(Word::Scope, 0);
+        }
     }
 }
