@@ -25,8 +25,14 @@ static ACTIONS: AtomicU64 = AtomicU64::new(0);
 static INPUTS: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn report() {
-    let (a, i) = (ACTIONS.load(Ordering::Relaxed), INPUTS.load(Ordering::Relaxed));
-    let _ = writeln!(std::io::stderr(), "fuzz_model: {a} actions in {i} inputs (at exit)");
+    let (a, i) = (
+        ACTIONS.load(Ordering::Relaxed),
+        INPUTS.load(Ordering::Relaxed),
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "fuzz_model: {a} actions in {i} inputs (at exit)"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {

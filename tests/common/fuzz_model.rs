@@ -1010,6 +1010,7 @@ impl Model {
 
     /// Every tenant with a handle against the ledger (the thread is quiescent: nothing else
     /// charges the run's tenants).
+    #[allow(clippy::needless_range_loop)] // the body updates self.nodes[i]
     fn check(&mut self) {
         self.stats.checks += 1;
         slabcg::allocator::testing::check_invariants();
