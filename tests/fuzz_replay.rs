@@ -51,6 +51,7 @@ fn corpus_replays() {
         total.actions += s.actions;
         total.refused += s.refused;
         total.reclaims += s.reclaims;
+        total.checks += s.checks;
     }
     eprintln!("{} corpus inputs: {total:?}", files.len());
     assert!(total.refused > 0 && total.reclaims > 0, "{total:?}");
@@ -59,7 +60,7 @@ fn corpus_replays() {
 #[test]
 fn random_streams() {
     let mut total = fuzz_model::Stats::default();
-    for i in 0..40u64 {
+    for i in 0..300u64 {
         let input = fuzz_model::random_input(0x5eed_f022 + i * 0x9e37_79b9, 3000);
         let s = replay(&format!("random #{i}"), &input);
         total.actions += s.actions;
