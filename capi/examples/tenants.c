@@ -206,6 +206,114 @@ static void kill_policy(const slabcg_tenant *svc) {
     printf("ok kill\n");
 }
 
+/* Name and path getters, snprintf-style: the full length back, the copy cut at a UTF-8
+ * character boundary and NUL-terminated. */
+static void names(const slabcg_tenant *svc) {
+    slabcg_tenant *t, *root;
+    char buf[64];
+    CHECK(slabcg_tenant_new(svc, "caf\xc3\xa9-42", &t) == 0); /* "café-42": 8 bytes */
+    CHECK(slabcg_tenant_name(t, buf, sizeof buf) == 8 && strcmp(buf, "caf\xc3\xa9-42") == 0);
+    CHECK(slabcg_tenant_name(t, NULL, 0) == 8);
+    CHECK(slabcg_tenant_path(t, NULL, 0) == 12);
+    CHECK(slabcg_tenant_path(t, buf, sizeof buf) == 12 && strcmp(buf, "svc/caf\xc3\xa9-42") == 0);
+    /* Room for 4 bytes: "caf" + the first byte of the two-byte character would split it. */
+    memset(buf, 'x', sizeof buf);
+    CHECK(slabcg_tenant_name(t, buf, 5) == 8 && strcmp(buf, "caf") == 0);
+    memset(buf, 'x', sizeof buf);
+    CHECK(slabcg_tenant_name(t, buf, 6) == 8 && strcmp(buf, "caf\xc3\xa9") == 0);
+    CHECK(buf[6] == 'x'); /* nothing written past len */
+    memset(buf, 'x', sizeof buf);
+    CHECK(slabcg_tenant_path(t, buf, 4) == 12 && strcmp(buf, "svc") == 0);
+    buf[0] = 'x';
+    CHECK(slabcg_tenant_name(t, buf, 1) == 8 && buf[0] == 0);
+    CHECK(slabcg_tenant_name(NULL, buf, sizeof buf) == -EINVAL);
+    CHECK(slabcg_tenant_name(t, NULL, 4) == -EINVAL);
+    CHECK(slabcg_tenant_path(NULL, NULL, 0) == -EINVAL);
+    CHECK(slabcg_tenant_root(&root) == 0);
+    CHECK(slabcg_tenant_name(root, buf, sizeof buf) == 4 && strcmp(buf, "root") == 0);
+    CHECK(slabcg_tenant_path(root, buf, sizeof buf) == 4 && strcmp(buf, "root") == 0);
+    CHECK(slabcg_tenant_drop(root) == 0 && slabcg_tenant_drop(t) == 0);
+    printf("ok names\n");
+}
+
+/* A reclaim callback: blocks the tenant keeps as a cache are freed by it when a charge hits
+ * max, and the charge passes. */
+#define POOL 16
+/* volatile: the callback changes it from inside malloc, which a compiler that knows malloc
+ * as a builtin assumes leaves the program's globals alone (gcc -O1 kept cache.calls in a
+ * register across the refused malloc). */
+static volatile struct {
+    void *blocks[POOL];
+    int n;             /* blocks in the pool */
+    int calls;         /* callback runs */
+    uint64_t asked;    /* bytes asked at the last run */
+    int right_tenant;  /* the lent handle named the tenant */
+    int magic;         /* user data seen */
+} cache;
+
+static void reclaim_cb(const slabcg_tenant *t, uint64_t bytes, void *user) {
+    char name[32];
+    cache.calls++;
+    cache.asked = bytes;
+    cache.magic = *(int *)user;
+    cache.right_tenant = slabcg_tenant_name(t, name, sizeof name) == 7 && strcmp(name, "reclaim") == 0;
+    /* Free two blocks of the pool, if any. */
+    for (int i = 0; i < 2 && cache.n > 0; i++) free(cache.blocks[--cache.n]);
+}
+
+static void reclaim(const slabcg_tenant *svc) {
+    static int magic = 4242;
+    slabcg_tenant *t;
+    slabcg_scope *s;
+    CHECK(slabcg_tenant_new(svc, "reclaim", &t) == 0);
+    CHECK(slabcg_tenant_set_max(t, 1 << 20) == 0);
+    CHECK(slabcg_tenant_set_reclaim(t, reclaim_cb, &magic) == 0);
+    CHECK(slabcg_tenant_set_reclaim(NULL, reclaim_cb, &magic) == -EINVAL);
+    /* Below max the callback never runs; high does not call it either. */
+    CHECK(slabcg_tenant_set_high(t, 64 << 10) == 0);
+    void *held[32];
+    int n = 0;
+    CHECK(slabcg_enter(t, &s) == 0);
+    for (; n < 8; n++) CHECK((held[n] = malloc(100000)) != NULL);
+    CHECK(cache.calls == 0);
+    /* Fill up to max: the refused malloc ran the callback once, which had nothing to free. */
+    for (;;) {
+        void *p = malloc(100000);
+        if (!p) break;
+        CHECK(n < 32);
+        held[n++] = p;
+    }
+    printf("reclaim: %d blocks of %zu B fit under max %d, %d callback run\n", n,
+           malloc_usable_size(held[0]), 1 << 20, cache.calls);
+    CHECK(cache.calls == 1 && cache.magic == 4242 && cache.right_tenant);
+    CHECK(cache.asked == malloc_usable_size(held[0]));
+    /* Hand four blocks to the cache: the next mallocs pass because the callback frees them. */
+    for (int i = 0; i < 4; i++) cache.blocks[cache.n++] = held[--n];
+    int got = 0;
+    for (int i = 0; i < 4; i++) {
+        void *p = malloc(100000);
+        if (p) held[n++] = p, got++;
+    }
+    CHECK(slabcg_leave(s) == 0);
+    printf("reclaim: %d callback runs, %d mallocs passed with what it freed, %d blocks left in "
+           "its cache\n", cache.calls, got, cache.n);
+    CHECK(got == 4 && cache.n == 0 && cache.calls >= 2 && cache.calls <= 3);
+    size_t usable = 0;
+    for (int i = 0; i < n; i++) usable += malloc_usable_size(held[i]);
+    CHECK(exact(t) == usable);
+    /* A non-heap charge refused by max runs it too. */
+    int before = cache.calls;
+    CHECK(slabcg_tenant_charge(t, 1 << 20) == -ENOMEM && cache.calls == before + 1);
+    CHECK(cache.asked == 1 << 20);
+    /* NULL: no callback any more (a refusal still fails, nothing runs). */
+    CHECK(slabcg_tenant_set_reclaim(t, NULL, NULL) == 0);
+    CHECK(slabcg_tenant_charge(t, 1 << 20) == -ENOMEM && cache.calls == before + 1);
+    for (int i = 0; i < n; i++) free(held[i]);
+    CHECK(exact(t) == 0);
+    CHECK(slabcg_tenant_drop(t) == 0);
+    printf("ok reclaim\n");
+}
+
 /* Bad input is an error code, never an abort. */
 static slabcg_scope *main_scope;
 static void *leave_elsewhere(void *arg) {
@@ -258,6 +366,8 @@ int main(void) {
     threads(svc);
     high_stat_nesting(svc);
     kill_policy(svc);
+    names(svc);
+    reclaim(svc);
     bad_input(svc);
     CHECK(exact(svc) == 0);
     CHECK(slabcg_tenant_drop(shared) == 0 && slabcg_tenant_drop(svc) == 0);

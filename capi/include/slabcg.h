@@ -109,6 +109,35 @@ int slabcg_tenant_current_exact(const slabcg_tenant *t, uint64_t *out);
  * *needed when needed is not NULL. buf may be NULL when len is 0 (to ask the length). */
 int slabcg_tenant_stat(const slabcg_tenant *t, char *buf, size_t len, size_t *needed);
 
+/* The tenant's name (UTF-8, as created; the root's is "root") or its path from the root
+ * ("svc/customer-42"; the root's is "root") into buf, snprintf-style: at most len bytes
+ * including the NUL, cut short at a UTF-8 character boundary when it does not fit, and
+ * NUL-terminated when len > 0 (buf may be NULL when len is 0). Returns the full length in
+ * bytes without the NUL (a return >= len means it was cut), or -EINVAL for a NULL handle
+ * or a NULL buf with len > 0. */
+ptrdiff_t slabcg_tenant_name(const slabcg_tenant *t, char *buf, size_t len);
+ptrdiff_t slabcg_tenant_path(const slabcg_tenant *t, char *buf, size_t len);
+
+/* A reclaim callback: t is the tenant whose max refused a charge (lent for the call: do not
+ * drop it, do not keep it), bytes the size of the charge, user what was registered. */
+typedef void (*slabcg_reclaim_fn)(const slabcg_tenant *t, uint64_t bytes, void *user);
+
+/* Registers fn(t, bytes, user) as the tenant's reclaim callback (the Rust API's
+ * Tenant::set_reclaim), replacing an earlier one; a NULL fn replaces it with one that does
+ * nothing. When a charge (malloc, slabcg_tenant_charge, ...) would exceed the tenant's max
+ * even after every thread's stock was drained, the callback runs once, on the thread whose
+ * charge was refused, before the charge fails; it may free memory (free() what the tenant's
+ * caches hold), and the charge is tried again: what it freed lets the charge pass. Only
+ * max calls it (high never does), and only the refusing tenant's callback runs (the
+ * lowest ancestor whose max is passed). It runs outside the allocator's critical sections
+ * and is never re-entered on the same thread (a charge refused inside it just fails); what
+ * it allocates belongs to the root, so it may malloc while its tenant is full. It may run
+ * on any thread, so fn and user must be thread-safe; the library never frees user. It runs
+ * inside malloc: a compiler that treats malloc as a builtin may assume the call leaves the
+ * program's globals alone, so make what the callback changes volatile (or atomic), or build
+ * with -fno-builtin-malloc. */
+int slabcg_tenant_set_reclaim(const slabcg_tenant *t, slabcg_reclaim_fn fn, void *user);
+
 /* Charges (or gives back) a non-heap resource, such as socket buffers, to the tenant;
  * slabcg_tenant_charge returns -ENOMEM when a limit refuses. */
 int slabcg_tenant_charge(const slabcg_tenant *t, uint64_t bytes);

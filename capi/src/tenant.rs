@@ -10,12 +10,14 @@
 //! scope (`hooks::unscoped`): made in the caller's tenant, an infallible Rust allocation
 //! refused by its `max` would abort the process.
 
-use core::ffi::{c_char, c_int, CStr};
+use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr;
 
 use slabcg_accounting::{hooks, OomPolicy, ScopeGuard, StatItem, Tenant};
 
-/// The C side's `struct slabcg_tenant`: one handle.
+/// The C side's `struct slabcg_tenant`: one handle. Transparent, so that the `&Tenant` a
+/// reclaim callback gets can be lent to C as a `const slabcg_tenant *` for the call.
+#[repr(transparent)]
 pub struct CTenant(Tenant);
 
 /// The C side's `struct slabcg_scope`: a live scope and the thread it belongs to.
@@ -445,4 +447,136 @@ pub unsafe extern "C" fn slabcg_drain_all_stocks() {
 #[no_mangle]
 pub unsafe extern "C" fn slabcg_trim() {
     slabcg_allocator::trim();
+}
+
+/// Copies `text` into `buf` snprintf-style: at most `len - 1` bytes, cut at a UTF-8
+/// character boundary, then a NUL (nothing when `len` is 0). Returns `text`'s full length.
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes of writes (or `len` 0).
+unsafe fn copy_out(text: &str, buf: *mut c_char, len: usize) -> isize {
+    if len > 0 {
+        let mut n = text.len().min(len - 1);
+        while !text.is_char_boundary(n) {
+            n -= 1;
+        }
+        // SAFETY: buf holds len > n bytes (caller's contract).
+        unsafe {
+            ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    // A name or path is far shorter than isize::MAX bytes.
+    text.len() as isize
+}
+
+/// The tenant's name (UTF-8; the root's is `"root"`) into `buf`, snprintf-style: at most
+/// `len` bytes with the NUL, cut short (at a character boundary) when it does not fit.
+/// Returns the name's full length in bytes (without the NUL), so a return `>= len` means it
+/// was cut; `-EINVAL` for a null handle, or a null `buf` with `len > 0`.
+///
+/// # Safety
+/// `t` must be null or a live handle; `buf` valid for `len` bytes of writes.
+#[no_mangle]
+pub unsafe extern "C" fn slabcg_tenant_name(
+    t: *const CTenant,
+    buf: *mut c_char,
+    len: usize,
+) -> isize {
+    if buf.is_null() && len != 0 {
+        return EINVAL as isize;
+    }
+    // SAFETY: forwarded contract.
+    match unsafe { handle(t) } {
+        // SAFETY: buf holds len bytes.
+        Some(t) => unsafe { copy_out(t.name(), buf, len) },
+        None => EINVAL as isize,
+    }
+}
+
+/// The tenant's path from the root (`"svc/customer-42"`; the root's is `"root"`) into
+/// `buf`, as [`slabcg_tenant_name`] copies the name.
+///
+/// # Safety
+/// As [`slabcg_tenant_name`].
+#[no_mangle]
+pub unsafe extern "C" fn slabcg_tenant_path(
+    t: *const CTenant,
+    buf: *mut c_char,
+    len: usize,
+) -> isize {
+    if buf.is_null() && len != 0 {
+        return EINVAL as isize;
+    }
+    // SAFETY: forwarded contract.
+    match unsafe { handle(t) } {
+        Some(t) => {
+            let path = {
+                let _root = hooks::unscoped();
+                t.path()
+            };
+            // SAFETY: buf holds len bytes.
+            let n = unsafe { copy_out(&path, buf, len) };
+            let _root = hooks::unscoped();
+            drop(path);
+            n
+        }
+        None => EINVAL as isize,
+    }
+}
+
+/// `slabcg_reclaim_fn`: called with the tenant (lent for the call), the bytes asked and the
+/// user data.
+pub type ReclaimFn = unsafe extern "C" fn(t: *const CTenant, bytes: u64, user: *mut c_void);
+
+/// A C reclaim callback and its user data.
+struct CReclaim {
+    f: ReclaimFn,
+    user: *mut c_void,
+}
+
+impl CReclaim {
+    fn call(&self, tenant: &Tenant, bytes: u64) {
+        let lent: *const CTenant = (tenant as *const Tenant).cast();
+        // SAFETY: CTenant is a transparent Tenant, so `lent` is a handle valid for the call
+        // (the header says C must not drop it); the caller of slabcg_tenant_set_reclaim
+        // vouched for f and user.
+        unsafe { (self.f)(lent, bytes, self.user) }
+    }
+}
+
+// SAFETY: the header makes the caller promise that the callback may run on any thread with
+// this user data (a charge refused on any thread runs it).
+unsafe impl Send for CReclaim {}
+// SAFETY: as above; the callback is only ever called, never mutated.
+unsafe impl Sync for CReclaim {}
+
+/// Sets the tenant's reclaim callback (`Tenant::set_reclaim`): before a charge refused by
+/// this tenant's `max` fails, `f(t, bytes, user)` runs (on the thread whose charge was
+/// refused, outside every stock critical section, never re-entered on that thread), may
+/// free memory, and the charge is tried again. Replaces an earlier callback; a null `f`
+/// replaces it with one that does nothing. `user` is never freed by the library.
+///
+/// # Safety
+/// `t` must be null or a live handle; `f` null or a function that may be called on any
+/// thread with `user` until it is replaced or the tenant is gone.
+#[no_mangle]
+pub unsafe extern "C" fn slabcg_tenant_set_reclaim(
+    t: *const CTenant,
+    f: Option<ReclaimFn>,
+    user: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with(t, |t| {
+            match f {
+                Some(f) => {
+                    let cb = CReclaim { f, user };
+                    t.set_reclaim(move |tenant, bytes| cb.call(tenant, bytes));
+                }
+                None => t.set_reclaim(|_, _| {}),
+            }
+            0
+        })
+    }
 }

@@ -184,7 +184,8 @@ fn c_semantics_reference_libc() {
 
 /// The C tenant API example: a max refuses malloc with NULL + ENOMEM, current and peak are
 /// the usable sizes held, threads entering a tenant first thing, high, nesting, the report
-/// text, the Kill policy, and bad input answered with error codes.
+/// text, the Kill policy, the name and path getters (cut snprintf-style), a reclaim
+/// callback whose frees let a refused malloc pass, and bad input answered with error codes.
 #[test]
 fn c_tenant_api_example() {
     let lib = lib();
@@ -209,6 +210,8 @@ fn c_tenant_api_example() {
         "ok threads\n",
         "ok high-stat-nesting\n",
         "ok kill\n",
+        "ok names\n",
+        "ok reclaim\n",
         "ok bad-input\n",
         "ALL OK\n",
     ] {

@@ -53,7 +53,7 @@ pub unsafe fn check_stamp(p: *const u8, size: usize, stamp: u64, whole: bool) {
 
 /// What a block of `layout` must be charged, from the size classes (not from the allocator's
 /// own `usable_size`): its class's size, or for a large block the size rounded up to pages.
-fn expected_usable(layout: Layout) -> u64 {
+pub fn expected_usable(layout: Layout) -> u64 {
     match class_for(layout.size(), layout.align()) {
         Some(c) => class_size(c) as u64,
         None => layout.size().next_multiple_of(4096) as u64,
