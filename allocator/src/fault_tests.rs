@@ -7,7 +7,7 @@
 //! The places: a new segment (`Segment::create`, for size classes and dedicated caches
 //! alike, from `SlabCache::new_slab`), a large allocation's fresh mapping (below 2 MiB `map`,
 //! from 2 MiB `map_aligned`, over-aligned `map` then trimmed), the growth of a cached
-//! mapping (`large::take_cached`'s `remap`), and the growth of a large block
+//! mapping (`large::take_cached`'s gather, which maps the new extent first), and the growth of a large block
 //! (`large::realloc`'s `remap`, and `GlobalAlloc::realloc`'s fallback after it).
 
 use core::alloc::{GlobalAlloc, Layout};
@@ -41,7 +41,7 @@ fn layout(size: usize, align: usize) -> Layout {
 
 /// Bytes a large block of `size` maps (its header page and its page-rounded size).
 fn large_len(size: usize) -> isize {
-    (PAGE + crate::large::usable_for(size).unwrap()) as isize
+    crate::large::extent_for(crate::large::usable_for(size).unwrap()) as isize
 }
 
 #[test]

@@ -35,7 +35,8 @@
 //! 1. `sys`, `lock`, `invariant` (reporting broken invariants), `size_class` (the table,
 //!    `Kind`), `addr_map` (which addresses are segments and live large blocks), `link`
 //!    (`FreeObj`, free-list links: plain, or encoded in `hardened` builds), `slab` (slab
-//!    layout), `unmapped`;
+//!    layout), `unmapped`, `decay` (the pace at which idle memory goes back to the OS:
+//!    low-water marks over intervals);
 //! 2. `segment` (4 MiB segments, their headers and map; a header names its cache by
 //!    `CacheId`), `free_mark`;
 //! 3. `cache` (`SlabCache`: slabs, lists, parked batches), `class_caches` (the size
@@ -95,6 +96,7 @@ mod bulk;
 mod cache;
 mod charge;
 mod class_caches;
+mod decay;
 mod dedicated;
 #[cfg(test)]
 mod fault_tests;
