@@ -155,6 +155,13 @@ pub mod testing {
     /// `tests/owner_meta.rs`: the bytes of one owner word.
     pub use crate::slab::META_BYTES;
 
+    /// `allocator/tests/retention.rs`: the decay interval, and the bytes of freed large
+    /// extents the mapping cache holds.
+    pub use crate::decay::INTERVAL_MS as DECAY_INTERVAL_MS;
+    pub fn large_cached() -> usize {
+        large::CACHED.load(core::sync::atomic::Ordering::Relaxed)
+    }
+
     /// `tests/common/kept_free.rs`: the calling thread's cache, to count a bin's slots.
     pub mod thread_cache {
         pub use crate::thread_cache::with;
