@@ -67,13 +67,25 @@ mod tests {
         assert_eq!(d.due(t, 0), Some(0), "the first check starts an interval");
         // Grows to 80, dips to 30 mid-interval, back up to 80.
         d.observe(30);
-        assert_eq!(d.due(t + INTERVAL_MS - 1, 80), None, "the interval still runs");
+        assert_eq!(
+            d.due(t + INTERVAL_MS - 1, 80),
+            None,
+            "the interval still runs"
+        );
         assert_eq!(d.due(t + INTERVAL_MS, 80), Some(0), "low 0: it began empty");
         d.observe(80);
         d.observe(30);
         assert_eq!(d.due(t + 2 * INTERVAL_MS, 80), Some(30));
         d.observe(50);
-        assert_eq!(d.due(t + 2 * INTERVAL_MS + 1, 50), None, "once per interval");
-        assert_eq!(d.due(t + 3 * INTERVAL_MS, 50), Some(50), "untouched: all of it");
+        assert_eq!(
+            d.due(t + 2 * INTERVAL_MS + 1, 50),
+            None,
+            "once per interval"
+        );
+        assert_eq!(
+            d.due(t + 3 * INTERVAL_MS, 50),
+            Some(50),
+            "untouched: all of it"
+        );
     }
 }

@@ -17,7 +17,7 @@ use slabcg_accounting::Tenant;
 
 use crate::dedicated::Cache;
 use crate::global::SlabAlloc;
-use crate::sys::{fault, PAGE};
+use crate::sys::fault;
 
 static A: SlabAlloc = SlabAlloc::new();
 
@@ -209,10 +209,11 @@ fn a_refused_growth_of_a_cached_mapping_unmaps_it() {
     }
     let net = fault::net_mapped();
     let lb = layout(big, 8);
-    // Not zeroed: the cache is asked first; nothing fits, so its biggest mapping is grown.
+    // Not zeroed: the cache is asked first; nothing fits, so its mappings are gathered into
+    // a new extent, whose mapping is the one refused.
     // SAFETY: a non-zero size.
     let (q, refused) = refusing(0, 1, || unsafe { A.alloc(lb) });
-    assert_eq!(refused, 1, "the cached mapping was not grown");
+    assert_eq!(refused, 1, "the cached mapping was not gathered");
     assert!(!q.is_null(), "no fresh mapping after the refused growth");
     assert_eq!(
         fault::net_mapped() - net,

@@ -81,6 +81,11 @@ fn is_huge(len: usize) -> bool {
     len >= HUGE
 }
 
+/// Whether an extent starts on a huge page and is a whole number of them.
+fn huge_aligned(base: usize, len: usize) -> bool {
+    base.is_multiple_of(HUGE) && len.is_multiple_of(HUGE)
+}
+
 /// The mapping cache: freed extents kept for reuse, `entries[..n]`, oldest first.
 ///
 /// Invariant ([`MappingCache::check`]): `bytes == Σ entries[..n].1 == CACHED`, `n <=
@@ -160,7 +165,7 @@ impl MappingCache {
             e.1 == 0
                 || e.1 % PAGE != 0
                 || e.1 > MAPPING_MAX_ONE
-                || (is_huge(e.1) && (e.0 % HUGE != 0 || e.1 % HUGE != 0))
+                || (is_huge(e.1) && !huge_aligned(e.0, e.1))
         }) {
             crate::invariant::broken("mapping cache: a length is not a page multiple in bounds");
         }
@@ -338,14 +343,8 @@ unsafe fn move_pages(src: usize, len: usize, dst: usize) -> usize {
     let mut off = 0;
     while off < len {
         // SAFETY: caller's contract, for the part of both ranges at off.
-        let ok = unsafe {
-            sys::remap_to(
-                (src + off) as *mut u8,
-                HUGE,
-                HUGE,
-                (dst + off) as *mut u8,
-            )
-        };
+        let ok =
+            unsafe { sys::remap_to((src + off) as *mut u8, HUGE, HUGE, (dst + off) as *mut u8) };
         if !ok {
             break;
         }
@@ -358,8 +357,7 @@ unsafe fn move_pages(src: usize, len: usize, dst: usize) -> usize {
 /// it is not to be kept (too big, or a huge one that lost its alignment by a resize): the
 /// caller unmaps it.
 fn keep_cached(base: *mut u8, len: usize) -> bool {
-    if len > MAPPING_MAX_ONE || (is_huge(len) && (base as usize % HUGE != 0 || len % HUGE != 0))
-    {
+    if len > MAPPING_MAX_ONE || (is_huge(len) && !huge_aligned(base as usize, len)) {
         return false;
     }
     let now = sys::now_ms();
@@ -658,7 +656,7 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
 /// # Safety
 /// `h..h+old_len` is a live block's extent.
 unsafe fn grow(h: *mut u8, old_len: usize, new_len: usize) -> *mut u8 {
-    if is_huge(old_len) && h as usize % HUGE == 0 {
+    if is_huge(old_len) && huge_aligned(h as usize, old_len) {
         let dst = map_fresh(new_len);
         if !dst.is_null() {
             // SAFETY: the extent is ours; dst is a fresh extent of new_len, disjoint from it.

@@ -164,7 +164,9 @@ fn empty_slabs_are_kept_up_to_the_peak_then_decay_and_trim_takes_all() {
     let c = class_of(1536);
     let class = |s: &slabcg_allocator::AllocStats| s.classes[c];
     slabcg_allocator::trim();
-    let v: Vec<Box<[u8; 1536]>> = (0..40 * MIB / 1536).map(|_| Box::new([7u8; 1536])).collect();
+    let v: Vec<Box<[u8; 1536]>> = (0..40 * MIB / 1536)
+        .map(|_| Box::new([7u8; 1536]))
+        .collect();
     let peak = slabcg_allocator::stats();
     drop(v);
     let freed = slabcg_allocator::stats();
