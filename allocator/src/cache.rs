@@ -5,8 +5,13 @@
 //!
 //! Slab lists, by [`SlabState`]:
 //! - partial: slots both handed out and available; refills take from its head first.
-//! - empty: nothing handed out, pages resident; a reserve of at most `reserve_slabs` so that a
-//!   program oscillating around a slab boundary does not madvise on every turn.
+//! - empty: nothing handed out, pages resident, kept for reuse: a permanent reserve of
+//!   `reserve_slabs` (so that a program oscillating around a slab boundary does not madvise
+//!   on every turn), and above it at most as many slabs as the cache had in use at its peak
+//!   in the current decay interval (`keep_slabs`), released when they stayed empty through a
+//!   whole interval (`crate::decay`, checked on refills and flushes): a program that frees a
+//!   batch and builds the next one reuses the pages instead of faulting them in again, and
+//!   freeing never takes the cache's resident slabs above that recent peak.
 //! - released: nothing handed out, pages returned to the OS (MADV_DONTNEED); reused before
 //!   fresh slabs, and reading zero when touched again.
 //! - full slabs and fresh (never used) slabs are on no list.
@@ -22,13 +27,15 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize
 
 use slabcg_accounting::hooks;
 
+use crate::decay::Decay;
 use crate::free_mark;
 use crate::lock::SpinLock;
 use crate::segment::{is_segment, segment_of, CacheId, Segment, SlabDesc, SlabState};
 use crate::slab::{FreeObj, SlabLayout};
 use crate::sys;
 
-/// Bytes of empty slabs a cache keeps resident before releasing more to the OS.
+/// Bytes of empty slabs a cache keeps resident for good (until `trim`); more are kept while
+/// they are reused (`keep_slabs`, the decay).
 const RESERVE_BYTES: usize = 128 * 1024;
 /// Batches the parked batches holds at most, and their bytes.
 const PARKED_BATCHES: usize = 16;
@@ -38,6 +45,10 @@ struct Lists {
     partial: *mut SlabDesc,
     empty: *mut SlabDesc,
     empty_count: usize,
+    /// The low-water mark of the empty slabs above the reserve (`crate::decay`).
+    decay: Decay,
+    /// The most slabs in use at once since the decay interval began (`keep_slabs`).
+    active_high: usize,
     released: *mut SlabDesc,
     /// The newest segment; the only one that may still have fresh slabs.
     segments: *mut Segment,
@@ -146,6 +157,8 @@ impl SlabCache {
                 partial: ptr::null_mut(),
                 empty: ptr::null_mut(),
                 empty_count: 0,
+                decay: Decay::new(),
+                active_high: 0,
                 released: ptr::null_mut(),
                 segments: ptr::null_mut(),
                 parked: [(ptr::null_mut(), 0); PARKED_BATCHES],
@@ -178,6 +191,52 @@ impl SlabCache {
 
     fn reserve_slabs(&self) -> usize {
         (RESERVE_BYTES >> self.layout.slab_shift).max(1)
+    }
+
+    /// Empty slabs the cache may keep now: the reserve, or as many as it had in use at once
+    /// in this decay interval, so that in use plus empty stays within that peak (a cache
+    /// that drops everything keeps its pages for a phase that builds the same again, and
+    /// gives them back one or two intervals later when none does).
+    fn keep_slabs(&self, l: &Lists) -> usize {
+        self.reserve_slabs().max(l.active_high)
+    }
+
+    /// Records the empty count after it dropped, for the decay.
+    fn observe_empty(&self, l: &mut Lists) {
+        l.decay
+            .observe(l.empty_count.saturating_sub(self.reserve_slabs()));
+    }
+
+    /// When a decay interval is over, takes the empty slabs above the reserve that stayed
+    /// empty through it off the empty list and chains them onto `chain` (through `next`) for
+    /// [`release_slabs`](Self::release_slabs). Reads the clock only when there is something
+    /// above the reserve (a few nanoseconds, under the lock).
+    fn take_idle(&self, l: &mut Lists, chain: &mut *mut SlabDesc) {
+        let reserve = self.reserve_slabs();
+        if l.empty_count <= reserve {
+            return;
+        }
+        let Some(mut due) = l.decay.due(sys::now_ms(), l.empty_count - reserve) else {
+            return;
+        };
+        // A new interval: its peak starts from what is in use now.
+        l.active_high = self.counters.active_slabs.load(Ordering::Relaxed);
+        while due > 0 && !l.empty.is_null() {
+            let d = l.empty;
+            // SAFETY: d is on the empty list, under the lock.
+            unsafe {
+                list_remove(&mut l.empty, d);
+                (*d).state = SlabState::Released;
+                (*d).next = *chain;
+            }
+            *chain = d;
+            l.empty_count -= 1;
+            due -= 1;
+        }
+        self.counters
+            .empty_slabs
+            .store(l.empty_count, Ordering::Relaxed);
+        self.observe_empty(l);
     }
 
     /// Takes at least `want` (>= 1) and at most `most` slots: a batch from the parked batches
@@ -238,8 +297,14 @@ impl SlabCache {
                 }
             }
         }
+        let mut idle = ptr::null_mut();
+        self.take_idle(&mut l, &mut idle);
         drop(l);
         self.add_used(from_slabs as isize);
+        if !idle.is_null() {
+            // SAFETY: take_idle took these slabs off the empty list: nothing handed out.
+            unsafe { self.release_slabs(idle) };
+        }
         self.check_if_due();
         chain
     }
@@ -257,6 +322,7 @@ impl SlabCache {
                 self.counters
                     .empty_slabs
                     .store(l.empty_count, Ordering::Relaxed);
+                self.observe_empty(l);
                 d
             } else if !l.released.is_null() {
                 let d = l.released;
@@ -283,7 +349,8 @@ impl SlabCache {
             (*d).carved = 0;
             (*d).state = SlabState::Partial;
             list_push(&mut l.partial, d);
-            inc(&self.counters.active_slabs);
+            let active = self.counters.active_slabs.fetch_add(1, Ordering::Relaxed) + 1;
+            l.active_high = l.active_high.max(active);
             Some(d)
         }
     }
@@ -397,7 +464,6 @@ impl SlabCache {
     unsafe fn flush_to_slabs(&self, head: *mut FreeObj, count: usize) {
         let mut to_release: *mut SlabDesc = ptr::null_mut();
         let mut l = self.lists.lock();
-        let reserve = self.reserve_slabs();
         let marks = free_mark::fits(&self.layout);
         let mut obj = head;
         let mut n = 0;
@@ -424,7 +490,7 @@ impl SlabCache {
                 if (*d).used == 0 {
                     list_remove(&mut l.partial, d);
                     dec(&self.counters.active_slabs);
-                    if l.empty_count < reserve {
+                    if l.empty_count < self.keep_slabs(&l) {
                         (*d).state = SlabState::Empty;
                         list_push(&mut l.empty, d);
                         l.empty_count += 1;
@@ -442,6 +508,7 @@ impl SlabCache {
             }
             n += 1;
         }
+        self.take_idle(&mut l, &mut to_release);
         drop(l);
         self.add_used(-(n as isize));
         if n != count {
@@ -616,6 +683,7 @@ impl SlabCache {
         }
         l.empty_count = 0;
         self.counters.empty_slabs.store(0, Ordering::Relaxed);
+        self.observe_empty(&mut l);
         drop(l);
         // SAFETY: the slabs on chain have nothing handed out and are on no list.
         unsafe { self.release_slabs(chain) };

@@ -7,7 +7,7 @@
 //! The places: a new segment (`Segment::create`, for size classes and dedicated caches
 //! alike, from `SlabCache::new_slab`), a large allocation's fresh mapping (below 2 MiB `map`,
 //! from 2 MiB `map_aligned`, over-aligned `map` then trimmed), the growth of a cached
-//! mapping (`large::take_cached`'s `remap`), and the growth of a large block
+//! mapping (`large::take_cached`'s gather, which maps the new extent first), and the growth of a large block
 //! (`large::realloc`'s `remap`, and `GlobalAlloc::realloc`'s fallback after it).
 
 use core::alloc::{GlobalAlloc, Layout};
@@ -17,7 +17,7 @@ use slabcg_accounting::Tenant;
 
 use crate::dedicated::Cache;
 use crate::global::SlabAlloc;
-use crate::sys::{fault, PAGE};
+use crate::sys::fault;
 
 static A: SlabAlloc = SlabAlloc::new();
 
@@ -41,7 +41,7 @@ fn layout(size: usize, align: usize) -> Layout {
 
 /// Bytes a large block of `size` maps (its header page and its page-rounded size).
 fn large_len(size: usize) -> isize {
-    (PAGE + crate::large::usable_for(size).unwrap()) as isize
+    crate::large::extent_for(crate::large::usable_for(size).unwrap()) as isize
 }
 
 #[test]
@@ -209,10 +209,11 @@ fn a_refused_growth_of_a_cached_mapping_unmaps_it() {
     }
     let net = fault::net_mapped();
     let lb = layout(big, 8);
-    // Not zeroed: the cache is asked first; nothing fits, so its biggest mapping is grown.
+    // Not zeroed: the cache is asked first; nothing fits, so its mappings are gathered into
+    // a new extent, whose mapping is the one refused.
     // SAFETY: a non-zero size.
     let (q, refused) = refusing(0, 1, || unsafe { A.alloc(lb) });
-    assert_eq!(refused, 1, "the cached mapping was not grown");
+    assert_eq!(refused, 1, "the cached mapping was not gathered");
     assert!(!q.is_null(), "no fresh mapping after the refused growth");
     assert_eq!(
         fault::net_mapped() - net,

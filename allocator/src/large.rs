@@ -1,25 +1,34 @@
 //! Large allocations: requests above the largest size class, or aligned above a page. Each
-//! gets its own mapping, with a one-page header just before the object:
+//! gets its own mapping, its *extent*, with a one-page header just before the object:
 //!
 //! ```text
 //!   base                     ptr = base + PAGE (aligned as asked)
-//!   [ LargeHeader ... pad ]  [ object: usable bytes, a page multiple ]
-//!   map_len == PAGE + usable
+//!   [ LargeHeader ... pad ]  [ object: usable bytes, a page multiple ] [ slack ]
+//!   map_len == PAGE + usable, rounded up to a multiple of 2 MiB from 2 MiB on
 //! ```
 //!
-//! Growing and shrinking use `mremap`, which moves page tables instead of copying bytes. A
-//! fresh mapping reads as zero, so `alloc_zeroed` needs no memset.
+//! Extents of 2 MiB and more start on a 2 MiB boundary, are a multiple of 2 MiB and ask for
+//! transparent huge pages, so touching one costs a fault per 2 MiB, not per 4 KiB. The slack
+//! (less than 2 MiB, never touched by the block) costs address space, not memory, and lets a
+//! growth stay in place. Growing beyond the extent moves the pages with `mremap` (page
+//! tables move, bytes are not copied). A fresh mapping reads as zero, so `alloc_zeroed`
+//! needs no memset.
 //!
-//! Freed mappings of up to 64 MiB are kept in a small cache (at most `MAPPING_ENTRIES`
-//! mappings, and at most as many bytes as live large allocations hold, between 64 MiB and
-//! 1 GiB; oldest evicted first) and reused by the next large allocation, best fit, the rest
-//! of a bigger mapping going back to the cache: a program that keeps replacing big buffers
-//! then pays neither the `mmap`/`munmap` pair nor a page fault per page. `trim()` unmaps
-//! the cache; zeroed allocations always take a fresh mapping.
+//! Freed extents of up to 64 MiB are kept in the *mapping cache* (at most `MAPPING_ENTRIES`,
+//! and at most as many bytes as live large allocations hold, between 64 MiB and 1 GiB;
+//! oldest evicted first) and reused by the next large allocation: the best fitting one, cut
+//! to size (the rest stays cached), or, when none is big enough, several *gathered* into one
+//! new extent by moving their pages there (`mremap` to a fixed address; 2 MiB aligned, so
+//! huge pages stay huge), the missing part fresh. A program that keeps replacing big buffers
+//! then pays neither `mmap`/`munmap` nor page faults for memory it had before. What stays
+//! in the cache unused for a whole decay interval is unmapped (`crate::decay`); `trim()`
+//! unmaps all of it; zeroed allocations always take a fresh mapping. Cached extents are not
+//! charged to anyone: a block's charge goes at its free (`charge.rs`).
 
 use core::ptr;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
+use crate::decay::Decay;
 use crate::lock::SpinLock;
 use crate::sys::{self, PAGE};
 use crate::{addr_map, unmapped};
@@ -29,8 +38,10 @@ const MAGIC: usize = 0x51ab_c91a_56e0_0001;
 #[repr(C)]
 struct LargeHeader {
     magic: usize,
-    /// Bytes mapped from the header (which is the mapping's start) on.
+    /// Bytes mapped from the header (which is the mapping's start) on: the extent.
     map_len: usize,
+    /// The object's bytes, a page multiple; `PAGE + usable <= map_len`.
+    usable: usize,
     /// Owner objcg id (0 = uncharged); written by the charge hooks.
     owner: AtomicU32,
 }
@@ -40,9 +51,10 @@ struct LargeHeader {
 /// large-allocation slow paths only.
 pub static CHARGED_LARGE: AtomicUsize = AtomicUsize::new(0);
 
-/// Live large allocations and their mapped bytes, for `stats()`.
+/// Live large allocations, their extents' bytes and their usable bytes, for `stats()`.
 pub static COUNT: AtomicUsize = AtomicUsize::new(0);
 pub static MAPPED: AtomicUsize = AtomicUsize::new(0);
+pub static USABLE: AtomicUsize = AtomicUsize::new(0);
 /// Bytes of freed mappings kept for reuse.
 pub static CACHED: AtomicUsize = AtomicUsize::new(0);
 
@@ -51,29 +63,96 @@ const MAPPINGS_MIN_BYTES: usize = 64 << 20;
 const MAPPINGS_MAX_BYTES: usize = 1 << 30;
 const MAPPING_MAX_ONE: usize = 64 << 20;
 
-/// The cache's byte bound: as much as live large allocations hold, within bounds.
+/// The huge page: extents from here on are aligned to it and a multiple of it.
+const HUGE: usize = 2 << 20;
+
+/// The cache's byte bound: as much as live large allocations hold, within bounds. Live plus
+/// cached thus stays within twice the live bytes (and 1 GiB over them), so a burst of frees
+/// cannot keep more than that, and the decay gives back what the program stopped reusing.
 fn mapping_cache_bytes() -> usize {
     MAPPED
         .load(Ordering::Relaxed)
         .clamp(MAPPINGS_MIN_BYTES, MAPPINGS_MAX_BYTES)
 }
 
-/// The mapping cache: freed mappings kept for reuse, `entries[..n]`, oldest first.
+/// Whether a cached extent is one of the huge kind (2 MiB aligned and a multiple of it),
+/// which huge requests take and gather; the others are below 2 MiB.
+fn is_huge(len: usize) -> bool {
+    len >= HUGE
+}
+
+/// Whether an extent starts on a huge page and is a whole number of them.
+fn huge_aligned(base: usize, len: usize) -> bool {
+    base.is_multiple_of(HUGE) && len.is_multiple_of(HUGE)
+}
+
+/// The mapping cache: freed extents kept for reuse, `entries[..n]`, oldest first.
 ///
 /// Invariant ([`MappingCache::check`]): `bytes == Σ entries[..n].1 == CACHED`, `n <=
-/// MAPPING_ENTRIES`, every length a positive page multiple of at most `MAPPING_MAX_ONE`
-/// (a tail cut from a longer one is shorter still).
+/// MAPPING_ENTRIES`, every length a positive page multiple of at most `MAPPING_MAX_ONE`,
+/// those of at least `HUGE` (and their bases) multiples of `HUGE`.
 struct MappingCache {
     entries: [(usize, usize); MAPPING_ENTRIES],
     n: usize,
     bytes: usize,
+    decay: Decay,
 }
 
 static MAPPINGS: SpinLock<MappingCache> = SpinLock::new(MappingCache {
     entries: [(0, 0); MAPPING_ENTRIES],
     n: 0,
     bytes: 0,
+    decay: Decay::new(),
 });
+
+/// Extents taken out of the cache under its lock, unmapped or moved after it is dropped
+/// (system calls stay outside the lock).
+struct Taken {
+    e: [(usize, usize); MAPPING_ENTRIES + 1],
+    n: usize,
+}
+
+impl Taken {
+    const fn new() -> Taken {
+        Taken {
+            e: [(0, 0); MAPPING_ENTRIES + 1],
+            n: 0,
+        }
+    }
+
+    fn push(&mut self, e: (usize, usize)) {
+        // Never more than the cache held plus one: the callers take at most that many.
+        if self.n < self.e.len() {
+            self.e[self.n] = e;
+            self.n += 1;
+        } else {
+            // SAFETY: e is an extent of ours nobody uses (it left the cache).
+            unsafe { unmap_extent(e) };
+        }
+    }
+
+    fn as_slice(&self) -> &[(usize, usize)] {
+        &self.e[..self.n]
+    }
+
+    /// Unmaps every extent taken.
+    fn unmap_all(&self) {
+        for &e in self.as_slice() {
+            // SAFETY: taken extents are ours and unused (they left the cache).
+            unsafe { unmap_extent(e) };
+        }
+    }
+}
+
+/// Unmaps a freed extent, recording the block that lived at its start as dead.
+///
+/// # Safety
+/// The extent must be ours and unused.
+unsafe fn unmap_extent((b, l): (usize, usize)) {
+    unmapped::bury((b + PAGE) as *mut u8);
+    // SAFETY: caller's contract.
+    unsafe { sys::unmap(b as *mut u8, l) };
+}
 
 impl MappingCache {
     /// The invariant (struct docs), under the lock (the caller holds `self`).
@@ -82,10 +161,12 @@ impl MappingCache {
         if self.n > MAPPING_ENTRIES || sum != self.bytes || CACHED.load(Ordering::Relaxed) != sum {
             crate::invariant::broken("mapping cache: bytes != Σ lengths");
         }
-        if self.entries[..self.n]
-            .iter()
-            .any(|e| e.1 == 0 || e.1 % PAGE != 0 || e.1 > MAPPING_MAX_ONE)
-        {
+        if self.entries[..self.n].iter().any(|e| {
+            e.1 == 0
+                || e.1 % PAGE != 0
+                || e.1 > MAPPING_MAX_ONE
+                || (is_huge(e.1) && !huge_aligned(e.0, e.1))
+        }) {
             crate::invariant::broken("mapping cache: a length is not a page multiple in bounds");
         }
     }
@@ -96,84 +177,201 @@ impl MappingCache {
         self.n -= 1;
         self.bytes -= e.1;
         CACHED.store(self.bytes, Ordering::Relaxed);
+        self.decay.observe(self.bytes);
         e
+    }
+
+    /// Appends an extent (the caller made room).
+    fn push(&mut self, e: (usize, usize)) {
+        debug_assert!(self.n < MAPPING_ENTRIES);
+        let n = self.n;
+        self.entries[n] = e;
+        self.n += 1;
+        self.bytes += e.1;
+        CACHED.store(self.bytes, Ordering::Relaxed);
+    }
+
+    /// Cuts `len` bytes off the front of entry `i` (longer than `len`): the front is the
+    /// caller's, the rest stays cached in its place.
+    fn cut_front(&mut self, i: usize, len: usize) -> usize {
+        let (b, l) = self.entries[i];
+        debug_assert!(l > len);
+        self.entries[i] = (b + len, l - len);
+        self.bytes -= len;
+        CACHED.store(self.bytes, Ordering::Relaxed);
+        self.decay.observe(self.bytes);
+        b
+    }
+
+    /// When a decay interval is over, takes out what stayed idle through it, oldest
+    /// extents first (the tail of a huge one when only part of it is due).
+    fn decay(&mut self, now: u64, out: &mut Taken) {
+        let mut due = self.decay.due(now, self.bytes).unwrap_or(0);
+        while due >= PAGE && self.n > 0 {
+            let (b, l) = self.entries[0];
+            if l <= due {
+                out.push(self.remove(0));
+                due -= l;
+                continue;
+            }
+            let cut = if is_huge(l) { due & !(HUGE - 1) } else { 0 };
+            if cut > 0 {
+                // The tail, so the rest keeps its start (and the block recorded there).
+                self.entries[0] = (b, l - cut);
+                self.bytes -= cut;
+                CACHED.store(self.bytes, Ordering::Relaxed);
+                self.decay.observe(self.bytes);
+                // The caller unmaps the tail; no block starts there, so the burial of its
+                // start that comes with it marks nothing live.
+                out.push((b + l - cut, cut));
+            }
+            break;
+        }
     }
 }
 
-/// A cached mapping of at least `len` bytes, cut to exactly `len` (the rest stays cached),
-/// or null.
+/// A cached extent of exactly `len` bytes (best fit, cut to size; or gathered from several
+/// when `len` is huge and none is big enough), or null.
 fn take_cached(len: usize) -> *mut u8 {
+    let now = sys::now_ms();
+    let mut gone = Taken::new();
+    let mut pieces = Taken::new();
     let mut c = MAPPINGS.lock();
+    c.decay(now, &mut gone);
+    let huge = is_huge(len);
     let mut best = usize::MAX;
     for i in 0..c.n {
         let l = c.entries[i].1;
-        if l >= len && (best == usize::MAX || l < c.entries[best].1) {
+        if is_huge(l) == huge && l >= len && (best == usize::MAX || l < c.entries[best].1) {
             best = i;
         }
     }
-    if best == usize::MAX {
-        // Nothing big enough: grow the biggest cached mapping with mremap, so only the
-        // missing pages are new (its resident pages move along with their page tables).
-        let mut big = usize::MAX;
-        for i in 0..c.n {
-            if big == usize::MAX || c.entries[i].1 > c.entries[big].1 {
-                big = i;
+    let mut found = ptr::null_mut();
+    if best != usize::MAX {
+        found = if c.entries[best].1 > len {
+            c.cut_front(best, len) as *mut u8
+        } else {
+            c.remove(best).0 as *mut u8
+        };
+    } else if huge {
+        // Nothing big enough: take the biggest extents until they cover `len` (the last
+        // one cut to what is missing), to be moved into one new extent below.
+        let mut have = 0;
+        while have < len {
+            let mut big = usize::MAX;
+            for i in 0..c.n {
+                let l = c.entries[i].1;
+                if is_huge(l) && (big == usize::MAX || l > c.entries[big].1) {
+                    big = i;
+                }
+            }
+            if big == usize::MAX {
+                break;
+            }
+            let l = c.entries[big].1;
+            if have + l > len {
+                let b = c.cut_front(big, len - have);
+                pieces.push((b, len - have));
+                have = len;
+            } else {
+                pieces.push(c.remove(big));
+                have += l;
             }
         }
-        if big == usize::MAX {
-            return ptr::null_mut();
-        }
-        let (base, l) = c.remove(big);
-        drop(c);
-        // The mapping may move: whatever block once lived at its start is gone (the new
-        // block revives the entry if it stays put).
-        unmapped::bury((base + PAGE) as *mut u8);
-        // SAFETY: base..base+l is a whole cached mapping nobody uses.
-        let q = unsafe { sys::remap(base as *mut u8, l, len) };
-        if q.is_null() {
-            // SAFETY: as above; it cannot be grown, so it goes.
-            unsafe { sys::unmap(base as *mut u8, l) };
-        }
-        return q;
     }
-    let (base, l) = c.remove(best);
-    if l > len {
-        // The tail is a mapping of its own from now on (munmap and mremap work on any page
-        // range); it takes the freed entry's place.
-        let n = c.n;
-        c.entries[n] = (base + len, l - len);
-        c.n += 1;
-        c.bytes += l - len;
-        CACHED.store(c.bytes, Ordering::Relaxed);
+    drop(c);
+    gone.unmap_all();
+    if pieces.n > 0 {
+        // SAFETY: the pieces left the cache: ours, unused, huge-aligned.
+        found = unsafe { gather(&pieces, len) };
     }
-    base as *mut u8
+    found
 }
 
-/// Keeps a freed mapping for reuse, evicting the oldest ones beyond the bounds. False when
-/// the mapping is too big to keep (the caller unmaps it).
+/// Moves `pieces` (huge-aligned extents nobody uses) into the front of a new extent of `len`
+/// bytes, the rest of it fresh, and returns it; null (every piece unmapped, nothing kept)
+/// when the OS refuses.
+///
+/// # Safety
+/// The pieces are ours, unused, each a multiple of `HUGE` at a `HUGE`-aligned base, and
+/// together at most `len`.
+unsafe fn gather(pieces: &Taken, len: usize) -> *mut u8 {
+    let dst = map_fresh(len);
+    if dst.is_null() {
+        pieces.unmap_all();
+        return dst;
+    }
+    let mut off = 0;
+    for (k, &(b, l)) in pieces.as_slice().iter().enumerate() {
+        // Whatever block once lived at the piece's start is gone; the new block revives
+        // its own address.
+        unmapped::bury((b + PAGE) as *mut u8);
+        // SAFETY: the piece and dst + off.. (inside the new extent, since the pieces sum to
+        // at most len) are ours and unused; both are HUGE aligned.
+        let moved = unsafe { move_pages(b, l, dst as usize + off) };
+        if moved < l {
+            // The OS refused (out of mappings): give up the gather. What moved goes with
+            // the new extent; the rest of this piece and the pieces after it are unmapped.
+            // SAFETY: as above; each range is unmapped once.
+            unsafe {
+                sys::unmap(dst, len);
+                sys::unmap((b + moved) as *mut u8, l - moved);
+                for &e in &pieces.as_slice()[k + 1..] {
+                    unmap_extent(e);
+                }
+            }
+            return ptr::null_mut();
+        }
+        off += l;
+    }
+    dst
+}
+
+/// Moves the pages of `src..src+len` to `dst..dst+len` (both HUGE aligned, `len` a multiple
+/// of HUGE): in one call, or, on kernels that move only one mapping at a time (before 6.17;
+/// a gathered extent is several), one huge page at a time, which never spans two of ours.
+/// Returns the bytes moved, a prefix; the source past them is unchanged, the destination
+/// past them possibly unmapped.
+///
+/// # Safety
+/// Both ranges are ours, unused and disjoint.
+unsafe fn move_pages(src: usize, len: usize, dst: usize) -> usize {
+    // SAFETY: caller's contract.
+    if unsafe { sys::remap_to(src as *mut u8, len, len, dst as *mut u8) } {
+        return len;
+    }
+    let mut off = 0;
+    while off < len {
+        // SAFETY: caller's contract, for the part of both ranges at off.
+        let ok =
+            unsafe { sys::remap_to((src + off) as *mut u8, HUGE, HUGE, (dst + off) as *mut u8) };
+        if !ok {
+            break;
+        }
+        off += HUGE;
+    }
+    off
+}
+
+/// Keeps a freed extent for reuse, evicting the oldest ones beyond the bounds. False when
+/// it is not to be kept (too big, or a huge one that lost its alignment by a resize): the
+/// caller unmaps it.
 fn keep_cached(base: *mut u8, len: usize) -> bool {
-    if len > MAPPING_MAX_ONE {
+    if len > MAPPING_MAX_ONE || (is_huge(len) && !huge_aligned(base as usize, len)) {
         return false;
     }
-    let mut evicted = [(0usize, 0usize); MAPPING_ENTRIES];
-    let mut ne = 0;
+    let now = sys::now_ms();
+    let mut gone = Taken::new();
     let bound = mapping_cache_bytes();
     let mut c = MAPPINGS.lock();
+    c.decay(now, &mut gone);
     while c.n > 0 && (c.n == MAPPING_ENTRIES || c.bytes + len > bound) {
-        evicted[ne] = c.remove(0);
-        ne += 1;
+        let e = c.remove(0);
+        gone.push(e);
     }
-    let n = c.n;
-    c.entries[n] = (base as usize, len);
-    c.n += 1;
-    c.bytes += len;
-    CACHED.store(c.bytes, Ordering::Relaxed);
+    c.push((base as usize, len));
     drop(c);
-    for &(b, l) in &evicted[..ne] {
-        unmapped::bury((b + PAGE) as *mut u8);
-        // SAFETY: evicted mappings are ours and unused.
-        unsafe { sys::unmap(b as *mut u8, l) };
-    }
+    gone.unmap_all();
     true
 }
 
@@ -203,11 +401,10 @@ pub fn trim() {
         if c.n == 0 {
             return;
         }
-        let (b, l) = c.remove(0);
+        let e = c.remove(0);
         drop(c);
-        unmapped::bury((b + PAGE) as *mut u8);
         // SAFETY: a cached mapping is ours and unused.
-        unsafe { sys::unmap(b as *mut u8, l) };
+        unsafe { unmap_extent(e) };
     }
 }
 
@@ -224,13 +421,22 @@ pub fn usable_for(size: usize) -> Option<usize> {
     Some(s)
 }
 
-/// Bytes from which a fresh mapping is aligned to a huge page and marked for THP.
-const HUGE: usize = 2 << 20;
+/// The extent of a block of `usable` bytes (a result of [`usable_for`]): header and object,
+/// rounded up to a multiple of `HUGE` from `HUGE` on (no overflow: `usable` is at most
+/// `isize::MAX / 2`).
+pub fn extent_for(usable: usize) -> usize {
+    let len = PAGE + usable;
+    if is_huge(len) {
+        (len + HUGE - 1) & !(HUGE - 1)
+    } else {
+        len
+    }
+}
 
 /// A fresh mapping of `len` bytes; from 2 MiB on it starts on a huge-page boundary and asks
 /// for transparent huge pages, so touching it costs one fault per 2 MiB, not per 4 KiB.
 fn map_fresh(len: usize) -> *mut u8 {
-    if len < HUGE {
+    if !is_huge(len) {
         return sys::map(len);
     }
     let p = sys::map_aligned(len, HUGE);
@@ -247,7 +453,7 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     let Some(usable) = usable_for(size) else {
         return ptr::null_mut();
     };
-    let map_len = PAGE + usable;
+    let map_len = extent_for(usable);
     let p = if align <= PAGE {
         let mut base = if zeroed {
             ptr::null_mut()
@@ -294,6 +500,7 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
             LargeHeader {
                 magic: MAGIC,
                 map_len,
+                usable,
                 owner: AtomicU32::new(0),
             },
         );
@@ -307,6 +514,7 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     }
     COUNT.fetch_add(1, Ordering::Relaxed);
     MAPPED.fetch_add(map_len, Ordering::Relaxed);
+    USABLE.fetch_add(usable, Ordering::Relaxed);
     unmapped::revive(p);
     p
 }
@@ -346,7 +554,7 @@ unsafe fn checked(p: *mut u8) -> *mut LargeHeader {
     h
 }
 
-/// Unmaps a large allocation.
+/// Frees a large allocation: its extent goes to the mapping cache, or is unmapped.
 ///
 /// # Safety
 /// `p` must be a live large allocation.
@@ -359,6 +567,7 @@ pub unsafe fn free(p: *mut u8) {
         addr_map::remove_large(h.cast());
         COUNT.fetch_sub(1, Ordering::Relaxed);
         MAPPED.fetch_sub(len, Ordering::Relaxed);
+        USABLE.fetch_sub((*h).usable, Ordering::Relaxed);
         if !keep_cached(h as *mut u8, len) {
             unmapped::bury(p);
             sys::unmap(h as *mut u8, len);
@@ -372,7 +581,7 @@ pub unsafe fn free(p: *mut u8) {
 /// `p` must be a live large allocation.
 pub unsafe fn usable_size(p: *mut u8) -> usize {
     // SAFETY: caller's contract.
-    unsafe { (*checked(p)).map_len - PAGE }
+    unsafe { (*checked(p)).usable }
 }
 
 /// The owner word of a large allocation (for the charge hooks).
@@ -386,8 +595,9 @@ pub unsafe fn owner(p: *mut u8) -> &'static AtomicU32 {
 }
 
 /// Resizes a large allocation in place or by `mremap`. Null when the OS refuses (the
-/// allocation is then unchanged). A shrink always stays in place (the tail is unmapped);
-/// growth may move the mapping, which keeps only page alignment.
+/// allocation is then unchanged). A shrink always stays in place (the extent's tail is
+/// unmapped); a growth within the extent too; a bigger growth may move the mapping, which
+/// keeps only page alignment.
 ///
 /// # Safety
 /// `p` must be a live large allocation, aligned to at most PAGE unless `new_size` does not
@@ -396,24 +606,26 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
     let Some(usable) = usable_for(new_size) else {
         return ptr::null_mut();
     };
-    let new_len = PAGE + usable;
+    let new_len = extent_for(usable);
     // SAFETY: caller's contract: p is live and its header readable.
     unsafe {
         let h = checked(p);
-        let old_len = (*h).map_len;
-        if new_len == old_len {
-            return p;
-        }
-        if new_len < old_len {
-            sys::unmap((h as *mut u8).add(new_len), old_len - new_len);
-            (*h).map_len = new_len;
-            MAPPED.fetch_sub(old_len - new_len, Ordering::Relaxed);
+        let (old_len, old_usable) = ((*h).map_len, (*h).usable);
+        if new_len <= old_len {
+            if new_len < old_len {
+                sys::unmap((h as *mut u8).add(new_len), old_len - new_len);
+                (*h).map_len = new_len;
+                MAPPED.fetch_sub(old_len - new_len, Ordering::Relaxed);
+            }
+            (*h).usable = usable;
+            USABLE.fetch_add(usable, Ordering::Relaxed);
+            USABLE.fetch_sub(old_usable, Ordering::Relaxed);
             return p;
         }
         // The block may move: its old address is dead unless it stays (revived below).
         unmapped::bury(p);
         addr_map::remove_large(h.cast());
-        let nb = sys::remap(h as *mut u8, old_len, new_len);
+        let nb = grow(h as *mut u8, old_len, new_len);
         if nb.is_null() {
             unmapped::revive(p);
             // The leaf of the block's own header page exists: the insert cannot fail.
@@ -429,8 +641,33 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
             // given back: this needs the OS to refuse it right after a successful mremap.)
             sys::fatal("out of memory for the large-block map while moving a large block");
         }
+        (*nh).usable = usable;
         MAPPED.fetch_add(new_len - old_len, Ordering::Relaxed);
+        USABLE.fetch_add(usable - old_usable, Ordering::Relaxed);
         unmapped::revive(nb.add(PAGE));
         nb.add(PAGE)
     }
+}
+
+/// Grows the extent `h..h+old_len` to `new_len`, moving it: a huge one into a fresh
+/// huge-aligned extent (so its huge pages stay, and it can be cached again when freed), else
+/// where the kernel likes. Null when the OS refuses (the extent is then unchanged).
+///
+/// # Safety
+/// `h..h+old_len` is a live block's extent.
+unsafe fn grow(h: *mut u8, old_len: usize, new_len: usize) -> *mut u8 {
+    if is_huge(old_len) && huge_aligned(h as usize, old_len) {
+        let dst = map_fresh(new_len);
+        if !dst.is_null() {
+            // SAFETY: the extent is ours; dst is a fresh extent of new_len, disjoint from it.
+            if unsafe { sys::remap_to(h, old_len, old_len, dst) } {
+                return dst;
+            }
+            // SAFETY: dst is ours and unused (the move did not happen).
+            unsafe { sys::unmap(dst, new_len) };
+        }
+    }
+    // SAFETY: caller's contract (on kernels before 6.17 this fails for a gathered extent,
+    // which spans several mappings: the caller then copies).
+    unsafe { sys::remap(h, old_len, new_len) }
 }

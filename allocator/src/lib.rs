@@ -35,7 +35,8 @@
 //! 1. `sys`, `lock`, `invariant` (reporting broken invariants), `size_class` (the table,
 //!    `Kind`), `addr_map` (which addresses are segments and live large blocks), `link`
 //!    (`FreeObj`, free-list links: plain, or encoded in `hardened` builds), `slab` (slab
-//!    layout), `unmapped`;
+//!    layout), `unmapped`, `decay` (the pace at which idle memory goes back to the OS:
+//!    low-water marks over intervals);
 //! 2. `segment` (4 MiB segments, their headers and map; a header names its cache by
 //!    `CacheId`), `free_mark`;
 //! 3. `cache` (`SlabCache`: slabs, lists, parked batches), `class_caches` (the size
@@ -95,6 +96,7 @@ mod bulk;
 mod cache;
 mod charge;
 mod class_caches;
+mod decay;
 mod dedicated;
 #[cfg(test)]
 mod fault_tests;
@@ -152,6 +154,13 @@ pub mod testing {
     pub use crate::size_class::CLASS_SIZES;
     /// `tests/owner_meta.rs`: the bytes of one owner word.
     pub use crate::slab::META_BYTES;
+
+    /// `allocator/tests/retention.rs`: the decay interval, and the bytes of freed large
+    /// extents the mapping cache holds.
+    pub use crate::decay::INTERVAL_MS as DECAY_INTERVAL_MS;
+    pub fn large_cached() -> usize {
+        large::CACHED.load(core::sync::atomic::Ordering::Relaxed)
+    }
 
     /// `tests/common/kept_free.rs`: the calling thread's cache, to count a bin's slots.
     pub mod thread_cache {

@@ -146,7 +146,7 @@ pub fn stats() -> AllocStats {
     });
     let large_bytes = large::MAPPED.load(Ordering::Relaxed);
     let large_cached = large::CACHED.load(Ordering::Relaxed);
-    s.large_allocated = large_bytes.saturating_sub(s.large_count * sys::PAGE);
+    s.large_allocated = large::USABLE.load(Ordering::Relaxed);
     s.allocated += s.large_allocated;
     s.active += large_bytes;
     s.resident += large_bytes + large_cached;

@@ -21,7 +21,9 @@
 //! | [`advise_huge`]`(p, len)` (unsafe) | a hint: transparent huge pages for the range | ignored |
 //! | [`protect_none`]`(p, len)` (unsafe) | the page range faults on any access (a guard page) | false, the range unchanged |
 //! | [`remap`]`(p, old, new)` (unsafe) | a whole mapping grown or shrunk, maybe moved, contents kept | null, the old mapping unchanged (always null without `mremap` and under Miri) |
+//! | [`remap_to`]`(p, old, new, dst)` (unsafe) | a mapping (or part) moved to `dst`, grown to `new`, page tables moved; huge pages kept when 2 MiB aligned | false, the old mapping unchanged, `dst` maybe unmapped (always false without `mremap` and under Miri) |
 //! | [`check_page_size`] | true when the kernel's page is at most [`PAGE`] | false |
+//! | [`now_ms`] | coarse monotonic milliseconds (vDSO, no system call); never goes back | 0 |
 //! | [`resident_bytes`] | the process's resident set, from `/proc/self/statm` | 0 |
 //! | [`light_barrier`] | the cheap side of the asymmetric barrier (a compiler fence) | cannot fail |
 //! | [`remote_barrier`] | every other thread of the process ran a full barrier after the call began | false: no such barrier on this system (callers degrade) |
@@ -44,13 +46,14 @@
 //!
 //! # Layers
 //! `sync` (atomics) <- `thread` (yield, exit hook, fork, cpus) <- `lock` (spin lock) <-
-//! `barrier` (membarrier, mprotect fallback); `mem` (mappings), `diag` (fatal, warn),
-//! `fast_tls` (per-thread words) and `random` stand alone. No file imports one that
-//! imports it back.
+//! `barrier` (membarrier, mprotect fallback); `mem` (mappings), `clock` (coarse time), `diag`
+//! (fatal, warn), `fast_tls` (per-thread words) and `random` stand alone. No file imports
+//! one that imports it back.
 
 #![warn(missing_docs)]
 
 mod barrier;
+mod clock;
 mod diag;
 pub mod fast_tls;
 mod lock;
@@ -60,11 +63,12 @@ pub mod sync;
 mod thread;
 
 pub use barrier::{light_barrier, read_environment, remote_barrier, remote_barrier_kind};
+pub use clock::now_ms;
 pub use diag::{fatal, warn};
 pub use lock::{SpinGuard, SpinLock};
 pub use mem::{
     advise_huge, check_page_size, map, map_aligned, map_aligned_at, protect_none, release, remap,
-    resident_bytes, unmap, PAGE,
+    remap_to, resident_bytes, unmap, PAGE,
 };
 pub use random::random_u64;
 pub use thread::{cpus, on_thread_exit, register_fork_handlers, yield_now, ExitFn, ExitStep};

@@ -201,6 +201,42 @@ pub unsafe fn remap(p: *mut u8, old_len: usize, new_len: usize) -> *mut u8 {
     }
 }
 
+/// Moves the mapping `p..p+old_len` (grown to `new_len`, the new pages fresh and zero) to
+/// `dst`, replacing what was mapped at `dst..dst+new_len`: page tables move, no byte is
+/// copied, and huge pages stay huge when `p`, `dst` and `old_len` are multiples of 2 MiB.
+/// False on failure: the old mapping is then unchanged, and `dst..dst+new_len` may have been
+/// unmapped (the kernel clears the destination first). Always false without `mremap` and
+/// under Miri.
+///
+/// # Safety
+/// `p..p+old_len` must be ours (one mapping or part of one; several only on kernels that
+/// move several, 6.17 on), and `dst..dst+new_len` ours too, unused and not overlapping it.
+#[cfg(all(target_os = "linux", not(miri)))]
+pub unsafe fn remap_to(p: *mut u8, old_len: usize, new_len: usize, dst: *mut u8) -> bool {
+    // SAFETY: the caller guarantees both ranges are ours and disjoint; MREMAP_FIXED only
+    // replaces the destination, which nobody uses.
+    let q = unsafe {
+        libc::mremap(
+            p.cast(),
+            old_len,
+            new_len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            dst.cast::<libc::c_void>(),
+        )
+    };
+    q == dst.cast()
+}
+
+/// Without `mremap` (and under Miri, which moves only whole mappings to addresses it picks):
+/// never moves; callers fall back to fresh memory.
+///
+/// # Safety
+/// As the Linux version.
+#[cfg(any(not(target_os = "linux"), miri))]
+pub unsafe fn remap_to(_p: *mut u8, _old_len: usize, _new_len: usize, _dst: *mut u8) -> bool {
+    false
+}
+
 /// Without `mremap`, the caller falls back to allocate-copy-free. Also the Miri version:
 /// Miri's `mremap` resizes only a whole mapping as `mmap` returned it, while this crate
 /// remaps pieces of them (the aligned middle of a `map_aligned` mapping, the parts of a split

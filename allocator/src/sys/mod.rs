@@ -5,7 +5,8 @@
 //! purpose, so that unit tests run the undo paths after a refused mapping.
 
 pub use slabcg_sys::{
-    advise_huge, check_page_size, fatal, protect_none, release, resident_bytes, yield_now, PAGE,
+    advise_huge, check_page_size, fatal, now_ms, protect_none, release, resident_bytes, yield_now,
+    PAGE,
 };
 
 /// The atomics of the structures a loom model checks (`ObjectStock`, `Bin`): core's, or
@@ -17,15 +18,15 @@ pub(crate) use slabcg_sys::sync;
 pub(crate) use slabcg_sys::fast_tls;
 
 #[cfg(not(test))]
-pub use slabcg_sys::{map, map_aligned, map_aligned_at, remap, unmap};
+pub use slabcg_sys::{map, map_aligned, map_aligned_at, remap, remap_to, unmap};
 
 #[cfg(test)]
-pub use fault::{map, map_aligned, map_aligned_at, remap, unmap};
+pub use fault::{map, map_aligned, map_aligned_at, remap, remap_to, unmap};
 
 pub mod thread;
 
 /// Fault injection for the allocator's unit tests: a per-thread switch that lets the next
-/// `skip` mappings (`map`, `map_aligned`, `map_aligned_at`, `remap`) through and then fails
+/// `skip` mappings (`map`, `map_aligned`, `map_aligned_at`, `remap`, `remap_to`) through and then fails
 /// the `count` after them, as an OS out of address space or memory would. It also keeps the
 /// net bytes this thread mapped ([`net_mapped`]), so a test sees a mapping leaked by an
 /// undo path.
@@ -127,6 +128,24 @@ pub mod fault {
         // SAFETY: forwarded contract.
         let q = unsafe { slabcg_sys::remap(p, old_len, new_len) };
         note(q, new_len as isize - old_len as isize)
+    }
+
+    /// [`slabcg_sys::remap_to`], or false when injected (nothing changed, as when the OS
+    /// refuses before touching the destination). A move replaces the destination, which
+    /// was counted when it was mapped: the net shrinks by the source's bytes.
+    ///
+    /// # Safety
+    /// As [`slabcg_sys::remap_to`].
+    pub unsafe fn remap_to(p: *mut u8, old_len: usize, new_len: usize, dst: *mut u8) -> bool {
+        if fail_now() {
+            return false;
+        }
+        // SAFETY: forwarded contract.
+        let moved = unsafe { slabcg_sys::remap_to(p, old_len, new_len, dst) };
+        if moved {
+            let _ = NET.try_with(|n| n.set(n.get() - old_len as isize));
+        }
+        moved
     }
 
     /// [`slabcg_sys::unmap`], counted.

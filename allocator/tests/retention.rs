@@ -1,0 +1,220 @@
+//! Freed memory is kept for reuse, within bounds, and given back at a pace (`decay.rs`): the
+//! mapping cache gathers freed large extents into a new one instead of faulting fresh pages,
+//! never holds more than its bound, and empties after two decay intervals of use; empty
+//! slabs stay up to the cache's recent peak and decay the same way; `trim()` gives back all
+//! of it at once. Each test runs in a child process of its own, so that other tests'
+//! allocations and frees neither disturb the figures nor tick the decay.
+
+#[path = "common/child.rs"]
+mod child;
+
+use std::alloc::{alloc, dealloc, Layout};
+use std::time::Duration;
+
+use child::{is_child, run_child};
+use slabcg_allocator::testing::{class_of, large_cached, DECAY_INTERVAL_MS};
+use slabcg_allocator::SlabAlloc;
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+const MIB: usize = 1 << 20;
+const PAGE: usize = 4096;
+
+fn minor_faults() -> i64 {
+    // SAFETY: getrusage writes the zeroed struct it is given.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u.ru_minflt
+    }
+}
+
+fn big(size: usize) -> Layout {
+    Layout::from_size_align(size, 16).unwrap()
+}
+
+/// Allocates a large block and writes `byte` into every page of it.
+fn touched(size: usize, byte: u8) -> *mut u8 {
+    // black_box: the package builds with optimisations, which may drop an allocation
+    // that is only written and freed.
+    // SAFETY: a non-zero size.
+    let p = std::hint::black_box(unsafe { alloc(big(size)) });
+    assert!(!p.is_null());
+    for off in (0..size).step_by(PAGE) {
+        // SAFETY: off < size.
+        unsafe { *p.add(off) = byte };
+    }
+    p
+}
+
+/// Sleeps through a decay interval, then has the mapping cache check the clock (a large
+/// allocation and free of 3 MiB, which no cached extent holds back).
+fn large_tick() {
+    std::thread::sleep(Duration::from_millis(DECAY_INTERVAL_MS + 50));
+    let p = touched(3 * MIB, 1);
+    // SAFETY: allocated just above with this layout.
+    unsafe { dealloc(p, big(3 * MIB)) };
+}
+
+/// Three freed 4 MiB extents serve a 10 MiB block: their pages are moved into it (the old
+/// contents show through, touching them faults nothing), only 2 MiB stay cached; what stays
+/// cached unused goes back after two decay intervals of activity.
+#[test]
+fn freed_extents_are_gathered_into_a_bigger_block_then_decay() {
+    if !is_child("freed_extents_are_gathered_into_a_bigger_block_then_decay") {
+        return run_child("freed_extents_are_gathered_into_a_bigger_block_then_decay");
+    }
+    slabcg_allocator::trim();
+    // 4 MiB less the header page: an extent of exactly 4 MiB.
+    let four = 4 * MIB - PAGE;
+    let blocks: Vec<*mut u8> = (0..3).map(|_| touched(four, 0xab)).collect();
+    for &p in &blocks {
+        // SAFETY: allocated by `touched` with this layout, freed once.
+        unsafe { dealloc(p, big(four)) };
+    }
+    assert_eq!(large_cached(), 12 * MIB, "the freed extents were not kept");
+
+    let ten = 10 * MIB - PAGE;
+    // SAFETY: a non-zero size.
+    let q = std::hint::black_box(unsafe { alloc(big(ten)) });
+    assert!(!q.is_null());
+    assert_eq!(
+        large_cached(),
+        2 * MIB,
+        "the block did not take the cached extents"
+    );
+    // All of it is old pages (4 + 4 + 2 MiB moved, less the header page), but for the two
+    // pages that held the second and third old blocks' headers.
+    let faults = minor_faults();
+    let old = (0..ten)
+        .step_by(PAGE)
+        .filter(|&off| {
+            // SAFETY: off < ten.
+            unsafe { *q.add(off) == 0xab }
+        })
+        .count();
+    let faulted = minor_faults() - faults;
+    assert!(
+        old >= ten / PAGE - 2,
+        "only {old} pages came from the freed blocks"
+    );
+    assert!(faulted < 16, "reading moved pages faulted {faulted} times");
+    // SAFETY: allocated above with this layout, freed once.
+    unsafe { dealloc(q, big(ten)) };
+    assert!(large_cached() >= 10 * MIB);
+
+    // Nothing reuses it: two intervals later only the last tick's own block is cached.
+    large_tick();
+    large_tick();
+    assert!(
+        large_cached() <= 4 * MIB,
+        "the mapping cache kept {} bytes through two idle intervals",
+        large_cached()
+    );
+    println!("CHILD-OK");
+}
+
+/// Whatever is freed, the mapping cache holds at most its bound: 64 MiB once nothing large
+/// is live (as much as live blocks hold, 64 MiB to 1 GiB).
+#[test]
+fn the_mapping_cache_keeps_at_most_its_bound() {
+    if !is_child("the_mapping_cache_keeps_at_most_its_bound") {
+        return run_child("the_mapping_cache_keeps_at_most_its_bound");
+    }
+    slabcg_allocator::trim();
+    let size = 30 * MIB;
+    // Touch one page each: the bound is on bytes held, resident or not.
+    let blocks: Vec<*mut u8> = (0..40)
+        .map(|i| {
+            // SAFETY: a non-zero size.
+            let p = std::hint::black_box(unsafe { alloc(big(size)) });
+            assert!(!p.is_null());
+            // SAFETY: p has size bytes.
+            unsafe { *p = i as u8 };
+            p
+        })
+        .collect();
+    let mut most = 0;
+    for &p in &blocks {
+        // SAFETY: allocated above with this layout, freed once.
+        unsafe { dealloc(p, big(size)) };
+        most = most.max(large_cached());
+    }
+    assert!(large_cached() > 0, "nothing kept for reuse");
+    assert!(
+        large_cached() <= 64 * MIB,
+        "{} bytes cached with nothing live",
+        large_cached()
+    );
+    assert!(most <= 1 << 30, "{most} bytes cached at once");
+    println!("CHILD-OK");
+}
+
+/// Empty slabs stay (resident, for the next batch) up to the cache's peak in use, the
+/// process's resident set does not grow by freeing, and they go back to the OS after two
+/// decay intervals in which the cache is used a little; `trim()` gives back the rest and the
+/// mapping cache at once.
+#[test]
+fn empty_slabs_are_kept_up_to_the_peak_then_decay_and_trim_takes_all() {
+    if !is_child("empty_slabs_are_kept_up_to_the_peak_then_decay_and_trim_takes_all") {
+        return run_child("empty_slabs_are_kept_up_to_the_peak_then_decay_and_trim_takes_all");
+    }
+    // 1536-byte objects: a class nothing else in this process uses.
+    let c = class_of(1536);
+    let class = |s: &slabcg_allocator::AllocStats| s.classes[c];
+    slabcg_allocator::trim();
+    let v: Vec<Box<[u8; 1536]>> = (0..40 * MIB / 1536)
+        .map(|_| Box::new([7u8; 1536]))
+        .collect();
+    let peak = slabcg_allocator::stats();
+    drop(v);
+    let freed = slabcg_allocator::stats();
+    let slab = class(&freed).slab_bytes;
+    let kept = class(&freed).empty_slabs * slab;
+    assert!(
+        kept > 16 * MIB,
+        "only {kept} bytes of empty slabs kept for reuse"
+    );
+    assert!(
+        class(&freed).empty_slabs + class(&freed).active_slabs <= class(&peak).active_slabs,
+        "more slabs than at the peak:\npeak {peak}\nfreed {freed}"
+    );
+    assert!(
+        freed.process_rss <= peak.process_rss + MIB,
+        "freeing grew the resident set: {} -> {}",
+        peak.process_rss,
+        freed.process_rss
+    );
+
+    // A little use of the class in each of two intervals: the idle slabs go.
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(DECAY_INTERVAL_MS + 50));
+        let w: Vec<Box<[u8; 1536]>> = (0..300).map(|_| Box::new([1u8; 1536])).collect();
+        drop(w);
+    }
+    let decayed = slabcg_allocator::stats();
+    assert!(
+        class(&decayed).empty_slabs * slab <= 2 * MIB,
+        "the empty slabs did not decay:\nfreed {freed}\ndecayed {decayed}"
+    );
+    assert!(
+        decayed.process_rss + 24 * MIB < freed.process_rss,
+        "the resident set did not follow: {} -> {}",
+        freed.process_rss,
+        decayed.process_rss
+    );
+
+    // Kept again, and a large extent cached: trim gives back both at once.
+    let v: Vec<Box<[u8; 1536]>> = (0..8 * MIB / 1536).map(|_| Box::new([7u8; 1536])).collect();
+    drop(v);
+    let p = touched(8 * MIB, 2);
+    // SAFETY: allocated by `touched` with this layout, freed once.
+    unsafe { dealloc(p, big(8 * MIB)) };
+    assert!(large_cached() > 0 && class(&slabcg_allocator::stats()).empty_slabs > 0);
+    slabcg_allocator::trim();
+    let trimmed = slabcg_allocator::stats();
+    assert_eq!(large_cached(), 0, "trim kept cached extents");
+    assert_eq!(class(&trimmed).empty_slabs, 0, "trim kept empty slabs");
+    println!("CHILD-OK");
+}
