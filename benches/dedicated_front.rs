@@ -2,6 +2,9 @@
 //! `Box::new` + drop pair of a type of the same layout, outside any tenant and inside one
 //! (the cache accounted, the Box charged through the size classes' object stock).
 //!
+//! The same for a `TypedCache<T>` pair (`alloc(value)` + drop of the `CacheBox`) against a
+//! `Box<T>` pair, the form the target is stated for.
+//!
 //! `cargo bench --bench dedicated_front`. Prints ns per pair of each variant, the median of
 //! 15 alternating rounds in this process, and the ratios cache / Box (the figure to watch;
 //! the target is 1.10 or less).
@@ -10,7 +13,7 @@ use std::alloc::Layout;
 use std::hint::black_box;
 use std::time::Instant;
 
-use slabcg::{Cache, SlabAlloc, Tenant};
+use slabcg::{Cache, SlabAlloc, Tenant, TypedCache};
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
@@ -50,6 +53,13 @@ fn cache_pairs(c: &Cache) {
     }
 }
 
+fn typed_pairs(c: &TypedCache<Obj>) {
+    for i in 0..PAIRS {
+        let b = c.alloc([i as u64; 8]).ok().unwrap();
+        black_box(&b);
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -58,27 +68,45 @@ fn main() {
     let acct = Cache::builder("bench-front-acct", Layout::new::<Obj>())
         .account(true)
         .build();
+    let typed: TypedCache<Obj> = TypedCache::new("bench-front-typed", false);
+    let typed_acct: TypedCache<Obj> = TypedCache::new("bench-front-typed-acct", true);
     let t = Tenant::new("bench-front");
-    let names = ["box", "cache", "box in tenant", "cache in tenant"];
-    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); 4];
-    let mut ratio = [Vec::new(), Vec::new()];
+    let names = [
+        "box",
+        "cache",
+        "typed",
+        "box in tenant",
+        "cache in tenant",
+        "typed in tenant",
+    ];
+    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut ratio: [Vec<f64>; 4] = Default::default();
     for _ in 0..ROUNDS {
         let b = time(&mut boxes);
         let c = time(&mut || cache_pairs(&plain));
-        let (bt, ct) = {
+        let ty = time(&mut || typed_pairs(&typed));
+        let (bt, ct, tyt) = {
             let _g = t.enter();
-            (time(&mut boxes), time(&mut || cache_pairs(&acct)))
+            (
+                time(&mut boxes),
+                time(&mut || cache_pairs(&acct)),
+                time(&mut || typed_pairs(&typed_acct)),
+            )
         };
-        for (v, x) in ns.iter_mut().zip([b, c, bt, ct]) {
+        for (v, x) in ns.iter_mut().zip([b, c, ty, bt, ct, tyt]) {
             v.push(x);
         }
         ratio[0].push(c / b);
         ratio[1].push(ct / bt);
+        ratio[2].push(ty / b);
+        ratio[3].push(tyt / bt);
     }
     for (n, v) in names.iter().zip(ns) {
         println!("{n:>16}: {:6.2} ns/pair", median(v));
     }
-    let [r0, r1] = ratio;
+    let [r0, r1, r2, r3] = ratio;
     println!("cache/box, no tenant:  {:.3}", median(r0));
     println!("cache/box, in tenant:  {:.3}", median(r1));
+    println!("typed/box, no tenant:  {:.3}", median(r2));
+    println!("typed/box, in tenant:  {:.3}", median(r3));
 }
