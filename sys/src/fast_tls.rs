@@ -66,55 +66,61 @@ mod imp {
         ".popsection",
     );
 
+    /// The word at byte offset `$off` of `slabcg_fast_tls` on this thread, read by one asm
+    /// block with the given options; `set_word!` writes it.
+    macro_rules! get_word {
+        ($off:literal, $($opt:ident),+) => {{
+            let v: usize;
+            core::arch::asm!(
+                "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
+                concat!("mov {v}, qword ptr fs:[{off} + ", $off, "]"),
+                off = out(reg) _, v = out(reg) v,
+                options(nostack, preserves_flags, $($opt),+),
+            );
+            v
+        }};
+    }
+
+    macro_rules! set_word {
+        ($off:literal, $v:expr) => {
+            core::arch::asm!(
+                "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
+                concat!("mov qword ptr fs:[{off} + ", $off, "], {v}"),
+                off = out(reg) _, v = in(reg) $v,
+                options(nostack, preserves_flags),
+            )
+        };
+    }
+
     #[inline(always)]
     pub(super) fn get_stable(w: Word) -> usize {
-        let v: usize;
-        // SAFETY: as in `get`. `nomem` lets the compiler reuse an earlier read: sound for
-        // the thread cache's word, which never changes once set. Strictly, Rust's reference
-        // calls a `pure` block whose output changes undefined; this relies on LLVM's
-        // treatment of such a block (a value it may reuse or hoist, never invent), the same
-        // as it gives a `thread_local!`'s address. A reused 0 only means one more call of
-        // the caller's slow path; a reused non-zero is the same thread's cache, since one
-        // call of the allocator runs on one thread (no callbacks, no await inside).
-        unsafe {
-            match w {
-                Word::ThreadCache => core::arch::asm!(
-                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
-                    "mov {v}, qword ptr fs:[{off}]",
-                    off = out(reg) _, v = out(reg) v,
-                    options(nostack, preserves_flags, nomem, pure),
-                ),
-                // The scope word changes all the time: never a reused read.
-                Word::Scope => return get(Word::Scope),
-            }
+        match w {
+            // SAFETY: as in `get`. `nomem` lets the compiler reuse an earlier read: sound for
+            // the thread cache's word, which never changes once set. Strictly, Rust's
+            // reference calls a `pure` block whose output changes undefined; this relies on
+            // LLVM's treatment of such a block (a value it may reuse or hoist, never invent),
+            // the same as it gives a `thread_local!`'s address. A reused 0 only means one
+            // more call of the caller's slow path; a reused non-zero is the same thread's
+            // cache, since one call of the allocator runs on one thread (no callbacks, no
+            // await inside).
+            Word::ThreadCache => unsafe { get_word!("0", nomem, pure) },
+            // The scope word changes all the time: never a reused read.
+            Word::Scope => get(Word::Scope),
         }
-        v
     }
 
     #[inline(always)]
     pub(super) fn get(w: Word) -> usize {
-        let v: usize;
         // SAFETY: reads the GOT entry holding the offset of `slabcg_fast_tls` from the thread
         // pointer (resolved by the dynamic linker before any code of the library runs), then
         // the word at that offset in the calling thread's static TLS block: 16 bytes this
         // file defines, alive as long as the thread. No other memory is touched.
         unsafe {
             match w {
-                Word::ThreadCache => core::arch::asm!(
-                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
-                    "mov {v}, qword ptr fs:[{off}]",
-                    off = out(reg) _, v = out(reg) v,
-                    options(nostack, preserves_flags, readonly, pure),
-                ),
-                Word::Scope => core::arch::asm!(
-                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
-                    "mov {v}, qword ptr fs:[{off} + 8]",
-                    off = out(reg) _, v = out(reg) v,
-                    options(nostack, preserves_flags, readonly, pure),
-                ),
+                Word::ThreadCache => get_word!("0", readonly, pure),
+                Word::Scope => get_word!("8", readonly, pure),
             }
         }
-        v
     }
 
     #[inline(always)]
@@ -123,18 +129,8 @@ mod imp {
         // reads.
         unsafe {
             match w {
-                Word::ThreadCache => core::arch::asm!(
-                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
-                    "mov qword ptr fs:[{off}], {v}",
-                    off = out(reg) _, v = in(reg) v,
-                    options(nostack, preserves_flags),
-                ),
-                Word::Scope => core::arch::asm!(
-                    "mov {off}, qword ptr [rip + slabcg_fast_tls@GOTTPOFF]",
-                    "mov qword ptr fs:[{off} + 8], {v}",
-                    off = out(reg) _, v = in(reg) v,
-                    options(nostack, preserves_flags),
-                ),
+                Word::ThreadCache => set_word!("0", v),
+                Word::Scope => set_word!("8", v),
             }
         }
     }
