@@ -32,14 +32,7 @@ pub enum Word {
 }
 
 /// Whether the words are initial-exec TLS in this build (otherwise a `thread_local!`).
-pub const AVAILABLE: bool = cfg!(all(
-    feature = "ie-tls",
-    target_arch = "x86_64",
-    target_pointer_width = "64",
-    target_os = "linux",
-    not(miri),
-    not(loom)
-));
+pub const AVAILABLE: bool = imp::INITIAL_EXEC;
 
 #[cfg(all(
     feature = "ie-tls",
@@ -51,6 +44,8 @@ pub const AVAILABLE: bool = cfg!(all(
 ))]
 mod imp {
     use super::Word;
+
+    pub(super) const INITIAL_EXEC: bool = true;
 
     // Two zeroed words in the thread-local bss. Hidden: the symbol is the library's own,
     // never interposed, so the linker may resolve the offset at link time where it can.
@@ -147,6 +142,8 @@ mod imp {
 mod imp {
     use super::Word;
     use core::cell::Cell;
+
+    pub(super) const INITIAL_EXEC: bool = false;
 
     std::thread_local! {
         static WORDS: [Cell<usize>; 2] = const { [Cell::new(0), Cell::new(0)] };
