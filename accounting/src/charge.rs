@@ -124,7 +124,12 @@ pub(crate) fn charge_slow(
         } else {
             n
         };
-        let got = match charge_counter(s, oc, n, batch, ladder) {
+        let borrowed = if batch > n {
+            borrow_from_parent(s, oc, batch)
+        } else {
+            None
+        };
+        let got = match borrowed.map_or_else(|| charge_counter(s, oc, n, batch, ladder), Ok) {
             Ok(got) => got,
             Err(r) => {
                 if share {
@@ -180,6 +185,36 @@ pub(crate) fn charge_slow(
         release(&victim);
         Ok(())
     })
+}
+
+/// A refill of `batch` bytes for a tenant whose parent's slot in this stock holds that much
+/// pre-charged in its API pool (what the frees of the dead siblings' objects forwarded
+/// there, or what a dead sibling's slot left, [`release_own_slot`]): those bytes already
+/// count in the parent and above, so only the tenant itself (and its limit) is charged and
+/// the parent's pool gives them up. A tenant per request then charges no shared line when it
+/// starts. `None`, with nothing changed, when the parent has no such slot here or the
+/// tenant's limit refuses (the counter path then decides, with its ladder). In no CS; takes
+/// one.
+fn borrow_from_parent(s: &Stock, oc: &ObjCg, batch: u64) -> Option<u64> {
+    let mut got = None;
+    if s.enter() {
+        got = (|| {
+            // SAFETY: the caller holds refs on `oc` (as for `charge_counter`).
+            let t = unsafe { oc.read() }?;
+            let p = t.parent_node().filter(|p| p.is_alive())?;
+            // A slot for the live parent's own objcg holds a ref on it, so the id is its.
+            let j = s.find(p.objcg())?;
+            let b = s.api[j].load(Relaxed);
+            if b < batch || !counter::try_charge_below_of(&*t, p, batch) {
+                return None;
+            }
+            s.api[j].store(b - batch, Relaxed);
+            Some(batch)
+        })();
+        s.check_invariants();
+    }
+    s.leave();
+    got
 }
 
 /// Charges `n` to the counters without a stock (exited thread, stolen stock).
@@ -311,7 +346,13 @@ pub(crate) fn uncharge(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
 pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
     let Some(oc) = objcg::lookup(id) else { return };
     if let Pool::Objects = pool {
-        if let Some((to, to_oc)) = live_target(oc, id, n) {
+        let target = match forward(id, oc, n, idx) {
+            Forward::Done => return,
+            Forward::Target(to, to_oc) => Some((to, to_oc)),
+            Forward::Own => None,
+            Forward::NoStock => live_target(oc, id, n),
+        };
+        if let Some((to, to_oc)) = target {
             // The freed object's bytes now hold `to`'s refs, taken by live_target: they go
             // through `to`'s stock slot like a free of `to`'s own object, and the dead
             // objcg loses the refs it held for them.
@@ -323,6 +364,119 @@ pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
         }
     }
     uncharge_slow_in(id, oc, pool, n, idx);
+}
+
+/// What [`forward`] did.
+enum Forward {
+    /// The bytes were forwarded.
+    Done,
+    /// Not forwarded: `id` is dead and charges the live objcg returned, on which `n` refs
+    /// were taken for the bytes (as [`live_target`]).
+    Target(ObjCgId, &'static ObjCg),
+    /// Not forwarded: `id` charges its own tenant (or is being re-pointed).
+    Own,
+    /// Not tried: no usable stock, or a drainer is stealing it.
+    NoStock,
+}
+
+/// The free of `n` bytes of a dead tenant's object (objcg `id`, whose bytes the caller's
+/// object holds) when this thread's stock has a slot for the live ancestor `id` now charges:
+/// the bytes go to that slot's API pool, pre-charged to the ancestor and holding no refs,
+/// and the `n` refs they held on `id` are owed by the stock's forwarding entry for `id`
+/// (`stock.rs`), put when the entry is replaced or a drain or the thread's exit takes it.
+/// The next free of that dead tenant's objects on this thread finds the entry and forwards
+/// with no read section and no ref update: a request's objects freed after it died cost
+/// about what a free of the ancestor's own objects costs, instead of four atomics on two
+/// shared lines. Without an entry it reads `id`'s target once, and when the stock has no
+/// slot for it says so with the refs taken ([`Forward::Target`]), so the caller does not
+/// read again.
+fn forward(id: ObjCgId, oc: &ObjCg, n: u64, idx: StatIdx) -> Forward {
+    STOCK.with(|s| {
+        if s.flags() & (REGISTERED | EXITED) != REGISTERED {
+            return Forward::NoStock;
+        }
+        let mut replaced = (0, 0);
+        // The target, a ref taken on it for the flush, the bytes and stat delta to flush.
+        let mut flush: Option<(&'static ObjCg, u64, i64)> = None;
+        let mut how = Forward::NoStock;
+        if s.enter() {
+            // An entry forwards through a slot fill made before this CS, so the slot's ref
+            // has kept the target's id its own since; a new entry's target is read here,
+            // inside the CS, so the slot found for it holds a ref on that very objcg (a fill
+            // older than the read held its id through it, and no fill comes in between).
+            let slot = match s.fwd_slot(id) {
+                Some(i) => Ok(i),
+                None => target_slot(s, oc, id, n),
+            };
+            match slot {
+                Ok(i) => {
+                    replaced = s.fwd_note(id, i, n);
+                    s.stamp(i);
+                    if !s.try_give(i, Pool::Api, n, idx) {
+                        flush = give_trimming(s, i, n, idx);
+                    }
+                    s.check_invariants();
+                    how = Forward::Done;
+                }
+                Err(other) => how = other,
+            }
+        }
+        s.leave();
+        if let Some((to, excess, d)) = flush {
+            settle(to, excess, idx, d, 1);
+        }
+        drain::put_owed(replaced.0, replaced.1);
+        how
+    })
+}
+
+/// Gives `n` bytes for `idx` to slot `i`'s API pool when the fast give declined: keeps
+/// `STOCK_LOW` of a pool that passes `STOCK_HIGH`, and returns the slot's objcg with a ref
+/// taken on it, the excess and the stat delta for the caller to [`settle`] after its CS
+/// (`None` when nothing is to flush). In CS.
+fn give_trimming(s: &Stock, i: usize, n: u64, idx: StatIdx) -> Option<(&'static ObjCg, u64, i64)> {
+    let mut b = s.api[i].load(Relaxed).saturating_add(n);
+    let mut excess = 0;
+    if b > STOCK_HIGH {
+        excess = b - STOCK_LOW;
+        b = STOCK_LOW;
+    }
+    s.api[i].store(b, Relaxed);
+    let d = s.add_stat(i, idx, -(n as i64));
+    if excess == 0 && d == 0 {
+        return None;
+    }
+    // The slot's ref keeps its objcg allocated inside the CS; the ref taken here keeps it
+    // so for the flush after it.
+    objcg::lookup(s.ids[i].load(Relaxed)).map(|to| {
+        to.get(1);
+        (to, excess, d)
+    })
+}
+
+/// The slot of this thread's stock for the live ancestor that the dead objcg `id` charges
+/// now; when it has none, that ancestor with `n` refs taken on it ([`Forward::Target`]), or
+/// [`Forward::Own`]. In CS; one read section on `oc`.
+fn target_slot(s: &Stock, oc: &ObjCg, id: ObjCgId, n: u64) -> Result<usize, Forward> {
+    // SAFETY: the caller's bytes hold refs on `oc`.
+    let Some(t) = (unsafe { oc.read() }) else {
+        return Err(Forward::Own);
+    };
+    let to = t.objcg();
+    if to == id || to == 0 || !t.is_alive() {
+        return Err(Forward::Own);
+    }
+    if let Some(i) = s.find(to) {
+        return Ok(i);
+    }
+    // As in `live_target`: while the section lasts `to`'s objcg keeps its alive ref.
+    match objcg::lookup(to) {
+        Some(to_oc) => {
+            to_oc.get(n);
+            Err(Forward::Target(to, to_oc))
+        }
+        None => Err(Forward::Own),
+    }
 }
 
 /// When objcg `id` belongs to a dead tenant and now charges a live ancestor (reparenting),
@@ -488,8 +642,19 @@ pub(crate) fn transfer(from: ObjCgId, to: ObjCgId, parts: &[(StatIdx, u64)]) -> 
 /// Gives back this thread's stock slot for `id`, if it has one: for a tenant that just died
 /// on this thread (a request), whose slot would otherwise wait for an eviction while the
 /// frees of its objects, sent to its parent ([`live_target`]), look for a slot.
+///
+/// When the tenant's objcg now charges a live parent that has a slot here, the slot's bytes
+/// and stat deltas go to the parent's slot instead of the counters (its API pool: they are
+/// pre-charged to the parent and above already, and hold no refs), which the next request's
+/// first charge borrows from ([`borrow_from_parent`]): a request's end touches no shared
+/// line either.
 pub(crate) fn release_own_slot(id: ObjCgId) {
     let mut c = Contents::EMPTY;
+    // What the parent's slot could not keep (a pool past STOCK_HIGH, a delta past its
+    // flush), with the parent's objcg and a ref taken on it.
+    let mut rest = Contents::EMPTY;
+    let mut parent: Option<&'static ObjCg> = None;
+    let mut refs = 0;
     STOCK.with(|s| {
         if s.flags() & (REGISTERED | EXITED) != REGISTERED {
             return;
@@ -497,11 +662,70 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
         if s.enter() {
             if let Some(i) = s.find(id) {
                 s.take_into(i, &mut c);
+                refs = c.bytes + 1;
+                parent = hand_to_parent(s, &mut c, &mut rest);
             }
+            s.check_invariants();
         }
         s.leave();
     });
-    release(&c);
+    match parent {
+        None => release(&c),
+        Some(to) => {
+            if let Some(oc) = objcg::lookup(c.id) {
+                // The slot's share and refs, as `release` drops them; its bytes and deltas
+                // went to the parent's slot.
+                oc.release_hold();
+                oc.put(refs);
+            }
+            drain::give_back(to, &rest);
+            to.put(1);
+        }
+    }
+}
+
+/// Moves the contents `c` of a dead tenant's slot, just taken, into this stock's slot for
+/// the live node its objcg now charges, if there is one: the bytes of both pools to that
+/// slot's API pool (trimmed to `STOCK_LOW` past `STOCK_HIGH`), the deltas into its deltas.
+/// What does not fit goes to `rest` (the target's id, bytes and deltas to give back to the
+/// counters). Returns the target's objcg with a ref taken on it for that, and leaves `c`
+/// with its id only; `None`, with nothing changed, when there is no such slot. In CS.
+fn hand_to_parent(s: &Stock, c: &mut Contents, rest: &mut Contents) -> Option<&'static ObjCg> {
+    let oc = objcg::lookup(c.id)?;
+    let j = {
+        // SAFETY: the slot ref, now in `c`, keeps `oc` allocated.
+        let t = unsafe { oc.read() }?;
+        let to = t.objcg();
+        if to == c.id || to == 0 || !t.is_alive() {
+            return None;
+        }
+        // A slot for the live node's own objcg holds a ref on it, so the id is its.
+        s.find(to)?
+    };
+    let to_oc = objcg::lookup(s.ids[j].load(Relaxed))?;
+    let mut b = s.api[j].load(Relaxed).saturating_add(c.bytes + c.api);
+    if b > STOCK_HIGH {
+        rest.api = b - STOCK_LOW;
+        b = STOCK_LOW;
+    }
+    s.api[j].store(b, Relaxed);
+    for (k, d) in c.deltas() {
+        let over = s.add_stat(j, StatIdx(k as u8), i64::from(d));
+        if over != 0 {
+            // |over| <= STAT_FLUSH + |d| fits an i32 (both are below 2^17).
+            rest.stats[k] = over as i32;
+            rest.dirty |= 1 << (k % 64);
+        }
+    }
+    *c = Contents {
+        id: c.id,
+        ..Contents::EMPTY
+    };
+    rest.id = s.ids[j].load(Relaxed);
+    s.stamp(j);
+    // The target's slot ref keeps it allocated inside the CS; this one for `rest` after.
+    to_oc.get(1);
+    Some(to_oc)
 }
 
 /// Records that a stock may hold `oc`'s tenant's bytes (`drain.rs`): called inside the

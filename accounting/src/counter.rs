@@ -327,6 +327,44 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
     Ok(())
 }
 
+/// Charges `n` to `node` and its ancestors strictly below `stop` (an ancestor of `node`
+/// whose usage already counts the bytes: they come from what a stock pre-charged to it), each
+/// checking its limit as [`try_charge`] does, and records `high` events on them. False, with
+/// nothing charged, when one of them refuses.
+pub(crate) fn try_charge_below_of<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
+    #[cfg(debug_assertions)]
+    debug_assert!(is_ancestor_or_self(stop, node) && !core::ptr::eq(node, stop));
+    let mut cur = node;
+    while !core::ptr::eq(cur, stop) {
+        if !cur.counter().try_add(n) {
+            let mut r = node;
+            while !core::ptr::eq(r, cur) {
+                r.counter().sub(n);
+                match r.parent() {
+                    Some(p) => r = p,
+                    None => break,
+                }
+            }
+            return false;
+        }
+        match cur.parent() {
+            Some(p) => cur = p,
+            None => break,
+        }
+    }
+    let mut cur = node;
+    while !core::ptr::eq(cur, stop) {
+        if cur.counter().over_high() {
+            record_event(cur, Event::High);
+        }
+        match cur.parent() {
+            Some(p) => cur = p,
+            None => break,
+        }
+    }
+    true
+}
+
 /// The lowest common ancestor of `a` and `b` (one of them, when it is the other's ancestor;
 /// the root at worst). None only for nodes of different trees.
 pub(crate) fn common_ancestor<'a, N: Hierarchy>(a: &'a N, b: &'a N) -> Option<&'a N> {

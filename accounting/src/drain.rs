@@ -63,7 +63,7 @@ use crate::callbacks;
 use crate::counter;
 use crate::objcg;
 use crate::stat;
-use crate::stock::{Contents, Stock, EXITED, NR_SLOTS, REGISTERED, STOCK};
+use crate::stock::{Contents, Stock, Taken, EXITED, REGISTERED, STOCK};
 use crate::sys;
 use crate::sys::{SpinGuard, SpinLock};
 use crate::types::ObjectDrain;
@@ -225,7 +225,7 @@ impl Finish {
 fn finish_steal(s: &Stock, how: Finish) {
     VISITS.fetch_add(1, Ordering::Relaxed);
     match how {
-        Finish::Take => s.take_stolen(unlist).iter().for_each(release),
+        Finish::Take => release_taken(&s.take_stolen(unlist)),
         Finish::Withdraw => s.withdraw_steal(),
     }
 }
@@ -379,7 +379,7 @@ fn exit(s: &Stock) {
     s.leave();
     // If a drainer was stealing, it takes the slots; it holds the lock we take below.
     if let Some(t) = taken {
-        t.iter().for_each(release);
+        release_taken(&t);
     }
     let _g = lock();
     // Empty now: a stealing drainer took the slots under the lock we hold.
@@ -486,8 +486,7 @@ pub fn fork_child() {
         if p == own {
             own_registered = true;
         } else if !s.in_cs.load(Ordering::Relaxed) {
-            let taken: [_; NR_SLOTS] = s.take_all();
-            taken.iter().for_each(release);
+            release_taken(&s.take_all());
         }
         p = next;
     }
@@ -522,7 +521,17 @@ pub(crate) fn release(c: &Contents) {
     };
     // The slot's share of the budget, before its ref (objcg.rs).
     oc.release_hold();
-    // SAFETY: the slot ref we drop last keeps the objcg alive.
+    give_back(oc, c);
+    oc.put(c.bytes + 1);
+}
+
+/// Gives `c`'s bytes of both pools back to the counter of `oc`'s tenant and its deltas to
+/// the shared stats; drops no refs. The caller holds a ref on `oc` for the call.
+pub(crate) fn give_back(oc: &objcg::ObjCg, c: &Contents) {
+    if c.bytes + c.api == 0 && c.dirty == 0 {
+        return;
+    }
+    // SAFETY: the caller holds a ref on `oc` (the slot ref it drops after this).
     if let Some(t) = unsafe { oc.read() } {
         if c.bytes + c.api != 0 {
             counter::uncharge(&*t, c.bytes + c.api);
@@ -531,7 +540,23 @@ pub(crate) fn release(c: &Contents) {
             stat::flush(&*t, k, d as i64);
         }
     }
-    oc.put(c.bytes + 1);
+}
+
+/// Gives back everything taken from a stock: each slot ([`release`]), then the refs its
+/// forwarding entries owed on dead objcgs (`stock.rs`), which may free them.
+pub(crate) fn release_taken(t: &Taken) {
+    t.slots.iter().for_each(release);
+    for (&id, &refs) in t.owed.ids.iter().zip(&t.owed.refs) {
+        put_owed(id, refs);
+    }
+}
+
+/// Puts `refs` refs that a forwarding entry owed on objcg `id` (none for id 0).
+pub(crate) fn put_owed(id: crate::types::ObjCgId, refs: u64) {
+    if let Some(oc) = objcg::lookup(id) {
+        // The entry held these refs (stock.rs); nothing touches the objcg after.
+        oc.put(refs);
+    }
 }
 
 #[cfg(test)]

@@ -110,7 +110,7 @@ impl World {
             assert!(!s.holds_any());
             s.listed.store(false, Relaxed);
         });
-        taken.iter().for_each(|c| self.release(c));
+        taken.slots.iter().for_each(|c| self.release(c));
     }
 
     fn release(&self, c: &Contents) {
@@ -140,6 +140,7 @@ impl World {
         assert!(s.enter());
         let cached: i64 = s
             .take_all()
+            .slots
             .iter()
             .flat_map(|c| c.deltas().map(|(_, d)| d as i64).collect::<Vec<_>>())
             .sum();

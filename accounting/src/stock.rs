@@ -32,9 +32,25 @@
 //!   slot, by a drainer when it leaves a stock empty (then within the steal protocol, so
 //!   an owner reads a stable `listed` inside its CS).
 //!
-//! And: `listed == false  =>  ids[i] == 0` for every `i`, whenever `in_cs == 0`. A slot is
-//! made only inside a CS that saw `listed` (`charge.rs`), and only a drainer that emptied
-//! every slot clears it, so the stocks off that list hold nothing and no drain visits them.
+//! Forwarding entries (`charge::forward`), per entry `j`, whenever `in_cs == 0`:
+//! - `fwd_dead[j] == 0  =>  fwd_owed[j] == 0 && fwd_gen[j] == 0`;
+//! - `fwd_dead[j] != 0  =>  fwd_index(fwd_dead[j]) == j && fwd_owed[j] >= 1`, and the entry
+//!   holds `fwd_owed[j]` refs on objcg `fwd_dead[j]` (a dead tenant's): bytes of its objects
+//!   freed on this thread and moved, uncharged from it, into the API pool of the slot that
+//!   `fwd_gen[j]` names, whose refs are put when the entry goes. So the id cannot be
+//!   recycled while the entry names it.
+//! - `fwd_gen[j]` is the `gens` value of the slot fill the entry was made against; the entry
+//!   forwards only while that slot still holds that fill (`fwd_slot`), which holds the ref
+//!   that keeps the target's id from being recycled. A slot taken alone (an eviction) needs
+//!   no care: the entries naming it stop forwarding and keep what they owe.
+//!
+//! The owner touches the entries only in its CS, a drainer only through the steal protocol,
+//! as the slots; `gens` and `fills` are the owner's alone.
+//!
+//! And: `listed == false  =>  ids[i] == 0` and `fwd_dead[j] == 0` for every `i`, `j`, whenever
+//! `in_cs == 0`. A slot is
+//! made only inside a CS that saw `listed` (`charge.rs`), an entry only in a CS that found a
+//! slot, and only a drainer that emptied every slot and entry clears it, so the stocks off that list hold nothing and no drain visits them.
 //!
 //! All shared fields are atomics used with `Relaxed` loads/stores, which compile to plain
 //! moves: the fast path has no read-modify-write and touches only this thread's lines.
@@ -59,6 +75,19 @@ pub(crate) const STOCK_HIGH: u64 = 2 * CHARGE_BATCH;
 pub(crate) const STOCK_LOW: u64 = CHARGE_BATCH;
 /// A cached stat delta is flushed to the shared stats once its magnitude passes this.
 pub(crate) const STAT_FLUSH: i64 = 64 << 10;
+
+/// Forwarding entries per stock (`charge::forward`; a power of two). A thread freeing the
+/// objects of many dead requests at random (larson) finds the entry of the request that
+/// allocated the object among the last `NR_FWD` it freed from.
+pub(crate) const NR_FWD: usize = 128;
+// A slot fill's generation carries the slot index in its low 3 bits (`fill`).
+const _: () = assert!(NR_SLOTS <= 8 && NR_FWD.is_power_of_two());
+
+/// The entry a dead objcg's forwarding uses.
+#[inline(always)]
+pub(crate) fn fwd_index(dead: ObjCgId) -> usize {
+    dead as usize & (NR_FWD - 1)
+}
 
 /// `flags` bits (owner only).
 pub(crate) const REGISTERED: u8 = 1;
@@ -96,6 +125,14 @@ pub(crate) struct Stock {
     /// giving a slot back reads the few set ones instead of all `NR_STAT`, which a tenant
     /// per query pays on every eviction.
     dirty: [AtomicU64; NR_SLOTS],
+    /// Per slot, the generation of its last fill: `fills << 3 | i`, with `fills` counting
+    /// this stock's fills (owner only, module docs).
+    gens: [AtomicU64; NR_SLOTS],
+    fills: AtomicU64,
+    /// Forwarding entries (module docs).
+    fwd_dead: [AtomicU32; NR_FWD],
+    fwd_gen: [AtomicU64; NR_FWD],
+    fwd_owed: [AtomicU64; NR_FWD],
 }
 
 thread_local! {
@@ -149,6 +186,19 @@ fn dirty_indices(mut mask: u64) -> impl Iterator<Item = usize> {
     .flat_map(|b| (b..NR_STAT).step_by(64))
 }
 
+/// What the forwarding entries owed, taken out with the slots: refs to put on dead objcgs
+/// (`drain::release_taken`).
+pub(crate) struct Owed {
+    pub(crate) ids: [ObjCgId; NR_FWD],
+    pub(crate) refs: [u64; NR_FWD],
+}
+
+/// Everything a stock held: its slots and its forwarding entries.
+pub(crate) struct Taken {
+    pub(crate) slots: [Contents; NR_SLOTS],
+    pub(crate) owed: Owed,
+}
+
 /// Which pool of a slot an operation uses (module docs).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Pool {
@@ -181,6 +231,11 @@ impl Stock {
             hprev: AtomicPtr::new(core::ptr::null_mut()),
             stats: [const { [const { AtomicI32::new(0) }; NR_STAT] }; NR_SLOTS],
             dirty: [const { AtomicU64::new(0) }; NR_SLOTS],
+            gens: [const { AtomicU64::new(0) }; NR_SLOTS],
+            fills: AtomicU64::new(0),
+            fwd_dead: [const { AtomicU32::new(0) }; NR_FWD],
+            fwd_gen: [const { AtomicU64::new(0) }; NR_FWD],
+            fwd_owed: [const { AtomicU64::new(0) }; NR_FWD],
         }
     }
 
@@ -242,10 +297,10 @@ impl Stock {
     }
 
     /// The drainer's second half after its barrier reached the owner: waits for the owner
-    /// to leave its CS, takes every slot, runs `unlist` (the holding list, still inside the
+    /// to leave its CS, takes every slot and forwarding entry, runs `unlist` (the holding list, still inside the
     /// steal), then clears `steal` with Release, which publishes all of it to the owner's
     /// next `enter`. The caller gives the contents back (`drain::release`).
-    pub(crate) fn take_stolen(&self, unlist: impl FnOnce(&Stock)) -> [Contents; NR_SLOTS] {
+    pub(crate) fn take_stolen(&self, unlist: impl FnOnce(&Stock)) -> Taken {
         wait_out(&self.in_cs);
         let taken = self.take_all();
         unlist(self);
@@ -433,14 +488,77 @@ impl Stock {
         self.listed.load(Relaxed)
     }
 
-    /// Whether any slot caches an objcg (racy from another thread, as `clock`).
+    /// Whether any slot caches an objcg or any forwarding entry owes refs (racy from another
+    /// thread, as `clock`).
     pub(crate) fn holds_any(&self) -> bool {
         self.ids.iter().any(|id| id.load(Relaxed) != 0)
+            || self.fwd_dead.iter().any(|id| id.load(Relaxed) != 0)
     }
 
-    /// Takes every slot. Same rules as `take`.
-    pub(crate) fn take_all(&self) -> [Contents; NR_SLOTS] {
-        core::array::from_fn(|i| self.take(i))
+    /// Takes every slot and every forwarding entry. Same rules as `take`.
+    pub(crate) fn take_all(&self) -> Taken {
+        let mut owed = Owed {
+            ids: [0; NR_FWD],
+            refs: [0; NR_FWD],
+        };
+        for j in 0..NR_FWD {
+            let id = self.fwd_dead[j].load(Relaxed);
+            if id != 0 {
+                owed.ids[j] = id;
+                owed.refs[j] = self.fwd_owed[j].load(Relaxed);
+                self.fwd_dead[j].store(0, Relaxed);
+                self.fwd_gen[j].store(0, Relaxed);
+                self.fwd_owed[j].store(0, Relaxed);
+            }
+        }
+        Taken {
+            slots: core::array::from_fn(|i| self.take(i)),
+            owed,
+        }
+    }
+
+    /// The slot through which the forwarding entry for the dead objcg `dead` forwards: when
+    /// the entry is there and its slot still holds the fill it was made against (module
+    /// docs). In CS.
+    #[inline]
+    pub(crate) fn fwd_slot(&self, dead: ObjCgId) -> Option<usize> {
+        let j = fwd_index(dead);
+        if self.fwd_dead[j].load(Relaxed) != dead {
+            return None;
+        }
+        let g = self.fwd_gen[j].load(Relaxed);
+        let i = (g & 7) as usize;
+        (i < NR_SLOTS && self.ids[i].load(Relaxed) != 0 && self.gens[i].load(Relaxed) == g)
+            .then_some(i)
+    }
+
+    /// Records that `n` bytes of the dead objcg `dead` were forwarded to slot `i` (which
+    /// holds a fill, found by `fwd_slot` or by the caller's read of `dead`'s target in this
+    /// CS): the entry for `dead` owes `n` more refs and forwards through slot `i`'s current
+    /// fill. Returns the entry it replaced (an id and the refs it owed, for the caller to
+    /// put outside the CS), or `(0, 0)`. In CS.
+    pub(crate) fn fwd_note(&self, dead: ObjCgId, i: usize, n: u64) -> (ObjCgId, u64) {
+        debug_assert!(dead != 0 && n != 0 && self.ids[i].load(Relaxed) != 0);
+        let j = fwd_index(dead);
+        let old = self.fwd_dead[j].load(Relaxed);
+        let owed = self.fwd_owed[j].load(Relaxed);
+        self.fwd_gen[j].store(self.gens[i].load(Relaxed), Relaxed);
+        if old == dead {
+            self.fwd_owed[j].store(owed + n, Relaxed);
+            return (0, 0);
+        }
+        self.fwd_dead[j].store(dead, Relaxed);
+        self.fwd_owed[j].store(n, Relaxed);
+        (old, owed)
+    }
+
+    /// Stamps slot `i` as used now without making it the MRU slot (the fast path's): a
+    /// forwarding thread keeps its target's slot from looking least recently used while the
+    /// MRU stays the slot of the tenant it charges. In CS.
+    pub(crate) fn stamp(&self, i: usize) {
+        let c = self.clock.load(Relaxed) + 1;
+        self.clock.store(c, Relaxed);
+        self.stamps[i].store(c, Relaxed);
     }
 
     /// Puts a fresh slot for `id` with `bytes` in `pool`. In CS, on a slot just emptied by
@@ -455,6 +573,9 @@ impl Stock {
         debug_assert!(self.listed());
         self.ids[i].store(id, Relaxed);
         self.pool(i, pool).store(bytes, Relaxed);
+        let f = self.fills.load(Relaxed) + 1;
+        self.fills.store(f, Relaxed);
+        self.gens[i].store(f << 3 | i as u64, Relaxed);
         self.touch(i);
     }
 
@@ -479,6 +600,21 @@ impl Stock {
         debug_assert!(self.in_cs.load(Relaxed));
         debug_assert!((self.mru.load(Relaxed) as usize) < NR_SLOTS);
         let listed = self.listed();
+        for j in 0..NR_FWD {
+            let (dead, owed) = (
+                self.fwd_dead[j].load(Relaxed),
+                self.fwd_owed[j].load(Relaxed),
+            );
+            if dead == 0 {
+                debug_assert!(owed == 0 && self.fwd_gen[j].load(Relaxed) == 0);
+            } else {
+                debug_assert!(listed, "an unlisted stock holds forwarding entry {j}");
+                debug_assert!(
+                    fwd_index(dead) == j && owed != 0,
+                    "entry {j}: {dead} owes {owed}"
+                );
+            }
+        }
         for i in 0..NR_SLOTS {
             let id = self.ids[i].load(Relaxed);
             let (bytes, api) = (self.bytes[i].load(Relaxed), self.api[i].load(Relaxed));

@@ -13,6 +13,7 @@ use std::thread;
 fn reparenting_all() {
     reparenting();
     reparenting_two_levels();
+    forwarded_frees_on_a_live_thread();
 }
 
 /// Drop a tenant with live charges; uncharge later via its objcg id: the parent ends at 0,
@@ -58,4 +59,35 @@ fn reparenting_two_levels() {
     assert_eq!(top.current_exact(), 0);
     drain_all_stocks();
     assert!(!testing::objcg_live(id));
+}
+
+/// A dead child's objects freed on a thread whose stock has a slot for the parent are
+/// forwarded there (`charge::forward`): the parent's usage stays exact, and the refs the
+/// forwarding entry owes are put by a drain, so the dead child's objcg is freed then, while
+/// this thread lives on.
+fn forwarded_frees_on_a_live_thread() {
+    let parent = Tenant::new("fwd-parent");
+    // A slot for the parent in this thread's stock.
+    assert!(charge(parent.objcg_id(), 100, StatIdx::slab(1)));
+    let child = parent.child("fwd-child");
+    let id = child.objcg_id();
+    for _ in 0..4 {
+        assert!(charge(id, 200, StatIdx::slab(2)));
+    }
+    drop(child);
+    assert_eq!(parent.current_exact(), 900);
+    // The first free makes the entry, the next ones find it.
+    for _ in 0..4 {
+        give_back(id, 200, StatIdx::slab(2));
+    }
+    assert_eq!(parent.current_exact(), 100);
+    let st = parent.stat();
+    assert_eq!(st.slab, 100);
+    drain_all_stocks();
+    assert!(
+        !testing::objcg_live(id),
+        "the forwarding entry's refs were put"
+    );
+    give_back(parent.objcg_id(), 100, StatIdx::slab(1));
+    assert_eq!(parent.current_exact(), 0);
 }
