@@ -334,23 +334,8 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
 pub(crate) fn try_charge_below_of<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
     #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node) && !core::ptr::eq(node, stop));
-    let mut cur = node;
-    while !core::ptr::eq(cur, stop) {
-        if !cur.counter().try_add(n) {
-            let mut r = node;
-            while !core::ptr::eq(r, cur) {
-                r.counter().sub(n);
-                match r.parent() {
-                    Some(p) => r = p,
-                    None => break,
-                }
-            }
-            return false;
-        }
-        match cur.parent() {
-            Some(p) => cur = p,
-            None => break,
-        }
+    if !add_below(node, stop, n, Counter::try_add) {
+        return false;
     }
     let mut cur = node;
     while !core::ptr::eq(cur, stop) {
@@ -432,9 +417,15 @@ pub(crate) fn uncharge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) {
 pub(crate) fn try_charge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
     #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node));
+    add_below(node, stop, n, Counter::try_add_moved)
+}
+
+/// Adds `n` with `add` to `node` and its ancestors strictly below `stop`; when one refuses,
+/// takes back what was added below it and returns false.
+fn add_below<N: Hierarchy>(node: &N, stop: &N, n: u64, add: fn(&Counter, u64) -> bool) -> bool {
     let mut cur = node;
     while !core::ptr::eq(cur, stop) {
-        if !cur.counter().try_add_moved(n) {
+        if !add(cur.counter(), n) {
             let mut r = node;
             while !core::ptr::eq(r, cur) {
                 r.counter().sub(n);
