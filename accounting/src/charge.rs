@@ -23,10 +23,7 @@ use crate::drain::{self, release};
 use crate::node::Node;
 use crate::objcg::{self, ObjCg};
 use crate::stat;
-use crate::stock::{
-    Contents, Pool, Stock, CHARGE_BATCH, EXITED, IN_RECLAIM, REGISTERED, STOCK, STOCK_HIGH,
-    STOCK_LOW,
-};
+use crate::stock::{Contents, Pool, Stock, CHARGE_BATCH, EXITED, IN_RECLAIM, REGISTERED, STOCK};
 use crate::types::{ObjCgId, StatIdx};
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -149,12 +146,7 @@ pub(crate) fn charge_slow(
                 // Normally b < n here (step 1 failed), so b + left < got and no trim is due.
                 // A reclaim callback run by the ladder may have refilled it by freeing, so
                 // trim like an uncharge would.
-                let mut b = s.pool(i, pool).load(Relaxed) + left;
-                if b > STOCK_HIGH {
-                    direct = b - STOCK_LOW;
-                    b = STOCK_LOW;
-                }
-                s.pool(i, pool).store(b, Relaxed);
+                direct = s.add_trimmed(i, pool, left);
                 d = s.add_stat(i, idx, n as i64);
                 s.touch(i);
             } else if share && s.listed() {
@@ -435,13 +427,7 @@ fn forward(id: ObjCgId, oc: &ObjCg, n: u64, idx: StatIdx) -> Forward {
 /// taken on it, the excess and the stat delta for the caller to [`settle`] after its CS
 /// (`None` when nothing is to flush). In CS.
 fn give_trimming(s: &Stock, i: usize, n: u64, idx: StatIdx) -> Option<(&'static ObjCg, u64, i64)> {
-    let mut b = s.api[i].load(Relaxed).saturating_add(n);
-    let mut excess = 0;
-    if b > STOCK_HIGH {
-        excess = b - STOCK_LOW;
-        b = STOCK_LOW;
-    }
-    s.api[i].store(b, Relaxed);
+    let excess = s.add_trimmed(i, Pool::Api, n);
     let d = s.add_stat(i, idx, -(n as i64));
     if excess == 0 && d == 0 {
         return None;
@@ -533,13 +519,7 @@ fn uncharge_slow_in(id: ObjCgId, oc: &ObjCg, pool: Pool, n: u64, idx: StatIdx) {
                 None => None,
             };
             if let Some(i) = slot {
-                let mut b = s.pool(i, pool).load(Relaxed).saturating_add(n);
-                excess = 0;
-                if b > STOCK_HIGH {
-                    excess = b - STOCK_LOW;
-                    b = STOCK_LOW;
-                }
-                s.pool(i, pool).store(b, Relaxed);
+                excess = s.add_trimmed(i, pool, n);
                 d = s.add_stat(i, idx, -(n as i64));
                 s.touch(i);
             }
@@ -703,12 +683,7 @@ fn hand_to_parent(s: &Stock, c: &mut Contents, rest: &mut Contents) -> Option<&'
         s.find(to)?
     };
     let to_oc = objcg::lookup(s.ids[j].load(Relaxed))?;
-    let mut b = s.api[j].load(Relaxed).saturating_add(c.bytes + c.api);
-    if b > STOCK_HIGH {
-        rest.api = b - STOCK_LOW;
-        b = STOCK_LOW;
-    }
-    s.api[j].store(b, Relaxed);
+    rest.api = s.add_trimmed(j, Pool::Api, c.bytes + c.api);
     for (k, d) in c.deltas() {
         let over = s.add_stat(j, StatIdx(k as u8), i64::from(d));
         if over != 0 {

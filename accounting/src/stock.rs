@@ -378,6 +378,19 @@ impl Stock {
         true
     }
 
+    /// Adds `n` bytes to slot `i`'s `pool`, keeping `STOCK_LOW` of a pool that would pass
+    /// `STOCK_HIGH`; returns the excess the caller gives back to the counter. In CS.
+    pub(crate) fn add_trimmed(&self, i: usize, pool: Pool, n: u64) -> u64 {
+        let b = self.pool(i, pool).load(Relaxed).saturating_add(n);
+        let (kept, excess) = if b > STOCK_HIGH {
+            (STOCK_LOW, b - STOCK_LOW)
+        } else {
+            (b, 0)
+        };
+        self.pool(i, pool).store(kept, Relaxed);
+        excess
+    }
+
     /// Adds `d` to slot `i`'s delta at `idx`; returns what must be flushed to the shared
     /// stats instead (0 if it stayed cached). In CS.
     pub(crate) fn add_stat(&self, i: usize, idx: StatIdx, d: i64) -> i64 {
