@@ -1,5 +1,6 @@
 //! A node of the tenant tree and the handle on it: the data every layer above reads
-//! (counter, stats, OOM state, the tree links, the objcgs pointing here), with no policy.
+//! (counter, stats, OOM state, the tree links, how many dead objcgs point here), with no
+//! policy.
 //! What the handle does, and the lifecycle (death, reparenting), are in `tenant.rs`.
 //!
 //! Liveness of a tenant is `handles > 0`, where `handles = live Tenant handles + live
@@ -7,7 +8,7 @@
 //! handles' (`Tenant`), its children's (`parent`) and one per objcg pointing at it
 //! (`objcg.rs`).
 
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::counter::{Counter, Hierarchy};
@@ -31,10 +32,15 @@ pub(crate) struct Node {
     pub(crate) objcg: AtomicU32,
     /// `live Tenant handles + live children` (module docs).
     pub(crate) handles: AtomicUsize,
-    /// Objcgs whose `tenant` points here, each knowing its position:
-    /// `objcg(objcgs[i]).list_index() == i`. Under `TREE` (`tree.rs`; once the node is
-    /// published).
-    pub(crate) objcgs: Mutex<Vec<ObjCgId>>,
+    /// `adopted == objcgs pointing here other than this node's own` (dead descendants'
+    /// objcgs, re-pointed here by their deaths), exact whenever no death or zombie sweep is
+    /// in flight; during one it may be higher, never lower, since a death counts an objcg
+    /// here before it re-points it and a sweep uncounts one only after clearing it. A death
+    /// with `adopted == 0` has nothing but its own objcg to re-point, so it needs no lock
+    /// and no search (`tenant::die`).
+    pub(crate) adopted: AtomicUsize,
+    /// Whether `reclaim` was ever set: a death without one takes no lock to clear it.
+    pub(crate) has_reclaim: AtomicBool,
     /// Taken only under `TREE`, so that no thread holds it across a `fork` (the fork
     /// handlers hold `TREE`).
     pub(crate) reclaim: Mutex<Option<Reclaim>>,

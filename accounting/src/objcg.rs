@@ -3,8 +3,8 @@
 //! the tenant node to charge. When a tenant dies its objcgs are re-pointed to the parent
 //! (reparenting, `tenant.rs`) and the tenant's node is freed at once, whatever objects it
 //! still owns: late uncharges land on the parent and its ancestors, which already include
-//! the child's charges. A dead tenant with live objects costs its objcg (32 bytes) and its
-//! id in the parent's list, as an offlined memcg costs its obj_cgroup in the kernel.
+//! the child's charges. A dead tenant with live objects costs its objcg (32 bytes), counted
+//! in the parent's `adopted`, as an offlined memcg costs its obj_cgroup in the kernel.
 //!
 //! Lifetime (refs), per objcg:
 //!
@@ -25,9 +25,9 @@
 //!
 //! Table: `DIRS[id >> 20]` points to a directory of 1024 chunk pointers, each to a chunk of
 //! 1024 `ObjCg`s, so every `u32` but 0 can be an id. Directories are never freed; a chunk
-//! is allocated when its first id is handed out and freed when its last one is recycled
-//! (no holder of a ref, hence no lookup, can then reach it), under the tree lock, which
-//! also covers every walk of the table.
+//! is allocated when its first id is taken (threads take ids 16 at a time, [`IdBatch`]) and
+//! freed when its last one is recycled (no holder of a ref, hence no lookup, can then reach
+//! it), under the tree lock, which also covers every walk of the table.
 
 use core::ptr::null_mut;
 use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -61,11 +61,6 @@ pub(crate) struct ObjCg {
     /// zombie list. One field for both keeps a dead tenant's objcg at 32 bytes.
     /// `holders <= hold_budget()` except for a moment inside `try_hold`.
     next_zombie: AtomicU32,
-    /// Where this id sits in the `objcgs` list of the node `tenant` points at, so that
-    /// freeing it does not search that list (a service whose dead queries' results are still
-    /// alive lists one objcg per such query). Used under the tenant tree's lock, or before a
-    /// new tenant is published.
-    list_index: AtomicU32,
 }
 
 type Dir = [AtomicPtr<ObjCg>; DIR];
@@ -79,10 +74,29 @@ static CHUNKS_HIGH: AtomicU32 = AtomicU32::new(0);
 static ZOMBIES: AtomicU64 = AtomicU64::new(0);
 
 /// Ids handed out, per chunk. Chunk 0 counts id 0 as live forever, so it is never freed.
+/// `live + free.count_ones() == CHUNK` while the chunk is mapped, `live == 0` and no bit
+/// set while it is not. An id waiting in a thread's batch ([`IdBatch`]) counts as live.
 struct ChunkIds {
     live: u32,
-    /// Free offsets in the chunk (empty while the chunk is not mapped).
-    free: Vec<u16>,
+    /// Free offsets in the chunk, one bit each: a batch takes the lowest ones, so that the
+    /// ids one thread uses sit side by side in the table (a cache line holds two entries,
+    /// and a line shared by two threads' live queries would bounce between them).
+    free: [u64; CHUNK / 64],
+}
+
+impl ChunkIds {
+    fn has_free(&self) -> bool {
+        self.free.iter().any(|&w| w != 0)
+    }
+
+    /// The lowest free offset, now taken.
+    fn take_lowest(&mut self) -> Option<u32> {
+        let (i, w) = self.free.iter_mut().enumerate().find(|(_, w)| **w != 0)?;
+        let bit = w.trailing_zeros();
+        *w &= !(1u64 << bit);
+        self.live += 1;
+        Some(i as u32 * 64 + bit)
+    }
 }
 
 struct IdAlloc {
@@ -158,7 +172,6 @@ fn map_chunk(c: u32) {
             refs: AtomicU64::new(0),
             tenant: AtomicPtr::new(null_mut()),
             next_zombie: AtomicU32::new(0),
-            list_index: AtomicU32::new(0),
         })
         .collect();
     // SAFETY: just published above or earlier, never freed.
@@ -179,49 +192,112 @@ fn unmap_chunk(c: u32) {
     }
 }
 
+/// Takes up to `out.len()` free ids, the lowest first, mapping chunks as needed; returns
+/// how many (0: every id is handed out). Under the id lock; allocates.
+fn take_ids(a: &mut IdAlloc, out: &mut [ObjCgId]) -> usize {
+    let mut n = 0;
+    while n < out.len() {
+        let c = match a.with_free.first() {
+            Some(&c) => c,
+            None => {
+                let c = match a.unmapped.pop_first() {
+                    Some(c) => c,
+                    None if a.chunks.len() as u64 == NCHUNKS => break,
+                    None => {
+                        a.chunks.push(ChunkIds {
+                            live: 0,
+                            free: [0; CHUNK / 64],
+                        });
+                        let c = a.chunks.len() as u32 - 1;
+                        CHUNKS_HIGH.store(c + 1, Ordering::Release);
+                        c
+                    }
+                };
+                map_chunk(c);
+                let ch = &mut a.chunks[c as usize];
+                ch.free = [u64::MAX; CHUNK / 64];
+                if c == 0 {
+                    // Id 0 means "no objcg": live for ever.
+                    ch.free[0] &= !1;
+                    ch.live = 1;
+                }
+                a.with_free.insert(c);
+                c
+            }
+        };
+        let ch = &mut a.chunks[c as usize];
+        while n < out.len() {
+            let Some(off) = ch.take_lowest() else { break };
+            out[n] = c << CHUNK_SHIFT | off;
+            n += 1;
+        }
+        if !ch.has_free() {
+            a.with_free.remove(&c);
+        }
+    }
+    n
+}
+
+/// Ids a thread takes from the allocator at once: one lock round trip per 16 tenants
+/// created, and 8 cache lines of the table of its own.
+const BATCH: usize = 16;
+
+/// This thread's ids, taken from the allocator and not handed out yet. They count as live
+/// in their chunks (so those stay mapped) and go back when the thread exits; a forked child
+/// never gets back the batches of the threads that did not survive the fork (at most
+/// `BATCH` ids each, of 4 billion).
+struct IdBatch {
+    ids: [ObjCgId; BATCH],
+    len: usize,
+}
+
+impl Drop for IdBatch {
+    fn drop(&mut self) {
+        if self.len != 0 {
+            // The root's: thread exit may run inside a tenant's scope.
+            let _tree = crate::tree::tree_lock();
+            give_back(&self.ids[..self.len]);
+        }
+    }
+}
+
+thread_local! {
+    static IDS_BATCH: core::cell::RefCell<IdBatch> =
+        const { core::cell::RefCell::new(IdBatch { ids: [0; BATCH], len: 0 }) };
+}
+
+/// A free id: from this thread's batch, refilled from the allocator when empty (or, at
+/// thread exit or re-entered, straight from it).
+fn take_id() -> Option<ObjCgId> {
+    let batched = IDS_BATCH.try_with(|b| {
+        let mut b = b.try_borrow_mut().ok()?;
+        if b.len == 0 {
+            let mut a = lock();
+            b.len = take_ids(&mut a, &mut b.ids);
+        }
+        if b.len == 0 {
+            return None;
+        }
+        b.len -= 1;
+        // Highest first out of a batch taken lowest first: a thread's ids stay packed.
+        Some(b.ids[b.len])
+    });
+    match batched {
+        Ok(Some(id)) => Some(id),
+        _ => {
+            let mut one = [0];
+            (take_ids(&mut lock(), &mut one) == 1).then_some(one[0])
+        }
+    }
+}
+
 /// Allocates an objcg for `node` with `refs = 1` (the alive ref). User context.
 ///
 /// `node` must come from `Arc::into_raw`; that reference moves into the objcg (on `Err` it
 /// stays the caller's).
 pub(crate) fn alloc(node: *const Node) -> Result<ObjCgId, IdsFull> {
-    let mut a = lock();
-    let c = match a.with_free.first() {
-        Some(&c) => c,
-        None => {
-            let c = match a.unmapped.pop_first() {
-                Some(c) => c,
-                None if a.chunks.len() as u64 == NCHUNKS => return Err(IdsFull),
-                None => {
-                    a.chunks.push(ChunkIds {
-                        live: 0,
-                        free: Vec::new(),
-                    });
-                    let c = a.chunks.len() as u32 - 1;
-                    CHUNKS_HIGH.store(c + 1, Ordering::Release);
-                    c
-                }
-            };
-            map_chunk(c);
-            let ch = &mut a.chunks[c as usize];
-            // Popped from the end: offsets come out in increasing order.
-            ch.free = (0..CHUNK as u16)
-                .rev()
-                .filter(|&o| c != 0 || o != 0)
-                .collect();
-            ch.live = u32::from(c == 0);
-            a.with_free.insert(c);
-            c
-        }
-    };
-    let ch = &mut a.chunks[c as usize];
-    let off = ch.free.pop().expect("a chunk in with_free has a free id");
-    ch.live += 1;
-    if ch.free.is_empty() {
-        a.with_free.remove(&c);
-    }
-    drop(a);
-    let id = c << CHUNK_SHIFT | u32::from(off);
-    let oc = lookup(id).expect("the chunk was just mapped");
+    let id = take_id().ok_or(IdsFull)?;
+    let oc = lookup(id).expect("a taken id's chunk is mapped");
     oc.refs.store(1, Ordering::Relaxed);
     oc.readers.store(0, Ordering::Relaxed);
     // The zombie link of the id's previous life: no slot holds the new objcg yet.
@@ -277,25 +353,15 @@ impl ObjCg {
         }
     }
 
-    /// The node this objcg points at, with no reader count (the tests' list checks).
-    ///
-    /// # Safety
-    /// The caller holds the tenant tree's lock, under which alone objcgs are re-pointed and
-    /// freed, and uses the reference only while it holds it.
-    #[cfg(test)]
-    pub(crate) unsafe fn tenant_locked(&self) -> Option<&Node> {
-        // SAFETY: by the caller's promise nothing releases the node meanwhile.
-        unsafe { self.tenant.load(Ordering::Acquire).as_ref() }
-    }
-
     /// Re-points the objcg to `to` (reparenting) and returns the node it pointed at once no
     /// reader uses it any more: the caller then owns that node's reference (a pointer from
     /// `Arc::into_raw`, for `Arc::from_raw`).
     ///
     /// # Safety
-    /// The caller holds the tenant tree's lock and `to` comes from `Arc::into_raw` (not from
-    /// a `&Node`, whose provenance does not cover the counts) and carries a strong reference
-    /// for this objcg.
+    /// No other thread re-points this objcg meanwhile (the tenant tree's lock, or the death
+    /// of the tenant it points at, which alone may re-point it: `tenant::die`), and `to`
+    /// comes from `Arc::into_raw` (not from a `&Node`, whose provenance does not cover the
+    /// counts) and carries a strong reference for this objcg.
     pub(crate) unsafe fn repoint(&self, to: *const Node) -> *const Node {
         let old = self.tenant.swap(to as *mut Node, Ordering::SeqCst);
         let mut spins = 0u32;
@@ -388,16 +454,9 @@ impl ObjCg {
         }
     }
 
-    /// The position of this id in its tenant's `objcgs` list. Under the tree lock (or, for a
-    /// new tenant's objcg, before the tenant is published).
-    pub(crate) fn list_index(&self) -> usize {
-        self.list_index.load(Ordering::Relaxed) as usize
-    }
-
-    /// Records the position of this id in its tenant's `objcgs` list. Under the tree lock (or,
-    /// for a new tenant's objcg, before the tenant is published).
-    pub(crate) fn set_list_index(&self, i: usize) {
-        self.list_index.store(i as u32, Ordering::Relaxed);
+    /// Its id.
+    pub(crate) fn id(&self) -> ObjCgId {
+        self.id
     }
 
     #[cfg(test)]
@@ -415,18 +474,18 @@ pub(crate) fn hold_budget() -> u32 {
     4 * crate::sys::cpus()
 }
 
-/// Takes the whole zombie list. For each dead objcg calls `f(id, tenant, list_index)`
-/// after clearing the entry; `tenant` carries the entry's strong reference, which the
+/// Takes the whole zombie list. For each dead objcg calls `f(id, tenant)` after clearing
+/// the entry; `tenant` carries the entry's strong reference, which the
 /// caller must release, and the caller must recycle the id with [`recycle`]. Under the
 /// tree lock.
-pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node, usize)) {
+pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node)) {
     let mut id = ZOMBIES.swap(0, Ordering::Acquire) as u32;
     while let Some(oc) = lookup(id) {
         let next = oc.next_zombie.load(Ordering::Relaxed);
         debug_assert_eq!(oc.refs.load(Ordering::Relaxed), 0);
         debug_assert_eq!(oc.readers.load(Ordering::Relaxed), 0);
         let tenant = oc.tenant.swap(null_mut(), Ordering::Relaxed);
-        f(id, tenant, oc.list_index());
+        f(id, tenant);
         id = next;
     }
 }
@@ -439,38 +498,68 @@ pub(crate) fn zombie_count() -> u32 {
 /// Makes freed ids available again, and frees the chunks none of whose ids is handed out.
 /// User context, under the tree lock.
 pub(crate) fn recycle(ids: &[ObjCgId]) {
-    if ids.is_empty() {
-        return;
+    if !ids.is_empty() {
+        give_back(ids);
     }
+}
+
+/// [`recycle`], also for ids a thread's batch did not hand out. Under the tree lock.
+fn give_back(ids: &[ObjCgId]) {
     let mut a = lock();
     for &id in ids {
         let c = id >> CHUNK_SHIFT;
+        let off = id as usize & (CHUNK - 1);
         let ch = &mut a.chunks[c as usize];
+        debug_assert!(
+            ch.free[off / 64] & (1 << (off % 64)) == 0,
+            "id {id} freed twice"
+        );
         ch.live -= 1;
         if ch.live == 0 {
-            ch.free = Vec::new();
+            ch.free = [0; CHUNK / 64];
             a.with_free.remove(&c);
             a.unmapped.insert(c);
             unmap_chunk(c);
         } else {
-            ch.free.push((id as usize & (CHUNK - 1)) as u16);
+            ch.free[off / 64] |= 1 << (off % 64);
             a.with_free.insert(c);
         }
     }
 }
 
 /// Calls `f(id, node)` for every allocated objcg, with the node it points at. Objcgs
-/// allocated during the walk may or may not be seen.
+/// allocated during the walk may or may not be seen. Each call runs inside a read section
+/// of its objcg: a leaf tenant's death re-points its objcg without the tree lock
+/// (`tenant::die`), and waits for the section before it releases the node.
 ///
 /// # Safety
-/// The caller holds the tenant tree lock (no objcg is freed, re-pointed or unmapped
-/// meanwhile) and uses each node only during its call.
+/// The caller holds the tenant tree lock (no objcg is freed or unmapped meanwhile) and
+/// uses each node only during its call.
 pub(crate) unsafe fn for_each_allocated(mut f: impl FnMut(ObjCgId, &Node)) {
     for_each_entry(|oc| {
-        // Acquire: `alloc` publishes `tenant` (Release) after the other fields.
-        // SAFETY: by the caller's promise the node is not released during the call.
-        if let Some(node) = unsafe { oc.tenant.load(Ordering::Acquire).as_ref() } {
-            f(oc.id, node);
+        // A plain load first: most of a walk is free entries, which need no section.
+        if oc.tenant.load(Ordering::Relaxed).is_null() {
+            return;
+        }
+        // SAFETY: under the tree lock the entry is not freed (`take_zombies` runs under it
+        // too), which is what `read` needs of the caller's ref.
+        if let Some(node) = unsafe { oc.read() } {
+            f(oc.id, &node);
+        }
+    });
+}
+
+/// Calls `f(oc)` for every objcg that points at `node`, its own included (a dying tenant's
+/// re-pointing, and the tests' checks). `O(mapped entries)`: only the death of a tenant
+/// that adopted objcgs walks the table.
+///
+/// # Safety
+/// The caller holds the tenant tree lock, and nothing re-points an objcg to `node` during
+/// the walk (it is dying: no live child can die into it).
+pub(crate) unsafe fn for_each_pointing_at(node: *const Node, mut f: impl FnMut(&ObjCg)) {
+    for_each_entry(|oc| {
+        if core::ptr::eq(oc.tenant.load(Ordering::Acquire), node) {
+            f(oc);
         }
     });
 }
@@ -505,16 +594,19 @@ pub(crate) fn fork_child() {
 /// (`push_zombie`).
 static FORKED: AtomicBool = AtomicBool::new(false);
 
+/// Whether this process is such a forked child (debug checks that a fork may break).
+pub(crate) fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
 /// Bytes the id table holds now (chunks, directories and the free lists), for tests.
 pub(crate) fn table_bytes() -> usize {
     let a = lock();
     let mapped = a.chunks.len() - a.unmapped.len();
     let dirs = a.chunks.len().div_ceil(DIR);
-    let free: usize = a.chunks.iter().map(|c| c.free.capacity() * 2).sum();
     mapped * CHUNK * core::mem::size_of::<ObjCg>()
         + dirs * core::mem::size_of::<Dir>()
         + a.chunks.capacity() * core::mem::size_of::<ChunkIds>()
-        + free
 }
 
 /// Whether the tenant `id` was made for still has handles: false once it is dying or dead

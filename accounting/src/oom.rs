@@ -173,12 +173,11 @@ pub(crate) fn out_of_memory(refused: &Node, retry: &mut Retry<'_>) -> Result<(),
         match choose(&tree, node) {
             Choice::Dying if !open => {}
             Choice::Victim(v) if !killed => {
-                // SAFETY: `choose` saw it alive (handles > 0) under TREE, which we still
-                // hold: its last handle's drop runs `die`, which needs TREE, before the node
-                // can be released.
-                let v = unsafe { &*v };
-                if mark(v, BY_OOM) {
-                    counter::record_event(v, Event::OomKill);
+                // `v` is a strong reference: the victim may have died since `choose` saw
+                // it (a death without adopted objcgs takes no lock), and marking a dead
+                // tenant harms nothing.
+                if mark(&v, BY_OOM) {
+                    counter::record_event(&*v, Event::OomKill);
                 }
                 killed = true;
                 request_wake();
@@ -198,7 +197,7 @@ enum Choice {
     /// A killed tenant of the subtree still has work in flight.
     Dying,
     /// Kill this one.
-    Victim(*const Node),
+    Victim(Arc<Node>),
     /// No Kill-policy tenant with memory of its own is left to kill.
     Nothing,
 }
@@ -209,7 +208,8 @@ struct Member {
     parent: *const Node,
     usage: u64,
     own: u64,
-    candidate: bool,
+    /// Its node, kept readable after the walk, if it may be killed.
+    candidate: Option<Arc<Node>>,
 }
 
 fn is_in(node: &Node, root: &Node) -> bool {
@@ -242,7 +242,9 @@ fn choose(tree: &TreeGuard, r: &Node) -> Choice {
                 .map_or(core::ptr::null(), |p| p as *const Node),
             usage,
             own: usage,
-            candidate: !killed && n.oom.policy() == OomPolicy::Kill,
+            candidate: (!killed && n.oom.policy() == OomPolicy::Kill)
+                .then(|| n.arc())
+                .flatten(),
         });
     });
     if dying {
@@ -258,13 +260,14 @@ fn choose(tree: &TreeGuard, r: &Node) -> Choice {
     }
     members
         .iter()
-        .filter(|m| m.candidate && m.own > 0)
+        .filter(|m| m.candidate.is_some() && m.own > 0)
         // The first of equals wins (max_by_key would take the last).
         .fold(None::<&Member>, |best, m| match best {
             Some(b) if b.own >= m.own => Some(b),
             _ => Some(m),
         })
-        .map_or(Choice::Nothing, |m| Choice::Victim(m.node))
+        .and_then(|m| m.candidate.clone())
+        .map_or(Choice::Nothing, Choice::Victim)
 }
 
 // --- Waking killed futures -----------------------------------------------------------

@@ -15,11 +15,12 @@
 //! already include them. Zombie objcgs (no refs left) are freed in user context
 //! (`free_zombies`).
 //!
-//! Lifecycle work (die, free zombies) is user context and serialised by `TREE`
-//! (`tree.rs`); creating a child needs no lock beyond the objcg id allocator's.
+//! Lifecycle work (die, free zombies) is user context. Creating a child needs no lock
+//! beyond the objcg id allocator's, and the death of a tenant that adopted no objcgs none
+//! (`die`); the rest of a death, and zombie sweeps, are serialised by `TREE` (`tree.rs`).
 
 use core::fmt;
-use core::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::callbacks;
@@ -34,7 +35,7 @@ use crate::report::TenantStat;
 use crate::scope::{self, ScopeGuard};
 use crate::stat::{self, StatItem, Stats};
 use crate::stock::{self, Pool};
-use crate::tree::{for_each_live, root_node, tree_lock};
+use crate::tree::{for_each_live, root_node, tree_lock, try_tree_lock, TreeGuard};
 use crate::types::ObjCgId;
 
 /// The policy steps of the charge failure ladder, handed to the mechanism
@@ -124,8 +125,8 @@ impl Tenant {
         free_zombies_if_due();
         oom::housekeeping();
         // No `TREE` here: the parent cannot die meanwhile (this handle keeps it alive, so
-        // `die` cannot run on it), and nothing else can see the new node, its objcg or its
-        // list until this returns.
+        // `die` cannot run on it), and nothing else can see the new node or its objcg until
+        // this returns.
         // The child keeps its parent alive.
         self.node.handles.fetch_add(1, Ordering::Relaxed);
         let node = Arc::new_cyclic(|this| Node {
@@ -136,7 +137,8 @@ impl Tenant {
             name: name.into(),
             objcg: AtomicU32::new(0),
             handles: AtomicUsize::new(1),
-            objcgs: Mutex::new(Vec::new()),
+            adopted: AtomicUsize::new(0),
+            has_reclaim: AtomicBool::new(false),
             reclaim: Mutex::new(None),
             // A child inherits its parent's policy, so that the requests under a Kill-policy
             // customer are themselves candidates for the OOM killer.
@@ -163,7 +165,6 @@ impl Tenant {
             }
         };
         node.objcg.store(id, Ordering::Relaxed);
-        list_push(&mut locked(&node.objcgs), id);
         Ok(Tenant { node })
     }
 
@@ -357,6 +358,9 @@ impl Tenant {
         let new: Reclaim = Arc::new(callback);
         let old = {
             let _tree = tree_lock();
+            // Before this handle can be dropped: its death, ordered after that drop by
+            // `handles`, sees the flag and takes the callback under TREE.
+            self.node.has_reclaim.store(true, Ordering::Relaxed);
             locked(&self.node.reclaim).replace(new)
         };
         // Outside TREE: the old callback may own the last handle of a tenant (`die`).
@@ -498,41 +502,52 @@ impl Drop for Tenant {
 
 /// The tenant behind `node` died: reparent its objcgs, drop its objcg's alive ref, and
 /// release its count on the parent (which may die in turn).
+///
+/// A tenant that adopted no objcgs (`Node::adopted == 0`, the usual request or query, which
+/// freed what it allocated or whose objects were all freed by now) and has no reclaim
+/// callback dies without the tree lock: only its own objcg points at it, and it re-points
+/// that one itself, as a writer that waits for the objcg's readers (`ObjCg::repoint`).
+/// Nothing else re-points to or from this node meanwhile: no live child is left to die into
+/// it, and the parent cannot die before this releases its count on it. The first tenant up
+/// the chain that adopted objcgs takes the lock (kept for the rest of the chain), sweeps the
+/// zombies (which are most of what it adopted: the dead requests' objcgs whose objects are
+/// freed) and, if some are left, finds the rest in one walk of the objcg table.
+///
+/// A fork while a death without the lock is in flight leaves that death half done in the
+/// child, whose copy of the dying thread does not exist: the node, and each ancestor it was
+/// keeping, is never freed there (a leak, not a dangling pointer), and `adopted` counts at
+/// most one objcg too many, which only makes a later death walk the table.
 fn die(node: &Node) {
     let mut callbacks = Vec::new();
-    let g = tree_lock();
+    let mut swept = Swept::default();
+    let mut tree: Option<TreeGuard> = None;
     let mut cur = node;
     while let Some(parent_arc) = cur.parent.as_ref() {
         let parent: &Node = parent_arc;
-        let moved = core::mem::take(&mut *locked(&cur.objcgs));
-        let mut to = locked(&parent.objcgs);
-        for id in moved {
-            if let Some(oc) = objcg::lookup(id) {
-                // The objcg's new reference on the parent, as a pointer from `into_raw`:
-                // its provenance covers the whole `ArcInner`, counts included. `parent`
-                // cast to a pointer covers only the `Node` after them, so
-                // `Arc::increment_strong_count` on it, and the `Arc::from_raw` that later
-                // releases it (`free_zombies`, or the next `die` up), would reach the counts
-                // through a pointer not allowed to: Stacked Borrows rejects that, and
-                // `Arc`'s raw-pointer functions accept only `into_raw` pointers.
-                let to_ptr = Arc::into_raw(Arc::clone(parent_arc));
-                // SAFETY: invariant: an objcg's `tenant` is null or a pointer from
-                // `Arc::into_raw` owning one strong reference (`child`, or `to_ptr` here),
-                // so `old` may go back through `Arc::from_raw`, which releases the reference
-                // on `cur` that comes back: `cur` lives on through the handle being dropped
-                // (or, up the loop, through its dead child's `parent`) until this returns.
-                // Under TREE.
-                unsafe {
-                    let old = oc.repoint(to_ptr);
-                    debug_assert!(core::ptr::eq(old, cur));
-                    drop(Arc::from_raw(old));
-                }
-            }
-            list_push(&mut to, id);
+        // Acquire: pairs with the Release of the children's `handles` decrements, after
+        // which they counted their objcgs here; a zombie sweep's uncount seen late only
+        // takes the lock for nothing.
+        if tree.is_none()
+            && (cur.adopted.load(Ordering::Acquire) != 0 || cur.has_reclaim.load(Ordering::Relaxed))
+        {
+            tree = Some(tree_lock());
         }
-        drop(to);
-        callbacks.extend(locked(&cur.reclaim).take());
+        if let Some(g) = &tree {
+            if cur.adopted.load(Ordering::Relaxed) != 0 {
+                sweep_zombies(g, &mut swept);
+            }
+            if cur.adopted.load(Ordering::Relaxed) != 0 {
+                reparent_adopted(g, cur, parent_arc);
+            }
+            callbacks.extend(locked(&cur.reclaim).take());
+        }
         if let Some(oc) = objcg::lookup(cur.objcg()) {
+            // Counted before it points there (`Node::adopted`).
+            parent.adopted.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the objcg's alive ref keeps it allocated; `tenant` points at `cur`
+            // (only `die` re-points an objcg, and `cur` is dying once); the pointer comes
+            // from `into_raw` (`repoint_to`).
+            unsafe { repoint_to(oc, cur, parent_arc) };
             oc.put(1);
         }
         if parent.handles.fetch_sub(1, Ordering::Release) != 1 {
@@ -541,9 +556,60 @@ fn die(node: &Node) {
         fence(Ordering::Acquire);
         cur = parent;
     }
-    drop(g);
+    drop(tree);
     // Callbacks may own handles whose drop re-enters `die`: drop them unlocked.
     drop(callbacks);
+    swept.release();
+}
+
+/// Re-points every objcg `cur` adopted to its parent, and counts them there. Under TREE,
+/// once the zombies are swept: what is left are dead descendants' objcgs with live objects.
+fn reparent_adopted(_tree: &TreeGuard, cur: &Node, parent_arc: &Arc<Node>) {
+    let own = cur.objcg();
+    let mut moved = 0usize;
+    // SAFETY: under TREE; `cur` is dying, so nothing re-points an objcg to it meanwhile
+    // (no live child is left).
+    unsafe {
+        objcg::for_each_pointing_at(cur, |oc| {
+            if oc.id() == own {
+                return;
+            }
+            parent_arc.adopted.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: under TREE no objcg is freed; it points at `cur` (just seen).
+            repoint_to(oc, cur, parent_arc);
+            moved += 1;
+        })
+    };
+    let counted = cur.adopted.swap(0, Ordering::Relaxed);
+    debug_assert!(
+        counted == moved || objcg::forked(),
+        "{counted} objcgs counted as adopted, {moved} found"
+    );
+}
+
+/// Re-points `oc` from `cur` to `parent_arc`, moving its strong reference.
+///
+/// # Safety
+/// `oc` stays allocated for the call and points at `cur`, which lives until the caller
+/// returns (the handle being dropped, or up the chain its dead child's `parent`), and no
+/// other thread re-points it meanwhile.
+unsafe fn repoint_to(oc: &objcg::ObjCg, cur: &Node, parent_arc: &Arc<Node>) {
+    // The objcg's new reference on the parent, as a pointer from `into_raw`: its provenance
+    // covers the whole `ArcInner`, counts included. `parent` cast to a pointer covers only
+    // the `Node` after them, so `Arc::increment_strong_count` on it, and the `Arc::from_raw`
+    // that later releases it (`free_zombies`, or the next `die` up), would reach the counts
+    // through a pointer not allowed to: Stacked Borrows rejects that, and `Arc`'s raw-pointer
+    // functions accept only `into_raw` pointers.
+    let to_ptr = Arc::into_raw(Arc::clone(parent_arc));
+    // SAFETY: invariant: an objcg's `tenant` is null or a pointer from `Arc::into_raw`
+    // owning one strong reference (`child`, or `to_ptr` here), so `old` may go back through
+    // `Arc::from_raw`, which releases the reference on `cur` that comes back; `cur` lives on
+    // by the caller's promise.
+    unsafe {
+        let old = oc.repoint(to_ptr);
+        debug_assert!(core::ptr::eq(old, cur));
+        drop(Arc::from_raw(old));
+    }
 }
 
 /// Drains every thread's stock (idle threads included) and frees dead objcgs. After it
@@ -566,32 +632,50 @@ pub fn current_tenant() -> Tenant {
     Tenant::root()
 }
 
-/// Frees dead objcgs: unlists them, recycles their ids (and the chunks of the table that
-/// empty out) and releases their nodes. User context only (allocates, locks).
+/// Frees dead objcgs: uncounts them from the nodes they point at, recycles their ids (and
+/// the chunks of the table that empty out) and releases their nodes. User context only
+/// (allocates, locks).
 pub(crate) fn free_zombies() {
-    let mut nodes = Vec::new();
-    let mut ids = Vec::new();
+    let mut swept = Swept::default();
     let g = tree_lock();
-    objcg::take_zombies(|id, tenant, at| {
-        // SAFETY: the entry's reference (released below) keeps `tenant` alive.
-        if let Some(t) = unsafe { tenant.as_ref() } {
-            list_remove(&mut locked(&t.objcgs), id, at);
-        }
-        ids.push(id);
-        nodes.push(tenant);
-    });
-    // Recycled only now that no list names them; under TREE, so that an id is never
-    // handed out again while a concurrent sweep could still see it listed.
-    objcg::recycle(&ids);
+    sweep_zombies(&g, &mut swept);
     drop(g);
-    for n in nodes {
-        if !n.is_null() {
+    swept.release();
+}
+
+/// The nodes a sweep took references on, released once the tree lock is dropped.
+#[derive(Default)]
+struct Swept(Vec<*const Node>);
+
+impl Swept {
+    fn release(self) {
+        for n in self.0 {
             // SAFETY: the objcg's strong reference (from `Arc::into_raw` in `child`, or
-            // moved to it by `die`), taken from the entry, which was just cleared: this is
-            // the only release.
+            // moved to it by `die`), taken from the entry, which `take_zombies` cleared:
+            // this is the only release.
             unsafe { Arc::decrement_strong_count(n) };
         }
     }
+}
+
+/// [`free_zombies`] with the tree lock held; the references taken go to `swept`.
+fn sweep_zombies(_tree: &TreeGuard, swept: &mut Swept) {
+    let mut ids = Vec::new();
+    objcg::take_zombies(|id, tenant| {
+        // SAFETY: the entry's reference (released by `swept`) keeps `tenant` alive.
+        if let Some(t) = unsafe { tenant.as_ref() } {
+            // A zombie points at an ancestor of its creator (its death re-pointed it first,
+            // counting it there): uncounted only now that the entry is clear.
+            debug_assert!(t.objcg() != id, "objcg {id} died before its tenant");
+            let old = t.adopted.fetch_sub(1, Ordering::Relaxed);
+            debug_assert!(old != 0, "objcg {id}: adopted underflow");
+            swept.0.push(tenant);
+        }
+        ids.push(id);
+    });
+    // Under TREE, so that an id is never handed out again while a walk of the table could
+    // still see its old entry.
+    objcg::recycle(&ids);
 }
 
 /// Dead objcgs the lifecycle paths let wait before they free them: a tenant per query would
@@ -606,37 +690,12 @@ pub(crate) const ZOMBIE_SWEEP_EVERY: u32 = 32;
 /// call. `drain_all_stocks()` and `stat()` call `free_zombies` whatever the count.
 fn free_zombies_if_due() {
     if objcg::zombie_count() >= ZOMBIE_SWEEP_EVERY {
-        free_zombies();
-    }
-}
-
-/// Appends `id` to a node's `objcgs` list. Under `TREE`, or before the node is published.
-fn list_push(list: &mut Vec<ObjCgId>, id: ObjCgId) {
-    if let Some(oc) = objcg::lookup(id) {
-        oc.set_list_index(list.len());
-    }
-    list.push(id);
-}
-
-/// Removes `id`, at position `at`, from a node's `objcgs` list in O(1): the last entry takes
-/// its place. Under `TREE`.
-fn list_remove(list: &mut Vec<ObjCgId>, id: ObjCgId, at: usize) {
-    if list.get(at) != Some(&id) {
-        // Never expected (a bug elsewhere): search rather than unlist another objcg, and
-        // record every position again so that later removals find theirs.
-        debug_assert!(false, "objcg {id} not at its recorded position {at}");
-        list.retain(|&x| x != id);
-        for (i, &x) in list.iter().enumerate() {
-            if let Some(oc) = objcg::lookup(x) {
-                oc.set_list_index(i);
-            }
-        }
-        return;
-    }
-    list.swap_remove(at);
-    if let Some(&moved) = list.get(at) {
-        if let Some(oc) = objcg::lookup(moved) {
-            oc.set_list_index(at);
+        // Left to a later call when another thread holds the lock (likely sweeping).
+        if let Some(g) = try_tree_lock() {
+            let mut swept = Swept::default();
+            sweep_zombies(&g, &mut swept);
+            drop(g);
+            swept.release();
         }
     }
 }
@@ -663,19 +722,27 @@ impl Tenant {
         self.node.stats.get(idx)
     }
 
-    /// The objcgs that point at this tenant, after checking that each one does and knows
-    /// its position in the list.
+    /// The objcgs that point at this tenant (its own first), after checking that the
+    /// adopted ones are counted exactly (`Node::adopted`).
     #[cfg(test)]
     pub(crate) fn objcg_list(&self) -> Vec<ObjCgId> {
         let _g = tree_lock();
-        let list = locked(&self.node.objcgs).clone();
-        for (i, &id) in list.iter().enumerate() {
-            let oc = objcg::lookup(id).expect("listed objcg resolves");
-            assert_eq!(oc.list_index(), i, "objcg {id}: recorded position");
-            // SAFETY: under TREE no listed objcg is freed (free_zombies unlists it first).
-            let t = unsafe { oc.tenant_locked() }.expect("listed objcg is live");
-            assert!(core::ptr::eq(t, &*self.node), "objcg {id} points elsewhere");
-        }
+        let own = self.node.objcg();
+        let mut list = vec![own];
+        // SAFETY: under TREE; the tests call this with no child of the tenant alive, so no
+        // death re-points an objcg to it meanwhile (nor from it: it is alive).
+        unsafe {
+            objcg::for_each_pointing_at(&*self.node, |oc| {
+                if oc.id() != own {
+                    list.push(oc.id());
+                }
+            })
+        };
+        assert_eq!(
+            self.node.adopted.load(Ordering::Relaxed),
+            list.len() - 1,
+            "adopted counts the objcgs pointing here"
+        );
         list
     }
 }

@@ -104,12 +104,11 @@ fn large_charge_rounds_batch() {
     assert_eq!(t.current_exact(), 0);
 }
 
-/// Freeing a dead child's objcg finds it in its parent's list by its recorded position
-/// (no search: a service whose ended queries' results are still alive lists one objcg per
-/// such query). Positions stay right through reparenting across two levels and removals in
-/// any order.
+/// A node counts the dead descendants' objcgs that point at it (`adopted`, which lets a
+/// death with none skip the tree lock): exact through reparenting across two levels, and
+/// through frees in any order.
 #[test]
-fn objcg_lists_stay_indexed_through_reparenting() {
+fn adopted_counts_stay_exact_through_reparenting() {
     let _serial = serial();
     let parent = Tenant::new("lists");
     let mid = parent.child("lists-mid");
@@ -124,12 +123,12 @@ fn objcg_lists_stay_indexed_through_reparenting() {
         };
         assert!(charge(t.objcg_id(), 64, StatIdx::slab(2)));
         ids.push(t.objcg_id());
-        // Dead, kept by the 64 bytes: its objcg moves to the parent's list (or mid's).
+        // Dead, kept by the 64 bytes: its objcg now points at the parent (or mid).
         drop(t);
     }
     assert_eq!(mid.objcg_list().len(), 1 + n - n.div_ceil(3));
-    // mid dies: its list (its own objcg, freed as it holds nothing, and 133 inherited ones)
-    // moves to the parent.
+    // mid dies: its own objcg (freed, as it holds nothing) and the 133 it adopted move to
+    // the parent.
     drop(mid);
     crate::drain_all_stocks();
     let mut listed = parent.objcg_list();
@@ -138,7 +137,7 @@ fn objcg_lists_stay_indexed_through_reparenting() {
     want.push(parent.objcg_id());
     want.sort_unstable();
     assert_eq!(listed, want);
-    // Give the bytes back in a scrambled order; each objcg leaves the list when freed.
+    // Give the bytes back in a scrambled order; each objcg is uncounted when freed.
     let mut order: Vec<usize> = (0..ids.len()).collect();
     let mut x = 0x2545_f491_4f6c_dd1du64;
     for i in (1..order.len()).rev() {

@@ -5,7 +5,7 @@
 //! `TREE` runs as the root, so it never enters that ladder itself (`tree_lock`).
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU32, AtomicUsize};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::counter::Counter;
@@ -29,19 +29,22 @@ pub(crate) fn root_node() -> &'static Arc<Node> {
             objcg: AtomicU32::new(0),
             // The static's own handle: the root never dies.
             handles: AtomicUsize::new(1),
-            objcgs: Mutex::new(Vec::new()),
+            adopted: AtomicUsize::new(0),
+            has_reclaim: AtomicBool::new(false),
             reclaim: Mutex::new(None),
             oom: OomState::new(OomPolicy::Fail),
         })
     })
 }
 
-/// Calls `f` for every live tenant but the root, in no particular order. The tree lock
-/// (`_tree`) keeps every node seen alive during the call; tenants created meanwhile may or
-/// may not be seen. A tenant is seen through its own objcg, which points at it while it
-/// lives.
+/// Calls `f` for every live tenant but the root, in no particular order. Each node is
+/// readable during its call (a read section of its objcg, which a death without the tree
+/// lock waits for), not after: a tenant seen alive may die as soon as the call returns.
+/// Tenants created or dying meanwhile may or may not be seen. A tenant is seen through its
+/// own objcg, which points at it while it lives.
 pub(crate) fn for_each_live(_tree: &TreeGuard, mut f: impl FnMut(&Node)) {
-    // SAFETY: the caller holds TREE, under which alone objcgs are freed and re-pointed.
+    // SAFETY: the caller holds TREE, under which alone objcgs are freed; the walk brackets
+    // each call in a read section against the re-pointing of a lock-free death.
     unsafe {
         objcg::for_each_allocated(|id, node| {
             if node.objcg() == id && node.is_alive() {
@@ -65,6 +68,23 @@ pub(crate) fn tree_lock() -> TreeGuard {
         _lock: locked(&TREE),
         _root: root,
     }
+}
+
+/// The tree lock if no other thread holds it now: for work that may wait for a later call
+/// (the lifecycle paths' zombie sweeps), so that two threads starting and ending tenants do
+/// not pass the lock back and forth.
+pub(crate) fn try_tree_lock() -> Option<TreeGuard> {
+    let root = scope::unscoped();
+    let lock = match TREE.try_lock() {
+        Ok(g) => g,
+        // Poisoning is ignored, as in `locked`.
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    Some(TreeGuard {
+        _lock: lock,
+        _root: root,
+    })
 }
 
 /// Fork support: the tree lock and the objcg id allocator's lock, held by the forking thread
