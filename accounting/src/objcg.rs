@@ -254,9 +254,9 @@ struct IdBatch {
 impl Drop for IdBatch {
     fn drop(&mut self) {
         if self.len != 0 {
-            // The root's: thread exit may run inside a tenant's scope.
-            let _tree = crate::tree::tree_lock();
-            give_back(&self.ids[..self.len]);
+            // Without the tree lock (which is above this file): a chunk this empties stays
+            // mapped, all free, for the next batch, as no walk may see it unmapped.
+            give_back(&self.ids[..self.len], false);
         }
     }
 }
@@ -499,12 +499,13 @@ pub(crate) fn zombie_count() -> u32 {
 /// User context, under the tree lock.
 pub(crate) fn recycle(ids: &[ObjCgId]) {
     if !ids.is_empty() {
-        give_back(ids);
+        give_back(ids, true);
     }
 }
 
-/// [`recycle`], also for ids a thread's batch did not hand out. Under the tree lock.
-fn give_back(ids: &[ObjCgId]) {
+/// [`recycle`], also for ids a thread's batch did not hand out; frees the chunks it empties
+/// only if `unmap` (then under the tree lock).
+fn give_back(ids: &[ObjCgId], unmap: bool) {
     let mut a = lock();
     for &id in ids {
         let c = id >> CHUNK_SHIFT;
@@ -515,7 +516,7 @@ fn give_back(ids: &[ObjCgId]) {
             "id {id} freed twice"
         );
         ch.live -= 1;
-        if ch.live == 0 {
+        if ch.live == 0 && unmap {
             ch.free = [0; CHUNK / 64];
             a.with_free.remove(&c);
             a.unmapped.insert(c);
