@@ -376,8 +376,8 @@ enum Forward {
 /// the bytes go to that slot's API pool, pre-charged to the ancestor and holding no refs,
 /// and the `n` refs they held on `id` are owed by the stock's forwarding entry for `id`
 /// (`stock.rs`), put when the entry is replaced or a drain or the thread's exit takes it.
-/// The next free of that dead tenant's objects on this thread finds the entry and forwards
-/// with no read section and no ref update: a request's objects freed after it died cost
+/// The next free of that dead tenant's objects on this thread finds the entry in
+/// `stock::Stock::refill`'s own critical section, with no read section and no ref update: a request's objects freed after it died cost
 /// about what a free of the ancestor's own objects costs, instead of four atomics on two
 /// shared lines. Without an entry it reads `id`'s target once, and when the stock has no
 /// slot for it says so with the refs taken ([`Forward::Target`]), so the caller does not
