@@ -334,6 +334,22 @@ pub enum Pop {
 }
 
 impl ObjectStock {
+    /// [`note_miss`](Self::note_miss)'s common case, inline: another miss under the tenant
+    /// the last miss was for, with no drainer's bits, before `RETAG_AFTER`, only counts. True
+    /// when it did (nothing else to do); false sends the caller to `note_miss`.
+    #[inline(always)]
+    pub(crate) fn count_miss(&self, cg: ObjCgId) -> bool {
+        let misses = self.tag_misses.get() + 1;
+        if self.miss_cg.get() != cg
+            || misses >= RETAG_AFTER
+            || self.tag.load(Ordering::Relaxed) & (NO_TAG | STEAL | DRAINED) != 0
+        {
+            return false;
+        }
+        self.tag_misses.set(misses);
+        true
+    }
+
     /// Called after an allocation under `cg` missed the tagged bins. Retags for `cg` (under the
     /// `stock` lock) when a drainer has been here or the bins were given back, on the first
     /// miss under a new tenant when the bins are empty or hold at least `TRANSFER_MIN` objects

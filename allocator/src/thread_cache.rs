@@ -189,7 +189,7 @@ impl ThreadCache {
     /// After an allocation under `cg` missed the object stock (`ObjectStock::note_miss`).
     #[inline]
     pub(crate) fn note_miss(&self, cg: ObjCgId) {
-        if is_live(self) {
+        if is_live(self) && !self.stock.count_miss(cg) {
             self.stock.note_miss(&self.bins, &self.accounted, cg);
         }
     }
