@@ -37,16 +37,16 @@ impl StatItem {
     }
 }
 
-/// The shared, hierarchical stat counters of one node.
+/// The shared, hierarchical stat counters of one node. A new node's are all zero, made by
+/// zeroing its memory (`Node::new_arc`): no constructor, so none builds 1 KiB by value.
 pub(crate) struct Stats {
     v: [AtomicI64; NR_STAT],
 }
 
 impl Stats {
-    pub(crate) const fn new() -> Stats {
-        Stats {
-            v: [const { AtomicI64::new(0) }; NR_STAT],
-        }
+    /// Whether every stat is zero (a new node's).
+    pub(crate) fn is_zero(&self) -> bool {
+        self.v.iter().all(|s| s.load(Relaxed) == 0)
     }
     /// Adds `d` at `idx` on this node only (the caller walks ancestors). Out-of-range
     /// indexes are ignored rather than panicking: this runs inside the allocator.

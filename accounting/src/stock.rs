@@ -178,6 +178,19 @@ impl Contents {
         dirty: 0,
     };
 
+    /// Empties everything but `id`: pools and deltas to zero, as `EMPTY` has them.
+    pub(crate) fn clear_keeping_id(&mut self) {
+        self.bytes = 0;
+        self.api = 0;
+        for k in dirty_indices(self.dirty) {
+            if let Some(d) = self.stats.get_mut(k) {
+                *d = 0;
+            }
+        }
+        self.dirty = 0;
+        debug_assert!(self.stats.iter().all(|&d| d == 0));
+    }
+
     /// The indices of `stats` that may be non-zero, with their deltas (zeros skipped).
     pub(crate) fn deltas(&self) -> impl Iterator<Item = (usize, i32)> + '_ {
         dirty_indices(self.dirty).filter_map(|k| match self.stats.get(k) {

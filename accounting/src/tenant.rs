@@ -20,20 +20,20 @@
 //! (`die`); the rest of a death, and zombie sweeps, are serialised by `TREE` (`tree.rs`).
 
 use core::fmt;
-use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use core::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
 
 use crate::callbacks;
 use crate::charge::{self, Ladder, Refused};
-use crate::counter::{self, Counter, Events, Reach};
+use crate::counter::{self, Events, Reach};
 use crate::drain;
 use crate::node::{locked, upgrade, Node, Reclaim, Tenant};
 use crate::objcg;
 use crate::oom::{self, Killed};
-use crate::oom_state::{OomPolicy, OomState};
+use crate::oom_state::OomPolicy;
 use crate::report::TenantStat;
 use crate::scope::{self, ScopeGuard};
-use crate::stat::{self, StatItem, Stats};
+use crate::stat::{self, StatItem};
 use crate::stock::{self, Pool};
 use crate::tree::{for_each_live, root_node, tree_lock, try_tree_lock, TreeGuard};
 use crate::types::ObjCgId;
@@ -129,21 +129,14 @@ impl Tenant {
         // this returns.
         // The child keeps its parent alive.
         self.node.handles.fetch_add(1, Ordering::Relaxed);
-        let node = Arc::new_cyclic(|this| Node {
-            counter: Counter::new(),
-            stats: Stats::new(),
-            parent: Some(self.node.clone()),
-            this: this.clone(),
-            name: name.into(),
-            objcg: AtomicU32::new(0),
-            handles: AtomicUsize::new(1),
-            adopted: AtomicUsize::new(0),
-            has_reclaim: AtomicBool::new(false),
-            reclaim: Mutex::new(None),
-            // A child inherits its parent's policy, so that the requests under a Kill-policy
-            // customer are themselves candidates for the OOM killer.
-            oom: OomState::new(self.node.oom.policy()),
-        });
+        // A child inherits its parent's policy, so that the requests under a Kill-policy
+        // customer are themselves candidates for the OOM killer.
+        let node = Node::new_arc(
+            Some(self.node.clone()),
+            name.into(),
+            1,
+            self.node.oom.policy(),
+        );
         let raw = Arc::into_raw(node.clone());
         let id = match objcg::alloc(raw).or_else(|_| {
             // Ids of dead tenants whose last objects are freed may wait in stocks and on

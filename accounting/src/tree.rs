@@ -5,35 +5,20 @@
 //! `TREE` runs as the root, so it never enters that ladder itself (`tree_lock`).
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use crate::counter::Counter;
 use crate::node::{locked, Node};
 use crate::objcg;
-use crate::oom_state::{OomPolicy, OomState};
+use crate::oom_state::OomPolicy;
 use crate::scope::{self, RootScope};
-use crate::stat::Stats;
 
 static TREE: Mutex<()> = Mutex::new(());
 static ROOT: OnceLock<Arc<Node>> = OnceLock::new();
 
 pub(crate) fn root_node() -> &'static Arc<Node> {
     ROOT.get_or_init(|| {
-        Arc::new_cyclic(|this| Node {
-            counter: Counter::new(),
-            stats: Stats::new(),
-            parent: None,
-            this: this.clone(),
-            name: "root".into(),
-            objcg: AtomicU32::new(0),
-            // The static's own handle: the root never dies.
-            handles: AtomicUsize::new(1),
-            adopted: AtomicUsize::new(0),
-            has_reclaim: AtomicBool::new(false),
-            reclaim: Mutex::new(None),
-            oom: OomState::new(OomPolicy::Fail),
-        })
+        // The static's own handle (1): the root never dies.
+        Node::new_arc(None, "root".into(), 1, OomPolicy::Fail)
     })
 }
 
