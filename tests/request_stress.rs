@@ -29,4 +29,10 @@ fn a_tenant_per_request_on_16_threads_matches_the_ledger() {
         report.refused > 0 && report.freed_from_pool > 0,
         "{report:?}"
     );
+    // The pool held the objects of hundreds of dead requests (more than a thread's 256
+    // forwarding entries), and live requests were checked too.
+    assert!(
+        report.max_pool > 2000 && report.request_checks > 0,
+        "{report:?}"
+    );
 }

@@ -338,10 +338,11 @@ impl Stock {
     /// what the ancestor's own do: no second CS, no objcg lookup, no atomics. `None` when
     /// `id` has no usable entry (or the bytes are not an object's); `Some(false)`, nothing
     /// changed, when the slot declined them (the slow path trims and flushes). An entry
-    /// exists only on a listed stock (module invariants), so no flag check is needed; and
-    /// an objcg with an entry has no slot of its own here (`forward` makes the entry after a
-    /// search found none, and a dead objcg that charges an ancestor gets no new slot), so
-    /// it is looked up before the other slots. In CS.
+    /// exists only on a listed stock (module invariants), so no flag check is needed. An
+    /// objcg with an entry usually has no slot of its own here (`forward` makes the entry
+    /// after a search found none), so the entry is looked up before the other slots; when a
+    /// later charge did give the dead objcg a slot (a realloc growing its block), the entry
+    /// still wins, and either route accounts the bytes right. In CS.
     #[inline(always)]
     fn refill_forwarded(&self, id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Option<bool> {
         if !matches!(pool, Pool::Objects) || n == 0 {

@@ -339,6 +339,8 @@ impl ObjectStock {
     /// when it did (nothing else to do); false sends the caller to `note_miss`.
     #[inline(always)]
     pub(crate) fn count_miss(&self, cg: ObjCgId) -> bool {
+        // The callers' test (`note_miss` returns at once for the tag's own tenant).
+        debug_assert!(self.tag.load(Ordering::Relaxed) != u64::from(cg));
         let misses = self.tag_misses.get() + 1;
         if self.miss_cg.get() != cg
             || misses >= RETAG_AFTER

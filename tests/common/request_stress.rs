@@ -39,7 +39,12 @@ pub struct Report {
     pub refused: u64,
     /// Objects of dead requests freed inside another request's scope.
     pub freed_from_pool: u64,
+    /// The most objects the pool held.
+    pub max_pool: usize,
+    /// Rounds checked against the ledger.
     pub checks: u64,
+    /// Live requests checked against their own objects.
+    pub request_checks: u64,
 }
 
 /// The customers: name and max (bytes). The last is tight, so its requests are refused.
@@ -217,9 +222,36 @@ fn request(
             let i = rng.below(mine.len());
             free(mine.swap_remove(i));
         }
+    }
+    if report.requests.is_multiple_of(64) {
+        // The request itself owns exactly its live objects (checked outside its scope: the
+        // drain allocates).
+        let live: u64 = mine.iter().map(|o| o.usable).sum();
+        assert_eq!(
+            req.current_exact(),
+            live,
+            "a live request against its objects"
+        );
+        let s = req.stat();
+        assert_eq!(
+            s.slab + s.large,
+            live,
+            "a live request's slab and large stats"
+        );
+        report.request_checks += 1;
+    }
+    {
+        let _in = req.enter();
         let mut pool = pool.lock().unwrap_or_else(|e| e.into_inner());
-        // Objects of earlier, dead requests (any customer, any thread), freed in this scope.
-        let n = rng.below(2 * BURST / 3).min(pool.len());
+        // Objects of earlier, dead requests (any customer, any thread), freed in this scope:
+        // fewer while the pool is below half full, so that it fills (the objects of
+        // hundreds of dead requests, more than a thread's forwarding entries) and stays so.
+        let n = if pool.len() > POOL_CAP / 2 {
+            rng.below(2 * BURST / 3)
+        } else {
+            rng.below(BURST / 6)
+        }
+        .min(pool.len());
         for _ in 0..n {
             let i = rng.below(pool.len());
             free(pool.swap_remove(i));
@@ -233,6 +265,7 @@ fn request(
                 free(o);
             }
         }
+        report.max_pool = report.max_pool.max(pool.len());
     }
     report.requests += 1;
     drop(req);
@@ -255,10 +288,12 @@ fn check(service: &Tenant, customers: &[Tenant], pool: &[Obj], round: usize) {
             "round {round}: {} against the ledger",
             c.name()
         );
+        let s = c.stat();
+        assert_eq!(s.current, current, "round {round}: {} stat", c.name());
         assert_eq!(
-            c.stat().current,
-            current,
-            "round {round}: {} stat",
+            s.slab + s.large,
+            ledger,
+            "round {round}: {} slab and large stats",
             c.name()
         );
         assert!(
@@ -342,7 +377,9 @@ pub fn run(cfg: &Config) -> Report {
         total.allocations += r.allocations;
         total.refused += r.refused;
         total.freed_from_pool += r.freed_from_pool;
+        total.max_pool = total.max_pool.max(r.max_pool);
         total.checks += r.checks;
+        total.request_checks += r.request_checks;
     }
     total
 }
