@@ -31,8 +31,14 @@ fn main() {
         });
         format!(
             "{} requests, {} allocations, {} refused by the tight limit, {} dead requests' \
-             objects freed by others, {} ledger checks",
-            r.requests, r.allocations, r.refused, r.freed_from_pool, r.checks
+             objects freed by others (pool up to {}), {} ledger checks, {} live requests checked",
+            r.requests,
+            r.allocations,
+            r.refused,
+            r.freed_from_pool,
+            r.max_pool,
+            r.checks,
+            r.request_checks
         )
     });
 }
