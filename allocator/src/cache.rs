@@ -556,6 +556,7 @@ impl SlabCache {
     /// whether the slot is allocated.
     ///
     /// Safe: it only reads segment headers, which stay mapped for the life of the process.
+    #[inline(always)]
     pub(crate) fn check_slot_start(&self, p: *mut u8) -> (*mut Segment, usize, usize) {
         if !is_segment(p) {
             sys::fatal("free of a pointer that slabcg did not allocate");
