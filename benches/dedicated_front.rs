@@ -7,7 +7,8 @@
 //!
 //! `cargo bench --bench dedicated_front`. Prints ns per pair of each variant, the median of
 //! 15 alternating rounds in this process, and the ratios cache / Box (the figure to watch;
-//! the target is 1.10 or less).
+//! the target is 1.10 or less). `FRONT_ONLY=<variant>` runs one variant once (see `main`),
+//! for `valgrind --tool=callgrind`.
 
 use std::alloc::Layout;
 use std::hint::black_box;
@@ -71,6 +72,21 @@ fn main() {
     let typed: TypedCache<Obj> = TypedCache::new("bench-front-typed", false);
     let typed_acct: TypedCache<Obj> = TypedCache::new("bench-front-typed-acct", true);
     let t = Tenant::new("bench-front");
+    // `FRONT_ONLY=<variant>` runs one variant once, for callgrind (instructions per pair =
+    // total / PAIRS): box, cache, typed, or the same with `-tenant`.
+    if let Ok(v) = std::env::var("FRONT_ONLY") {
+        let _g = v.ends_with("-tenant").then(|| t.enter());
+        let ns = match v.trim_end_matches("-tenant") {
+            "box" => time(&mut boxes),
+            "cache" if _g.is_some() => time(&mut || cache_pairs(&acct)),
+            "cache" => time(&mut || cache_pairs(&plain)),
+            "typed" if _g.is_some() => time(&mut || typed_pairs(&typed_acct)),
+            "typed" => time(&mut || typed_pairs(&typed)),
+            _ => panic!("FRONT_ONLY: box, cache or typed, optionally with -tenant"),
+        };
+        println!("{v}: {ns:.2} ns/pair");
+        return;
+    }
     let names = [
         "box",
         "cache",

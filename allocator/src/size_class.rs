@@ -128,17 +128,21 @@ pub fn class_of(size: usize) -> usize {
 /// the index of its line in `AllocStats::classes`.
 #[inline]
 pub fn class_for(size: usize, align: usize) -> Option<usize> {
+    debug_assert!(align.is_power_of_two(), "class_for: align {align} is not a power of two");
     if align > crate::sys::PAGE {
         return None;
     }
-    let rounded = size.checked_add(align - 1)? & !(align - 1);
+    let mask = align - 1;
+    let rounded = size.checked_add(mask)? & !mask;
     if rounded > MAX_SMALL {
         return None;
     }
     let mut c = class_of(rounded);
     // Only alignments above 16 can skip classes; the walk ends at a power-of-two class at the
     // latest, and the last class (128 KiB) is a multiple of every alignment <= PAGE.
-    while c < NUM_CLASSES && !(CLASS_SIZES[c] as usize).is_multiple_of(align) {
+    // A mask, not `is_multiple_of`: the compiler cannot know `align` is a power of two and
+    // would divide (a `div` was 14% of `free_bulk`'s samples).
+    while c < NUM_CLASSES && CLASS_SIZES[c] as usize & mask != 0 {
         c += 1;
     }
     if c < NUM_CLASSES {
