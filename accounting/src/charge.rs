@@ -193,7 +193,16 @@ fn borrow_from_parent(s: &Stock, oc: &ObjCg, batch: u64) -> Option<u64> {
         got = (|| {
             // SAFETY: the caller holds refs on `oc` (as for `charge_counter`).
             let t = unsafe { oc.read() }?;
-            let p = t.parent_node().filter(|p| p.is_alive())?;
+            // A live tenant's parent is alive (its `handles` counts the child until the
+            // child's death ends), so the check reads the tenant's own line: the parent's,
+            // written by every sibling's birth and death, bounced between the threads that
+            // serve its requests (10% of a two-thread `lifecycle_probe`). Either read races
+            // with a death the same way; what follows holds for a parent that dies
+            // meanwhile as it did before.
+            if !t.is_alive() {
+                return None;
+            }
+            let p = t.parent_node()?;
             // A slot for the live parent's own objcg holds a ref on it, so the id is its.
             let j = s.find(p.objcg())?;
             let b = s.api[j].load(Relaxed);
@@ -631,9 +640,9 @@ pub(crate) fn transfer(from: ObjCgId, to: ObjCgId, parts: &[(StatIdx, u64)]) -> 
 pub(crate) fn release_own_slot(id: ObjCgId) {
     let mut c = Contents::EMPTY;
     // What the parent's slot could not keep (a pool past STOCK_HIGH, a delta past its
-    // flush), with the parent's objcg and a ref taken on it.
+    // flush), with the parent's objcg and a ref taken on it (`Some(None)`: handed, no rest).
     let mut rest = Contents::EMPTY;
-    let mut parent: Option<&'static ObjCg> = None;
+    let mut parent: Option<Option<&'static ObjCg>> = None;
     let mut refs = 0;
     STOCK.with(|s| {
         if s.flags() & (REGISTERED | EXITED) != REGISTERED {
@@ -658,8 +667,10 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
                 oc.release_hold();
                 oc.put(refs);
             }
-            drain::give_back(to, &rest);
-            to.put(1);
+            if let Some(to) = to {
+                drain::give_back(to, &rest);
+                to.put(1);
+            }
         }
     }
 }
@@ -668,9 +679,14 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
 /// the live node its objcg now charges, if there is one: the bytes of both pools to that
 /// slot's API pool (trimmed to `STOCK_LOW` past `STOCK_HIGH`), the deltas into its deltas.
 /// What does not fit goes to `rest` (the target's id, bytes and deltas to give back to the
-/// counters). Returns the target's objcg with a ref taken on it for that, and leaves `c`
-/// with its id only; `None`, with nothing changed, when there is no such slot. In CS.
-fn hand_to_parent(s: &Stock, c: &mut Contents, rest: &mut Contents) -> Option<&'static ObjCg> {
+/// counters). Returns the target's objcg with a ref taken on it for that (`Some(None)` when
+/// nothing is left over, without the ref), and leaves `c` with its id only; `None`, with
+/// nothing changed, when there is no such slot. In CS.
+fn hand_to_parent(
+    s: &Stock,
+    c: &mut Contents,
+    rest: &mut Contents,
+) -> Option<Option<&'static ObjCg>> {
     let oc = objcg::lookup(c.id)?;
     let j = {
         // SAFETY: the slot ref, now in `c`, keeps `oc` allocated.
@@ -697,9 +713,14 @@ fn hand_to_parent(s: &Stock, c: &mut Contents, rest: &mut Contents) -> Option<&'
     c.clear_keeping_id();
     rest.id = s.ids[j].load(Relaxed);
     s.stamp(j);
-    // The target's slot ref keeps it allocated inside the CS; this one for `rest` after.
+    // The target's slot ref keeps it allocated inside the CS; this one for `rest` after,
+    // taken only when there is a rest: the target's refs are a line every thread that
+    // serves its requests writes, and its slot usually keeps everything.
+    if rest.bytes + rest.api == 0 && rest.dirty == 0 {
+        return Some(None);
+    }
     to_oc.get(1);
-    Some(to_oc)
+    Some(Some(to_oc))
 }
 
 /// Records that a stock may hold `oc`'s tenant's bytes (`drain.rs`): called inside the

@@ -3,7 +3,7 @@
 //! policy.
 //! What the handle does, and the lifecycle (death, reparenting), are in `tenant.rs`.
 //!
-//! Liveness of a tenant is `handles > 0`, where `handles = live Tenant handles + live
+//! Liveness of a tenant is `handles > 0` (`Node::dead` records its end), where `handles = live Tenant handles + live
 //! children` (a live child keeps its parent alive). The `Node` is owned by `Arc`s: the
 //! handles' (`Tenant`), its children's (`parent`) and one per objcg pointing at it
 //! (`objcg.rs`).
@@ -19,18 +19,14 @@ use crate::types::ObjCgId;
 /// A tenant's reclaim callback (`Tenant::set_reclaim`).
 pub(crate) type Reclaim = Arc<dyn Fn(&Tenant, u64) + Send + Sync>;
 
-/// One node of the accounting tree (memcg).
-pub(crate) struct Node {
-    pub(crate) counter: Counter,
-    pub(crate) stats: Stats,
-    pub(crate) parent: Option<Arc<Node>>,
-    /// This node's own allocation, so that a `&Node` (all the charge paths have) can become
-    /// a handle again without rebuilding an `Arc` from a pointer that only covers the node.
-    /// Set once, just after the node is built in place ([`Node::new_arc`]).
-    pub(crate) this: OnceLock<Weak<Node>>,
-    pub(crate) name: Box<str>,
-    /// This tenant's objcg (0 for the root, which is never charged through an objcg).
-    pub(crate) objcg: AtomicU32,
+/// The two counts every child's birth and death writes on its parent, on a cache line of
+/// their own: the threads that serve one parent's requests bounce this line between them
+/// (a `lock` add at each birth and two at each death), and nothing the charge and free
+/// paths read shares it (the liveness flag, the objcg, the OOM state, the counter). Their
+/// alignment also gives `Node` a line of its own after the `Arc`'s reference counts, which
+/// each child's birth and death writes too.
+#[repr(C, align(64))]
+pub(crate) struct Kin {
     /// `live Tenant handles + live children` (module docs).
     pub(crate) handles: AtomicUsize,
     /// `adopted == objcgs pointing here other than this node's own` (dead descendants'
@@ -40,14 +36,36 @@ pub(crate) struct Node {
     /// with `adopted == 0` has nothing but its own objcg to re-point, so it needs no lock
     /// and no search (`tenant::die`).
     pub(crate) adopted: AtomicUsize,
+}
+
+/// One node of the accounting tree (memcg). `repr(C)`: the fields are laid out in this
+/// order, the read-mostly ones (`objcg`, `dead`, `has_reclaim`, the links) on the line
+/// after `kin`, away from the lines children's births and deaths write ([`Kin`]).
+#[repr(C)]
+pub(crate) struct Node {
+    pub(crate) kin: Kin,
+    /// This tenant's objcg (0 for the root, which is never charged through an objcg).
+    pub(crate) objcg: AtomicU32,
+    /// Set once, when `kin.handles` reached 0 and the tenant started dying (`tenant::die`):
+    /// what [`Node::is_alive`] reads, so that the charge and free paths that check a
+    /// parent's liveness read a line nobody writes while it lives.
+    pub(crate) dead: AtomicBool,
     /// Whether `reclaim` was ever set: a death without one takes no lock to clear it.
     pub(crate) has_reclaim: AtomicBool,
+    pub(crate) parent: Option<Arc<Node>>,
+    /// This node's own allocation, so that a `&Node` (all the charge paths have) can become
+    /// a handle again without rebuilding an `Arc` from a pointer that only covers the node.
+    /// Set once, just after the node is built in place ([`Node::new_arc`]).
+    pub(crate) this: OnceLock<Weak<Node>>,
+    pub(crate) name: Box<str>,
     /// Taken only under `TREE`, so that no thread holds it across a `fork` (the fork
     /// handlers hold `TREE`).
     pub(crate) reclaim: Mutex<Option<Reclaim>>,
     /// What happens at this tenant's `max`, and whether it was killed (`oom_state.rs`; the
     /// policy that uses it is `oom.rs`).
     pub(crate) oom: OomState,
+    pub(crate) counter: Counter,
+    pub(crate) stats: Stats,
 }
 
 impl Node {
@@ -79,8 +97,11 @@ impl Node {
             (&raw mut (*p).this).write(OnceLock::new());
             (&raw mut (*p).name).write(name);
             (&raw mut (*p).objcg).write(AtomicU32::new(0));
-            (&raw mut (*p).handles).write(AtomicUsize::new(handles));
-            (&raw mut (*p).adopted).write(AtomicUsize::new(0));
+            (&raw mut (*p).kin).write(Kin {
+                handles: AtomicUsize::new(handles),
+                adopted: AtomicUsize::new(0),
+            });
+            (&raw mut (*p).dead).write(AtomicBool::new(false));
             (&raw mut (*p).has_reclaim).write(AtomicBool::new(false));
             (&raw mut (*p).reclaim).write(Mutex::new(None));
             (&raw mut (*p).oom).write(OomState::new(policy));
@@ -104,8 +125,8 @@ fn _every_field_is_written(n: &Node) {
         this: _,
         name: _,
         objcg: _,
-        handles: _,
-        adopted: _,
+        kin: _,
+        dead: _,
         has_reclaim: _,
         reclaim: _,
         oom: _,
@@ -160,7 +181,7 @@ impl Node {
     }
     /// Whether a handle (or a live child) still holds the tenant.
     pub(crate) fn is_alive(&self) -> bool {
-        self.handles.load(Ordering::Relaxed) > 0
+        !self.dead.load(Ordering::Relaxed)
     }
     /// The tenant's path below the root, "/"-separated ("svc/customer-42"); "root" for the
     /// root. Allocates: user context, or as the root.
@@ -199,7 +220,7 @@ pub struct Tenant {
 
 impl Clone for Tenant {
     fn clone(&self) -> Tenant {
-        self.node.handles.fetch_add(1, Ordering::Relaxed);
+        self.node.kin.handles.fetch_add(1, Ordering::Relaxed);
         Tenant {
             node: self.node.clone(),
         }
@@ -215,12 +236,13 @@ impl Eq for Tenant {}
 
 /// A new handle on `node` if it is still alive.
 pub(crate) fn upgrade(node: &Node) -> Option<Tenant> {
-    let mut h = node.handles.load(Ordering::Relaxed);
+    let mut h = node.kin.handles.load(Ordering::Relaxed);
     loop {
         if h == 0 {
             return None;
         }
         match node
+            .kin
             .handles
             .compare_exchange_weak(h, h + 1, Ordering::Relaxed, Ordering::Relaxed)
         {

@@ -94,7 +94,7 @@ impl Tenant {
     /// The root tenant: never limited; owns every unscoped allocation.
     pub fn root() -> Tenant {
         let node = root_node();
-        node.handles.fetch_add(1, Ordering::Relaxed);
+        node.kin.handles.fetch_add(1, Ordering::Relaxed);
         Tenant { node: node.clone() }
     }
 
@@ -128,7 +128,7 @@ impl Tenant {
         // `die` cannot run on it), and nothing else can see the new node or its objcg until
         // this returns.
         // The child keeps its parent alive.
-        self.node.handles.fetch_add(1, Ordering::Relaxed);
+        self.node.kin.handles.fetch_add(1, Ordering::Relaxed);
         // A child inherits its parent's policy, so that the requests under a Kill-policy
         // customer are themselves candidates for the OOM killer.
         let node = Node::new_arc(
@@ -151,9 +151,10 @@ impl Tenant {
                 drop(unsafe { Arc::from_raw(raw) });
                 // The node never got an objcg: it dies without reparenting anything, but its
                 // count on the parent goes as a child's would.
-                node.handles.store(0, Ordering::Relaxed);
+                node.kin.handles.store(0, Ordering::Relaxed);
+                node.dead.store(true, Ordering::Relaxed);
                 drop(node);
-                self.node.handles.fetch_sub(1, Ordering::Relaxed);
+                self.node.kin.handles.fetch_sub(1, Ordering::Relaxed);
                 return Err(TenantError::OutOfIds);
             }
         };
@@ -170,7 +171,7 @@ impl Tenant {
     pub fn parent(&self) -> Option<Tenant> {
         let p = self.node.parent.as_ref()?;
         // Alive: this live tenant holds a count on it.
-        p.handles.fetch_add(1, Ordering::Relaxed);
+        p.kin.handles.fetch_add(1, Ordering::Relaxed);
         Some(Tenant { node: p.clone() })
     }
 
@@ -483,7 +484,7 @@ pub(crate) fn run_reclaim(node: &Node, bytes: u64) -> bool {
 
 impl Drop for Tenant {
     fn drop(&mut self) {
-        if self.node.handles.fetch_sub(1, Ordering::Release) == 1 {
+        if self.node.kin.handles.fetch_sub(1, Ordering::Release) == 1 {
             fence(Ordering::Acquire);
             let _root = scope::unscoped();
             die(&self.node);
@@ -517,33 +518,38 @@ fn die(node: &Node) {
     let mut cur = node;
     while let Some(parent_arc) = cur.parent.as_ref() {
         let parent: &Node = parent_arc;
+        // Its `handles` just reached 0. Relaxed, as the readers of `is_alive` take it as a
+        // hint: each holds a read section or a ref that keeps what it then touches valid
+        // whether or not the death has started (as when they read `handles`).
+        cur.dead.store(true, Ordering::Relaxed);
         // Acquire: pairs with the Release of the children's `handles` decrements, after
         // which they counted their objcgs here; a zombie sweep's uncount seen late only
         // takes the lock for nothing.
         if tree.is_none()
-            && (cur.adopted.load(Ordering::Acquire) != 0 || cur.has_reclaim.load(Ordering::Relaxed))
+            && (cur.kin.adopted.load(Ordering::Acquire) != 0
+                || cur.has_reclaim.load(Ordering::Relaxed))
         {
             tree = Some(tree_lock());
         }
         if let Some(g) = &tree {
-            if cur.adopted.load(Ordering::Relaxed) != 0 {
+            if cur.kin.adopted.load(Ordering::Relaxed) != 0 {
                 sweep_zombies(g, &mut swept);
             }
-            if cur.adopted.load(Ordering::Relaxed) != 0 {
+            if cur.kin.adopted.load(Ordering::Relaxed) != 0 {
                 reparent_adopted(g, cur, parent_arc);
             }
             callbacks.extend(locked(&cur.reclaim).take());
         }
         if let Some(oc) = objcg::lookup(cur.objcg()) {
             // Counted before it points there (`Node::adopted`).
-            parent.adopted.fetch_add(1, Ordering::Relaxed);
+            parent.kin.adopted.fetch_add(1, Ordering::Relaxed);
             // SAFETY: the objcg's alive ref keeps it allocated; `tenant` points at `cur`
             // (only `die` re-points an objcg, and `cur` is dying once); the pointer comes
             // from `into_raw` (`repoint_to`).
             unsafe { repoint_to(oc, cur, parent_arc) };
             oc.put(1);
         }
-        if parent.handles.fetch_sub(1, Ordering::Release) != 1 {
+        if parent.kin.handles.fetch_sub(1, Ordering::Release) != 1 {
             break;
         }
         fence(Ordering::Acquire);
@@ -567,13 +573,13 @@ fn reparent_adopted(_tree: &TreeGuard, cur: &Node, parent_arc: &Arc<Node>) {
             if oc.id() == own {
                 return;
             }
-            parent_arc.adopted.fetch_add(1, Ordering::Relaxed);
+            parent_arc.kin.adopted.fetch_add(1, Ordering::Relaxed);
             // SAFETY: under TREE no objcg is freed; it points at `cur` (just seen).
             repoint_to(oc, cur, parent_arc);
             moved += 1;
         })
     };
-    let counted = cur.adopted.swap(0, Ordering::Relaxed);
+    let counted = cur.kin.adopted.swap(0, Ordering::Relaxed);
     debug_assert!(
         counted == moved || objcg::forked(),
         "{counted} objcgs counted as adopted, {moved} found"
@@ -660,7 +666,7 @@ fn sweep_zombies(_tree: &TreeGuard, swept: &mut Swept) {
             // A zombie points at an ancestor of its creator (its death re-pointed it first,
             // counting it there): uncounted only now that the entry is clear.
             debug_assert!(t.objcg() != id, "objcg {id} died before its tenant");
-            let old = t.adopted.fetch_sub(1, Ordering::Relaxed);
+            let old = t.kin.adopted.fetch_sub(1, Ordering::Relaxed);
             debug_assert!(old != 0, "objcg {id}: adopted underflow");
             swept.0.push(tenant);
         }
@@ -732,7 +738,7 @@ impl Tenant {
             })
         };
         assert_eq!(
-            self.node.adopted.load(Ordering::Relaxed),
+            self.node.kin.adopted.load(Ordering::Relaxed),
             list.len() - 1,
             "adopted counts the objcgs pointing here"
         );

@@ -128,7 +128,10 @@ pub fn class_of(size: usize) -> usize {
 /// the index of its line in `AllocStats::classes`.
 #[inline]
 pub fn class_for(size: usize, align: usize) -> Option<usize> {
-    debug_assert!(align.is_power_of_two(), "class_for: align {align} is not a power of two");
+    debug_assert!(
+        align.is_power_of_two(),
+        "class_for: align {align} is not a power of two"
+    );
     if align > crate::sys::PAGE {
         return None;
     }
