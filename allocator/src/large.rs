@@ -3,9 +3,18 @@
 //!
 //! ```text
 //!   base                     ptr = base + PAGE (aligned as asked)
-//!   [ LargeHeader ... pad ]  [ object: usable bytes, a page multiple ] [ slack ]
-//!   map_len == PAGE + usable, rounded up to a multiple of 2 MiB from 2 MiB on
+//!   [ LargeHeader ... pad ]  [ object: usable bytes, a page multiple ] [ guard ] [ slack ]
+//!   map_len == PAGE + usable + GUARD, rounded up to a multiple of 2 MiB from 2 MiB on
 //! ```
+//!
+//! `GUARD` is a page in hardened builds (feature `hardened`), none otherwise: while the
+//! block lives, the page right after its usable bytes is `PROT_NONE`, so a write or read
+//! running off the end of a large block faults at once, as one running off a segment does.
+//! The guard moves with the block's end (a realloc in place or by `mremap`) and is removed
+//! before the extent goes to the mapping cache, whose extents are plain read-write memory.
+//! A guard the kernel refuses (its map count at `vm.max_map_count`) leaves that block
+//! unguarded, still correct; one it refuses to remove keeps the extent out of the cache (it
+//! is unmapped) or fails the realloc (null, the block unchanged).
 //!
 //! Extents of 2 MiB and more start on a 2 MiB boundary, are a multiple of 2 MiB and ask for
 //! transparent huge pages, so touching one costs a fault per 2 MiB, not per 4 KiB. The slack
@@ -44,6 +53,61 @@ struct LargeHeader {
     usable: usize,
     /// Owner objcg id (0 = uncharged); written by the charge hooks.
     owner: AtomicU32,
+    /// Whether the page after `usable` is a guard now (`GUARD`, hardened builds).
+    guarded: bool,
+}
+
+/// The guard page after a live large block's usable bytes: a page in hardened builds,
+/// none by default (module docs).
+const GUARD: usize = if cfg!(feature = "hardened") { PAGE } else { 0 };
+
+/// Live large blocks whose guard page is set (for `stats().guard`).
+static GUARDED: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of the guard pages of live large blocks (part of `MAPPED`).
+pub fn guard_bytes() -> usize {
+    GUARDED.load(Ordering::Relaxed) * GUARD
+}
+
+/// Puts the guard page after the usable bytes of the block whose header is `h` (hardened
+/// builds; nothing otherwise). A refusal leaves the block unguarded (module docs).
+///
+/// # Safety
+/// `h` is the header of a live large block without a guard, whose extent holds
+/// `PAGE + usable + GUARD` bytes.
+unsafe fn set_guard(h: *mut LargeHeader) {
+    if GUARD == 0 {
+        return;
+    }
+    // SAFETY: caller's contract: the page after the usable bytes is in the extent, unused.
+    unsafe {
+        let g = (h as *mut u8).add(PAGE + (*h).usable);
+        (*h).guarded = sys::protect_none(g, GUARD);
+        if (*h).guarded {
+            GUARDED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Removes the block's guard page, if it has one; false when the kernel refuses (the page
+/// stays `PROT_NONE`, so the caller must not reuse the extent as plain memory).
+///
+/// # Safety
+/// `h` is the header of a live large block.
+unsafe fn clear_guard(h: *mut LargeHeader) -> bool {
+    // SAFETY: caller's contract; `guarded` says the page after the usable bytes is the guard.
+    unsafe {
+        if GUARD == 0 || !(*h).guarded {
+            return true;
+        }
+        let g = (h as *mut u8).add(PAGE + (*h).usable);
+        if !sys::protect_rw(g, GUARD) {
+            return false;
+        }
+        (*h).guarded = false;
+    }
+    GUARDED.fetch_sub(1, Ordering::Relaxed);
+    true
 }
 
 /// Usable bytes of live large allocations that are charged to a tenant (for `stats()` and
@@ -425,7 +489,7 @@ pub fn usable_for(size: usize) -> Option<usize> {
 /// rounded up to a multiple of `HUGE` from `HUGE` on (no overflow: `usable` is at most
 /// `isize::MAX / 2`).
 pub fn extent_for(usable: usize) -> usize {
-    let len = PAGE + usable;
+    let len = PAGE + usable + GUARD;
     if is_huge(len) {
         (len + HUGE - 1) & !(HUGE - 1)
     } else {
@@ -502,6 +566,7 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
                 map_len,
                 usable,
                 owner: AtomicU32::new(0),
+                guarded: false,
             },
         );
     }
@@ -512,6 +577,8 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
         unsafe { sys::unmap(header(p).cast(), map_len) };
         return ptr::null_mut();
     }
+    // SAFETY: the block's header, just written; map_len covers PAGE + usable + GUARD.
+    unsafe { set_guard(header(p)) };
     COUNT.fetch_add(1, Ordering::Relaxed);
     MAPPED.fetch_add(map_len, Ordering::Relaxed);
     USABLE.fetch_add(usable, Ordering::Relaxed);
@@ -563,12 +630,14 @@ pub unsafe fn free(p: *mut u8) {
     unsafe {
         let h = checked(p);
         let len = (*h).map_len;
+        // Cached extents are plain memory: one whose guard stays is not cached.
+        let plain = clear_guard(h);
         (*h).magic = 0;
         addr_map::remove_large(h.cast());
         COUNT.fetch_sub(1, Ordering::Relaxed);
         MAPPED.fetch_sub(len, Ordering::Relaxed);
         USABLE.fetch_sub((*h).usable, Ordering::Relaxed);
-        if !keep_cached(h as *mut u8, len) {
+        if !plain || !keep_cached(h as *mut u8, len) {
             unmapped::bury(p);
             sys::unmap(h as *mut u8, len);
         }
@@ -611,6 +680,11 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
     unsafe {
         let h = checked(p);
         let (old_len, old_usable) = ((*h).map_len, (*h).usable);
+        // The guard moves to the new end (a moved extent would carry it along, into the
+        // middle of the block).
+        if !clear_guard(h) {
+            return ptr::null_mut();
+        }
         if new_len <= old_len {
             if new_len < old_len {
                 sys::unmap((h as *mut u8).add(new_len), old_len - new_len);
@@ -620,6 +694,7 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
             (*h).usable = usable;
             USABLE.fetch_add(usable, Ordering::Relaxed);
             USABLE.fetch_sub(old_usable, Ordering::Relaxed);
+            set_guard(h);
             return p;
         }
         // The block may move: its old address is dead unless it stays (revived below).
@@ -630,6 +705,7 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
             unmapped::revive(p);
             // The leaf of the block's own header page exists: the insert cannot fail.
             let _ = addr_map::insert_large(h.cast());
+            set_guard(h);
             return nb;
         }
         let nh = nb as *mut LargeHeader;
@@ -642,6 +718,7 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
             sys::fatal("out of memory for the large-block map while moving a large block");
         }
         (*nh).usable = usable;
+        set_guard(nh);
         MAPPED.fetch_add(new_len - old_len, Ordering::Relaxed);
         USABLE.fetch_add(usable - old_usable, Ordering::Relaxed);
         unmapped::revive(nb.add(PAGE));

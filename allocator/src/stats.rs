@@ -60,7 +60,8 @@ pub struct AllocStats {
     /// Bytes dedicated caches keep resident (part of `resident`).
     pub dedicated_resident: usize,
     /// Bytes of `PROT_NONE` guard pages (part of `mapped`, never resident): one page after
-    /// every segment in builds with the `hardened` feature, 0 otherwise.
+    /// every segment and after every live large block in builds with the `hardened`
+    /// feature, 0 otherwise.
     pub guard: usize,
     /// Resident set size of the whole process as the OS reports it (0 where unknown).
     pub process_rss: usize,
@@ -149,8 +150,10 @@ pub fn stats() -> AllocStats {
     s.large_allocated = large::USABLE.load(Ordering::Relaxed);
     s.allocated += s.large_allocated;
     s.active += large_bytes;
-    s.resident += large_bytes + large_cached;
+    let large_guard = large::guard_bytes();
+    s.resident += large_bytes.saturating_sub(large_guard) + large_cached;
     s.mapped += large_bytes + large_cached;
+    s.guard += large_guard;
     s.classes = classes_out;
     s
 }

@@ -1,8 +1,8 @@
 //! The `hardened` feature (`cargo test -p slabcg-allocator --features hardened --test
 //! hardened`): a write after free that overwrites a free-list link is reported when the link
 //! is next followed, a double free of a slot anywhere in the thread's bin is reported at
-//! the second free, and every segment is followed by a `PROT_NONE` guard page. The checks
-//! that must end the process run in a child process each.
+//! the second free, and every segment and every live large block is followed by a
+//! `PROT_NONE` guard page. The checks that must end the process run in a child process each.
 #![cfg(feature = "hardened")]
 
 #[path = "common/child.rs"]
@@ -12,7 +12,7 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
-use child::{is_child, run_child_expect_fatal};
+use child::{is_child, run_child, run_child_expect_fatal};
 use slabcg_allocator::SlabAlloc;
 
 #[global_allocator]
@@ -169,4 +169,132 @@ fn a_read_past_a_segment_faults() {
     // SAFETY: deliberately invalid: the first byte past the segment.
     let v = unsafe { std::ptr::read_volatile(end as *const u8) };
     println!("not detected: {v}");
+}
+
+/// The `/proc/self/maps` line of the mapping that starts at `start`, if any.
+fn mapping_at(start: usize) -> Option<(usize, String)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().find_map(|l| {
+        let range = l.split(' ').next().unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (
+            usize::from_str_radix(a, 16).unwrap(),
+            usize::from_str_radix(b, 16).unwrap(),
+        );
+        (a == start).then(|| (b - a, l.to_string()))
+    })
+}
+
+/// Whether the page at `addr` is a guard: a `PROT_NONE` mapping of one page starts there.
+fn is_guard(addr: usize) -> bool {
+    matches!(mapping_at(addr), Some((4096, l)) if l.contains(" ---p "))
+}
+
+/// Fills `len` bytes at `p` and reads them back: every byte of the block is usable.
+///
+/// # Safety
+/// `p..p+len` is a live allocation.
+unsafe fn fill_and_check(p: *mut u8, len: usize, v: u8) {
+    // SAFETY: caller's contract.
+    unsafe {
+        std::ptr::write_bytes(p, v, len);
+        assert!(std::slice::from_raw_parts(p, len).iter().all(|&b| b == v));
+    }
+}
+
+/// A large block's usable bytes are followed by a guard page while it lives, counted in
+/// `stats().guard`; the guard follows the block's end through a realloc in place (shrink),
+/// a growth that moves it (`mremap`) and a growth into a huge extent, and is gone once the
+/// block is freed, so the cached extent a later block reuses is plain memory.
+#[test]
+fn every_large_block_is_followed_by_a_guard_page() {
+    // In a child of its own: `stats().guard` counts every segment's guard too, and the
+    // other tests' threads map segments.
+    const NAME: &str = "every_large_block_is_followed_by_a_guard_page";
+    if !is_child(NAME) {
+        return run_child(NAME);
+    }
+    let l = Layout::from_size_align(300_000, 8).unwrap();
+    let before = slabcg_allocator::stats().guard;
+    // SAFETY: a non-zero size; each pointer below is live when used and freed once.
+    unsafe {
+        // Nothing between the two `stats()` but the large allocation (reading the maps
+        // allocates, and may map a segment with its own guard).
+        let p = GLOBAL.alloc(l);
+        assert_eq!(slabcg_allocator::stats().guard, before + 4096);
+        assert!(!p.is_null());
+        let usable = SlabAlloc::usable_size(p);
+        assert_eq!(usable, 300_000usize.next_multiple_of(4096));
+        assert!(
+            is_guard(p as usize + usable),
+            "no guard after {p:?}+{usable}"
+        );
+        fill_and_check(p, usable, 1);
+
+        // Shrink in place: the guard moves down to the new end.
+        let q = GLOBAL.realloc(p, l, 150_000);
+        assert_eq!(q, p, "a shrink stays in place");
+        let u2 = SlabAlloc::usable_size(q);
+        assert!(u2 < usable);
+        assert!(is_guard(q as usize + u2), "no guard after the shrink");
+        fill_and_check(q, u2, 2);
+
+        // Growth past the extent (moved or grown by mremap), then into a huge extent.
+        let l2 = Layout::from_size_align(150_000, 8).unwrap();
+        let r = GLOBAL.realloc(q, l2, 1_000_000);
+        assert!(!r.is_null());
+        let u3 = SlabAlloc::usable_size(r);
+        assert!(is_guard(r as usize + u3), "no guard after the growth");
+        assert!(std::slice::from_raw_parts(r, u2).iter().all(|&b| b == 2));
+        fill_and_check(r, u3, 3);
+        let l3 = Layout::from_size_align(1_000_000, 8).unwrap();
+        let s = GLOBAL.realloc(r, l3, 5 << 20);
+        assert!(!s.is_null());
+        let u4 = SlabAlloc::usable_size(s);
+        assert!(is_guard(s as usize + u4), "no guard after the huge growth");
+        fill_and_check(s, u4, 4);
+
+        // Freed: no guard left; the cached extent serves a block that uses all of it.
+        let l4 = Layout::from_size_align(5 << 20, 8).unwrap();
+        let live = slabcg_allocator::stats().guard;
+        GLOBAL.dealloc(s, l4);
+        assert_eq!(slabcg_allocator::stats().guard, live - 4096);
+        assert!(!is_guard(s as usize + u4), "a freed block kept its guard");
+        let big = Layout::from_size_align((5 << 20) + 8192, 8).unwrap();
+        let t = GLOBAL.alloc(big);
+        assert!(!t.is_null());
+        let u5 = SlabAlloc::usable_size(t);
+        fill_and_check(t, u5, 5);
+        assert!(is_guard(t as usize + u5));
+        GLOBAL.dealloc(t, big);
+    }
+    slabcg_allocator::testing::check_invariants();
+    println!("CHILD-OK");
+}
+
+/// A write running one byte past a large block's usable bytes faults (SIGSEGV) instead of
+/// reaching whatever the extent or the next mapping holds.
+#[test]
+fn a_write_past_a_large_block_faults() {
+    const NAME: &str = "a_write_past_a_large_block_faults";
+    if !is_child(NAME) {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture"])
+            .env("SLABCG_CHILD", NAME)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGSEGV),
+            "{:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        return;
+    }
+    let mut v = vec![0u8; 3 << 20];
+    let usable = v.capacity().next_multiple_of(4096);
+    // SAFETY: deliberately invalid: the first byte past the block's usable bytes.
+    unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(usable), 1) };
+    println!("not detected");
 }

@@ -20,6 +20,7 @@
 //! | [`release`]`(p, len)` (unsafe) | the range stops being resident and reads back as zero | ignored |
 //! | [`advise_huge`]`(p, len)` (unsafe) | a hint: transparent huge pages for the range | ignored |
 //! | [`protect_none`]`(p, len)` (unsafe) | the page range faults on any access (a guard page) | false, the range unchanged |
+//! | [`protect_rw`]`(p, len)` (unsafe) | the page range is readable and writable again (a guard page removed) | false, the range unchanged |
 //! | [`remap`]`(p, old, new)` (unsafe) | a whole mapping grown or shrunk, maybe moved, contents kept | null, the old mapping unchanged (always null without `mremap` and under Miri) |
 //! | [`remap_to`]`(p, old, new, dst)` (unsafe) | a mapping (or part) moved to `dst`, grown to `new`, page tables moved; huge pages kept when 2 MiB aligned | false, the old mapping unchanged, `dst` maybe unmapped (always false without `mremap` and under Miri) |
 //! | [`check_page_size`] | true when the kernel's page is at most [`PAGE`] | false |
@@ -67,8 +68,8 @@ pub use clock::now_ms;
 pub use diag::{fatal, warn};
 pub use lock::{SpinGuard, SpinLock};
 pub use mem::{
-    advise_huge, check_page_size, map, map_aligned, map_aligned_at, protect_none, release, remap,
-    remap_to, resident_bytes, unmap, PAGE,
+    advise_huge, check_page_size, map, map_aligned, map_aligned_at, protect_none, protect_rw,
+    release, remap, remap_to, resident_bytes, unmap, PAGE,
 };
 pub use random::random_u64;
 pub use thread::{cpus, on_thread_exit, register_fork_handlers, yield_now, ExitFn, ExitStep};

@@ -185,6 +185,24 @@ pub unsafe fn protect_none(p: *mut u8, len: usize) -> bool {
     }
 }
 
+/// Makes a page range readable and writable again (undoes [`protect_none`]). False when the
+/// OS refuses (the range stays as it was).
+///
+/// # Safety
+/// `p..p+len` must be a page-aligned range this crate mapped.
+pub unsafe fn protect_rw(p: *mut u8, len: usize) -> bool {
+    #[cfg(not(miri))]
+    // SAFETY: the caller guarantees the range is ours; access only widens.
+    unsafe {
+        libc::mprotect(p.cast(), len, libc::PROT_READ | libc::PROT_WRITE) == 0
+    }
+    #[cfg(miri)]
+    {
+        let _ = (p, len);
+        false
+    }
+}
+
 /// Grows or shrinks a mapping, moving it if needed. Null on failure (the old mapping is then
 /// unchanged).
 ///
