@@ -348,6 +348,7 @@ impl Cache {
     }
 
     /// Charges `bytes` to the current tenant when accounted. Some(owner id, 0 = none).
+    #[inline(always)]
     pub(crate) fn charge_current(&self, bytes: usize) -> Option<u32> {
         if !self.core.id.accounted {
             return Some(0);
@@ -364,6 +365,7 @@ impl Cache {
     ///
     /// # Safety
     /// As `hooks::uncharge`: `bytes` charged to `cg` for this cache must be outstanding.
+    #[inline(always)]
     pub(crate) unsafe fn uncharge(&self, cg: u32, bytes: usize) {
         if cg != 0 {
             // SAFETY: caller's contract.
