@@ -4,6 +4,9 @@
 //! `light_barrier` is a `SeqCst` fence) and a drainer's `request_steal`, the remote barrier
 //! (`sys::remote_barrier`, a `SeqCst` fence under loom: what membarrier guarantees),
 //! `take_stolen` (wait for `in_cs == 0`, `take_all`, the holding list, clear `steal`).
+//! The free of a dead tenant's object runs the real uncharge fast path, `Stock::refill`,
+//! which forwards it through a forwarding entry (`refill_forwarded`, inside the same CS) to
+//! the parent's slot, against a drainer that takes the slots and the entries' owed refs.
 //!
 //! What stays a model: the tenant's counter and its shared stat (two loom atomics the
 //! owner's slow path and the drainer's `release` add to), the slow path itself (a miss
@@ -32,6 +35,13 @@ use crate::sys::sync::Ordering::Relaxed;
 use crate::types::{ObjCgId, StatIdx};
 
 const ID: ObjCgId = 5;
+/// A dead child's objcg, which charges `ID`'s tenant now (reparented), with live objects.
+const DEAD: ObjCgId = 9;
+/// Bytes of `DEAD`'s live objects at the start.
+const DEAD_LIVE: u64 = 60;
+/// Bytes of `DEAD`'s objects freed and forwarded before the model starts (the entry owes
+/// them).
+const FORWARDED: u64 = 10;
 const IDX: StatIdx = StatIdx(3);
 /// Bytes the owner's slot holds at the start.
 const START: u64 = 100;
@@ -43,6 +53,8 @@ struct World {
     counter: AtomicU64,
     /// The tenant's shared stat at `IDX` (flushed deltas).
     stat: AtomicI64,
+    /// Refs on `DEAD`: its live objects' bytes plus what forwarding entries owe.
+    dead_refs: AtomicU64,
     /// Touched by whoever works on the slots (module docs).
     slots: UnsafeCell<()>,
 }
@@ -61,6 +73,7 @@ impl World {
             stock: Stock::new(),
             counter: AtomicU64::new(START),
             stat: AtomicI64::new(0),
+            dead_refs: AtomicU64::new(0),
             slots: UnsafeCell::new(()),
         };
         let s = &w.stock;
@@ -73,6 +86,36 @@ impl World {
         // rest are made inside the protocol, by whoever has the slots.
         s.steal.load(Relaxed);
         Arc::new(w)
+    }
+
+    /// [`World::new`], plus `DEAD`'s live objects (charged to the tenant, counted in its
+    /// stat, each byte a ref on `DEAD`) and a forwarding entry for `DEAD` through the slot,
+    /// made as the slow path makes it (`charge::forward`): `FORWARDED` freed bytes moved
+    /// into the slot's API pool and their delta into the slot's, the entry owing their refs.
+    fn with_dead() -> Arc<World> {
+        let w = World::new();
+        w.counter.fetch_add(DEAD_LIVE + FORWARDED, Relaxed);
+        w.stat.fetch_add((DEAD_LIVE + FORWARDED) as i64, Relaxed);
+        w.dead_refs.fetch_add(DEAD_LIVE + FORWARDED, Relaxed);
+        let s = &w.stock;
+        assert!(s.enter());
+        let i = s.find(ID).unwrap();
+        assert!(s.try_give(i, Pool::Api, FORWARDED, IDX));
+        assert_eq!(s.fwd_note(DEAD, i, FORWARDED), (0, 0));
+        assert_eq!(s.fwd_slot(DEAD), Some(i));
+        s.leave();
+        w
+    }
+
+    /// The free of `n` bytes of a `DEAD` object as the allocator's free path makes it: the
+    /// real `Stock::refill` (a forwarded hit while the entry and its slot last), else the
+    /// slow path's direct uncharge, which puts the refs at once.
+    fn free_dead(&self, n: u64) {
+        if !self.stock.refill(DEAD, Pool::Objects, n, IDX) {
+            self.counter.fetch_sub(n, Relaxed);
+            self.stat.fetch_sub(n as i64, Relaxed);
+            self.dead_refs.fetch_sub(n, Relaxed);
+        }
     }
 
     /// A charge of `n` bytes as the fast path makes it, or the slow path's direct charge.
@@ -111,6 +154,13 @@ impl World {
             s.listed.store(false, Relaxed);
         });
         taken.slots.iter().for_each(|c| self.release(c));
+        // As `drain::release_taken`: the refs the entries owed.
+        for (&id, &refs) in taken.owed.ids.iter().zip(&taken.owed.refs) {
+            if id != 0 {
+                assert_eq!(id, DEAD);
+                self.dead_refs.fetch_sub(refs, Relaxed);
+            }
+        }
     }
 
     fn release(&self, c: &Contents) {
@@ -125,8 +175,10 @@ impl World {
         }
     }
 
-    /// After both threads ended: the counter and the stat add up (module docs).
-    fn check(&self, live: u64) {
+    /// After both threads ended: the counter and the stat add up (module docs), for `live`
+    /// bytes of live objects (`ID`'s and `DEAD`'s), `dead_live` of them `DEAD`'s; the refs
+    /// on `DEAD` are its live bytes plus what the stock's entries still owe.
+    fn check(&self, live: u64, dead_live: u64) {
         let s = &self.stock;
         let held: u64 = (0..crate::stock::NR_SLOTS)
             .map(|i| s.bytes[i].load(Relaxed) + s.api[i].load(Relaxed))
@@ -136,19 +188,25 @@ impl World {
             live + held,
             "bytes lost or counted twice"
         );
-        // The stock's cached delta, taken as the owner would give it back.
+        // The stock's cached delta and owed refs, taken as the owner would give them back.
         assert!(s.enter());
-        let cached: i64 = s
-            .take_all()
+        let taken = s.take_all();
+        s.leave();
+        let cached: i64 = taken
             .slots
             .iter()
             .flat_map(|c| c.deltas().map(|(_, d)| d as i64).collect::<Vec<_>>())
             .sum();
-        s.leave();
         assert_eq!(
             self.stat.load(Relaxed) + cached,
             live as i64,
             "a stat delta lost or counted twice"
+        );
+        let owed: u64 = taken.owed.refs.iter().sum();
+        assert_eq!(
+            self.dead_refs.load(Relaxed),
+            dead_live + owed,
+            "a ref on the dead objcg lost or put twice"
         );
     }
 }
@@ -167,7 +225,7 @@ fn loom_byte_stock_drain_races_owner() {
         w.uncharge(20);
         w.charge(40);
         d.join().unwrap();
-        w.check(50);
+        w.check(50, 0);
     });
 }
 
@@ -187,6 +245,27 @@ fn loom_byte_stock_two_drains() {
         w.charge(30);
         w.charge(40);
         d.join().unwrap();
-        w.check(70);
+        w.check(70, 0);
+    });
+}
+
+/// The owner frees two of a dead child's objects (the uncharge fast path forwards them to
+/// the parent's slot through the entry, in one CS) around a charge, while a drainer takes the
+/// slots and the entries: every freed byte leaves the counter once (through the slot the
+/// drainer gives back, or directly), every ref on the dead objcg is put once (by the drainer
+/// for what the entry owed when taken, directly for a free after), and the stat adds up.
+#[test]
+fn loom_forwarded_frees_race_a_drain() {
+    model(|| {
+        let w = World::with_dead();
+        let d = {
+            let w = w.clone();
+            thread::spawn(move || w.drain())
+        };
+        w.free_dead(20);
+        w.charge(30);
+        w.free_dead(5);
+        d.join().unwrap();
+        w.check(30 + DEAD_LIVE - 25, DEAD_LIVE - 25);
     });
 }
