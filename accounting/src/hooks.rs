@@ -195,8 +195,8 @@ pub unsafe fn transfer_charge(from: ObjCgId, to: ObjCgId, parts: &[(StatIdx, u64
     crate::charge::transfer(from, to, parts)
 }
 
-/// Whether the tenant objcg `id` was made for is still alive (has handles). False once it is
-/// dying or dead: no allocation will be charged to `id` again, so an object stock keeping
+/// Whether the tenant objcg `id` was made for is still alive (its death has not started).
+/// False once it is dying or dead: no allocation will be charged to `id` again, so an object stock keeping
 /// `id`'s freed objects can give them back at once instead of waiting for them to be
 /// reused. Not a fast path (two atomic read-modify-writes on the objcg); never allocates
 /// or panics.

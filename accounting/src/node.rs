@@ -3,8 +3,9 @@
 //! policy.
 //! What the handle does, and the lifecycle (death, reparenting), are in `tenant.rs`.
 //!
-//! Liveness of a tenant is `handles > 0` (`Node::dead` records its end), where `handles = live Tenant handles + live
-//! children` (a live child keeps its parent alive). The `Node` is owned by `Arc`s: the
+//! A tenant lives while `handles > 0`, where `handles = live Tenant handles + live
+//! children` (a live child keeps its parent alive); its death starts when `handles` reaches
+//! 0 and `Node::dead` records that, for the readers that ask (`Node::is_alive`). The `Node` is owned by `Arc`s: the
 //! handles' (`Tenant`), its children's (`parent`) and one per objcg pointing at it
 //! (`objcg.rs`).
 
@@ -179,7 +180,8 @@ impl Node {
     pub(crate) fn arc(&self) -> Option<Arc<Node>> {
         self.this.get()?.upgrade()
     }
-    /// Whether a handle (or a live child) still holds the tenant.
+    /// Whether the tenant's death has not started (`dead` unset: a handle or a live child
+    /// still held it a moment ago). A hint for its callers, who race with a death either way.
     pub(crate) fn is_alive(&self) -> bool {
         !self.dead.load(Ordering::Relaxed)
     }

@@ -610,7 +610,8 @@ pub(crate) fn table_bytes() -> usize {
         + a.chunks.capacity() * core::mem::size_of::<ChunkIds>()
 }
 
-/// Whether the tenant `id` was made for still has handles: false once it is dying or dead
+/// Whether the tenant `id` was made for is alive (its death has not started): false once it
+/// is dying or dead
 /// (then `id` points at an ancestor, or is about to). Lock-free: one reader section.
 ///
 /// # Safety

@@ -509,8 +509,9 @@ impl Drop for Tenant {
 ///
 /// A fork while a death without the lock is in flight leaves that death half done in the
 /// child, whose copy of the dying thread does not exist: the node, and each ancestor it was
-/// keeping, is never freed there (a leak, not a dangling pointer), and `adopted` counts at
-/// most one objcg too many, which only makes a later death walk the table.
+/// keeping, is never freed there (a leak, not a dangling pointer), `adopted` counts at
+/// most one objcg too many, which only makes a later death walk the table, and a node whose
+/// `dead` flag was not stored yet reads as alive there (`is_alive` is only ever a hint).
 fn die(node: &Node) {
     let mut callbacks = Vec::new();
     let mut swept = Swept::default();

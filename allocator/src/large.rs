@@ -14,7 +14,8 @@
 //! before the extent goes to the mapping cache, whose extents are plain read-write memory.
 //! A guard the kernel refuses (its map count at `vm.max_map_count`) leaves that block
 //! unguarded, still correct; one it refuses to remove keeps the extent out of the cache (it
-//! is unmapped) or fails the realloc (null, the block unchanged).
+//! is unmapped), or makes [`realloc`] return null with the block unchanged (the global
+//! allocator's realloc then moves the block to a new one).
 //!
 //! Extents of 2 MiB and more start on a 2 MiB boundary, are a multiple of 2 MiB and ask for
 //! transparent huge pages, so touching one costs a fault per 2 MiB, not per 4 KiB. The slack
@@ -630,8 +631,12 @@ pub unsafe fn free(p: *mut u8) {
     unsafe {
         let h = checked(p);
         let len = (*h).map_len;
-        // Cached extents are plain memory: one whose guard stays is not cached.
+        // Cached extents are plain memory: one whose guard stays is not cached (it goes
+        // with the unmapping, so it is no longer counted).
         let plain = clear_guard(h);
+        if !plain {
+            GUARDED.fetch_sub(1, Ordering::Relaxed);
+        }
         (*h).magic = 0;
         addr_map::remove_large(h.cast());
         COUNT.fetch_sub(1, Ordering::Relaxed);
@@ -680,6 +685,9 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
     unsafe {
         let h = checked(p);
         let (old_len, old_usable) = ((*h).map_len, (*h).usable);
+        if usable == old_usable {
+            return p;
+        }
         // The guard moves to the new end (a moved extent would carry it along, into the
         // middle of the block).
         if !clear_guard(h) {

@@ -203,9 +203,10 @@ unsafe fn fill_and_check(p: *mut u8, len: usize, v: u8) {
 }
 
 /// A large block's usable bytes are followed by a guard page while it lives, counted in
-/// `stats().guard`; the guard follows the block's end through a realloc in place (shrink),
-/// a growth that moves it (`mremap`) and a growth into a huge extent, and is gone once the
-/// block is freed, so the cached extent a later block reuses is plain memory.
+/// `stats().guard`; the guard follows the block's end through a shrink in place, growths
+/// that move the block (`mremap`, into a huge extent) and a growth in place, and is gone
+/// once the block is freed, so the cached extent a later block reuses is plain memory; an
+/// over-aligned block has one too. (Gathered extents: `retention.rs`, run hardened in CI.)
 #[test]
 fn every_large_block_is_followed_by_a_guard_page() {
     // In a child of its own: `stats().guard` counts every segment's guard too, and the
@@ -254,19 +255,56 @@ fn every_large_block_is_followed_by_a_guard_page() {
         assert!(is_guard(s as usize + u4), "no guard after the huge growth");
         fill_and_check(s, u4, 4);
 
-        // Freed: no guard left; the cached extent serves a block that uses all of it.
         let l4 = Layout::from_size_align(5 << 20, 8).unwrap();
-        let live = slabcg_allocator::stats().guard;
         GLOBAL.dealloc(s, l4);
+
+        // Growth in place, inside a huge extent's slack: the old guard page becomes usable.
+        let l5 = Layout::from_size_align(3 << 20, 8).unwrap();
+        let a = GLOBAL.alloc(l5);
+        assert!(!a.is_null());
+        let ua = SlabAlloc::usable_size(a);
+        assert!(is_guard(a as usize + ua));
+        let b = GLOBAL.realloc(a, l5, (3 << 20) + (512 << 10));
+        assert_eq!(b, a, "a growth within the extent stays in place");
+        let ub = SlabAlloc::usable_size(b);
+        assert!(
+            is_guard(b as usize + ub),
+            "no guard after the growth in place"
+        );
+        fill_and_check(b, ub, 6);
+
+        // Freed: no guard left, and the extent is cached; the block that takes it back can
+        // use all of it.
+        let l6 = Layout::from_size_align((3 << 20) + (512 << 10), 8).unwrap();
+        let (live, cached) = (
+            slabcg_allocator::stats().guard,
+            slabcg_allocator::testing::large_cached(),
+        );
+        GLOBAL.dealloc(b, l6);
         assert_eq!(slabcg_allocator::stats().guard, live - 4096);
-        assert!(!is_guard(s as usize + u4), "a freed block kept its guard");
-        let big = Layout::from_size_align((5 << 20) + 8192, 8).unwrap();
-        let t = GLOBAL.alloc(big);
-        assert!(!t.is_null());
+        assert!(
+            slabcg_allocator::testing::large_cached() > cached,
+            "the freed extent was not cached"
+        );
+        assert!(!is_guard(b as usize + ub), "a freed block kept its guard");
+        let t = GLOBAL.alloc(l6);
+        assert_eq!(t, b, "the cached extent was not reused");
         let u5 = SlabAlloc::usable_size(t);
         fill_and_check(t, u5, 5);
         assert!(is_guard(t as usize + u5));
-        GLOBAL.dealloc(t, big);
+        GLOBAL.dealloc(t, l6);
+
+        // An over-aligned block (its own mapping, trimmed to the alignment) is guarded too.
+        let l7 = Layout::from_size_align(200_000, 1 << 16).unwrap();
+        let o = GLOBAL.alloc(l7);
+        assert!(!o.is_null() && o as usize % (1 << 16) == 0);
+        let uo = SlabAlloc::usable_size(o);
+        assert!(
+            is_guard(o as usize + uo),
+            "no guard after an over-aligned block"
+        );
+        fill_and_check(o, uo, 7);
+        GLOBAL.dealloc(o, l7);
     }
     slabcg_allocator::testing::check_invariants();
     println!("CHILD-OK");
