@@ -297,7 +297,7 @@ fn every_large_block_is_followed_by_a_guard_page() {
         // An over-aligned block (its own mapping, trimmed to the alignment) is guarded too.
         let l7 = Layout::from_size_align(200_000, 1 << 16).unwrap();
         let o = GLOBAL.alloc(l7);
-        assert!(!o.is_null() && o as usize % (1 << 16) == 0);
+        assert!(!o.is_null() && (o as usize).is_multiple_of(1 << 16));
         let uo = SlabAlloc::usable_size(o);
         assert!(
             is_guard(o as usize + uo),
