@@ -23,11 +23,15 @@ pub(crate) type Reclaim = Arc<dyn Fn(&Tenant, u64) + Send + Sync>;
 /// The two counts every child's birth and death writes on its parent, on a cache line of
 /// their own: the threads that serve one parent's requests bounce this line between them
 /// (a `lock` add at each birth and two at each death), and nothing the charge and free
-/// paths read shares it (the liveness flag, the objcg, the OOM state, the counter). Their
-/// alignment also gives `Node` a line of its own after the `Arc`'s reference counts, which
-/// each child's birth and death writes too.
-#[repr(C, align(64))]
+/// paths read shares it (the liveness flag, the objcg, the OOM state, the counter). Padding
+/// rather than alignment: `KIN_PAD` bytes on each side keep every other field out of any
+/// 64-byte line the counts touch wherever the node lies, and first in the node they keep
+/// the `Arc`'s reference counts (which each child's birth and death writes too) off the
+/// fields' lines, while the node stays 8-aligned (an over-aligned allocation would leave
+/// the allocator's fast path).
+#[repr(C)]
 pub(crate) struct Kin {
+    _before: [u8; KIN_PAD],
     /// `live Tenant handles + live children` (module docs).
     pub(crate) handles: AtomicUsize,
     /// `adopted == objcgs pointing here other than this node's own` (dead descendants'
@@ -37,6 +41,30 @@ pub(crate) struct Kin {
     /// with `adopted == 0` has nothing but its own objcg to re-point, so it needs no lock
     /// and no search (`tenant::die`).
     pub(crate) adopted: AtomicUsize,
+    _after: [u8; KIN_PAD],
+}
+
+/// A line less the 8 bytes an 8-aligned neighbour can share with it.
+const KIN_PAD: usize = 56;
+
+// The layout `Kin` and `Node` promise (both `repr(C)`): the counts first in the node, with
+// `KIN_PAD` bytes on each side.
+const _: () = assert!(
+    core::mem::offset_of!(Node, kin) == 0
+        && core::mem::offset_of!(Kin, handles) == KIN_PAD
+        && core::mem::offset_of!(Kin, adopted) == KIN_PAD + 8
+        && core::mem::size_of::<Kin>() == 2 * KIN_PAD + 16
+);
+
+impl Kin {
+    fn new(handles: usize) -> Kin {
+        Kin {
+            _before: [0; KIN_PAD],
+            handles: AtomicUsize::new(handles),
+            adopted: AtomicUsize::new(0),
+            _after: [0; KIN_PAD],
+        }
+    }
 }
 
 /// One node of the accounting tree (memcg). `repr(C)`: the fields are laid out in this
@@ -98,10 +126,7 @@ impl Node {
             (&raw mut (*p).this).write(OnceLock::new());
             (&raw mut (*p).name).write(name);
             (&raw mut (*p).objcg).write(AtomicU32::new(0));
-            (&raw mut (*p).kin).write(Kin {
-                handles: AtomicUsize::new(handles),
-                adopted: AtomicUsize::new(0),
-            });
+            (&raw mut (*p).kin).write(Kin::new(handles));
             (&raw mut (*p).dead).write(AtomicBool::new(false));
             (&raw mut (*p).has_reclaim).write(AtomicBool::new(false));
             (&raw mut (*p).reclaim).write(Mutex::new(None));
