@@ -144,25 +144,29 @@ fn every_segment_is_followed_by_a_guard_page() {
     assert!(s.mapped >= s.guard + SEGMENT);
 }
 
+/// Runs `test` in a child process that must die of SIGSEGV (a guard page's fault).
+fn run_child_expect_sigsegv(test: &str) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env("SLABCG_CHILD", test)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{test}: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 /// A read running off the end of a segment faults (SIGSEGV) instead of reaching whatever
 /// is mapped next.
 #[test]
 fn a_read_past_a_segment_faults() {
     const NAME: &str = "a_read_past_a_segment_faults";
     if !is_child(NAME) {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", NAME, "--nocapture"])
-            .env("SLABCG_CHILD", NAME)
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGSEGV),
-            "{:?}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout)
-        );
-        return;
+        return run_child_expect_sigsegv(NAME);
     }
     let p = Box::new([7u8; 64]);
     let end = (&*p as *const [u8; 64] as usize & !(SEGMENT - 1)) + SEGMENT;
@@ -316,19 +320,7 @@ fn every_large_block_is_followed_by_a_guard_page() {
 fn a_write_past_a_large_block_faults() {
     const NAME: &str = "a_write_past_a_large_block_faults";
     if !is_child(NAME) {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", NAME, "--nocapture"])
-            .env("SLABCG_CHILD", NAME)
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGSEGV),
-            "{:?}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout)
-        );
-        return;
+        return run_child_expect_sigsegv(NAME);
     }
     let mut v = vec![0u8; 3 << 20];
     let usable = v.capacity().next_multiple_of(4096);
