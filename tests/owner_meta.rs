@@ -90,7 +90,7 @@ fn size_classes_report_owner_meta() {
     // The accounted twins are built exactly as this public layout computes.
     for c in [leftover, external] {
         let l = ACCOUNTED[c].layout;
-        assert_eq!(SlabLayout::new(l.object_size, 8, true, false), Some(l));
+        assert_eq!(SlabLayout::for_class(l.object_size, true), Some(l));
     }
 
     let parent = Tenant::new("meta-classes");

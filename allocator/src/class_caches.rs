@@ -24,7 +24,7 @@ const fn build(kind: Kind) -> [SlabCache; NUM_CLASSES] {
 /// `ACCOUNTED[c].layout` hold), usable in const contexts such as the thread cache's
 /// initialiser.
 pub const fn class_layout(c: usize, kind: Kind) -> SlabLayout {
-    match SlabLayout::new(CLASS_SIZES[c] as usize, 8, kind.is_accounted(), false) {
+    match SlabLayout::for_class(CLASS_SIZES[c] as usize, kind.is_accounted()) {
         Some(l) => l,
         None => panic!("size class does not fit a slab"),
     }
