@@ -190,7 +190,7 @@ fn main() {
     let mut ours = 0.0;
     let mut free_classes = 0;
     for c in 0..NUM_CLASSES {
-        let l = SlabLayout::new(class_size(c), 8, true, false).unwrap();
+        let l = SlabLayout::for_class(class_size(c), true).unwrap();
         let per_mib = (1 << 20) as f64 / l.stride as f64;
         kernel += per_mib * 8.0;
         let cost = match l.meta {

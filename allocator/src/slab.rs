@@ -11,11 +11,14 @@
 //! The order is chosen like SLUB's `calculate_order` (seed 004): the smallest slab that holds
 //! at least `min_objects` slots with a leftover of at most 1/16 of the slab, relaxing to 1/8 and
 //! 1/4. Odd sizes therefore pack: a 2312-byte object gets 14 per 32 KiB (leftover 400 bytes)
-//! instead of one per 4 KiB. Size classes ([`SlabLayout::for_class`]) try 1/64 and 1/32
-//! first: their tail waste is paid by every program, and SLUB's 1/16 let 13 of them (320,
-//! 384, 640, 768 bytes...) waste 6.25% of every slab (32 MB of a JSON-like program's 650 MB
-//! peak, in class 640's 8 KiB slabs). Slabs are carved a slot at a time, so a larger slab
-//! costs no memory before its slots are used.
+//! instead of one per 4 KiB. Size classes ([`SlabLayout::for_class`]) first try 1/64 and
+//! 1/32 in slabs of up to 128 KiB: their tail waste is paid by every program, and SLUB's
+//! 1/16 let 16 of the classes up to 6 KiB (320, 384, 640, 768 bytes...) waste 6.25% of every
+//! slab (32 MB of a JSON-like program's 650 MB peak, in class 640's 8 KiB slabs). Slabs are
+//! carved a slot at a time, so a larger slab costs no memory before its slots are used; the
+//! 128 KiB bound keeps the empty-slab reserve (`cache.rs`, 128 KiB) at one slab's worth or
+//! more and the objects per slab at most about a hundred, so that a slab still empties when
+//! most of its objects are freed.
 //!
 //! Owner metadata (seed 002): an accounted slab records the objcg id (4 bytes) of every slot.
 //! It goes, in order of preference,
@@ -123,7 +126,7 @@ impl SlabLayout {
         align: usize,
         accounted: bool,
         hwcache_align: bool,
-        fractions: &[usize],
+        fractions: &[(usize, u32)],
     ) -> Option<SlabLayout> {
         if object_size == 0 || !align.is_power_of_two() || align > PAGE {
             return None;
@@ -207,23 +210,34 @@ impl SlabLayout {
     }
 }
 
-/// The leftover bounds SLUB's calculate_order tries in turn (1/16, 1/8, 1/4 of the slab).
-const SLUB_FRACTIONS: [usize; 3] = [16, 8, 4];
-/// Those a size class tries (module docs).
-const CLASS_FRACTIONS: [usize; 5] = [64, 32, 16, 8, 4];
+/// The leftover bounds SLUB's calculate_order tries in turn (1/16, 1/8, 1/4 of the slab),
+/// each with the largest slab shift it may take.
+const SLUB_FRACTIONS: [(usize, u32); 3] = [
+    (16, MAX_SLAB_SHIFT),
+    (8, MAX_SLAB_SHIFT),
+    (4, MAX_SLAB_SHIFT),
+];
+/// Those a size class tries (module docs): 1/64 and 1/32 in slabs of up to 128 KiB first.
+const CLASS_FRACTIONS: [(usize, u32); 5] = [
+    (64, 17),
+    (32, 17),
+    (16, MAX_SLAB_SHIFT),
+    (8, MAX_SLAB_SHIFT),
+    (4, MAX_SLAB_SHIFT),
+];
 
 /// The slab order for slots of `footprint` bytes: SLUB's calculate_order with our bounds,
-/// trying each leftover bound of `fractions` in turn.
-const fn choose_shift(footprint: usize, fractions: &[usize]) -> u32 {
+/// trying each leftover bound of `fractions` in turn, up to its largest shift.
+const fn choose_shift(footprint: usize, fractions: &[(usize, u32)]) -> u32 {
     let max = 1usize << MAX_SLAB_SHIFT;
     let want = max / footprint;
     let min_objects = if want < 8 { want } else { 8 };
     let min_objects = if min_objects == 0 { 1 } else { min_objects };
     let mut f = 0;
     while f < fractions.len() {
-        let frac = fractions[f];
+        let (frac, max_shift) = fractions[f];
         let mut shift = MIN_SLAB_SHIFT;
-        while shift <= MAX_SLAB_SHIFT {
+        while shift <= max_shift {
             let bytes = 1usize << shift;
             let n = bytes / footprint;
             if n >= min_objects && (bytes - n * footprint) * frac <= bytes {
@@ -268,11 +282,16 @@ mod tests {
                 if !accounted {
                     assert!(l.leftover * 4 <= l.slab_bytes(), "class {c}: {l:?}");
                 }
-                // Classes up to 32 KiB waste at most 1/64 of a plain slab (the largest ones
-                // are bound by the 1 MiB slab and its 8 objects).
-                if !accounted && class_size(c) <= 32 << 10 {
-                    assert!(l.leftover * 64 <= l.slab_bytes(), "class {c}: {l:?}");
+                // Classes up to 6 KiB waste at most 1/32 of a plain slab (module docs);
+                // every class's slab is at most 128 KiB unless SLUB's order chose more.
+                if !accounted && class_size(c) <= 6 << 10 {
+                    assert!(l.leftover * 32 <= l.slab_bytes(), "class {c}: {l:?}");
                 }
+                let slub = SlabLayout::new(class_size(c), 8, accounted, false).unwrap();
+                assert!(
+                    l.slab_shift <= 17 || l.slab_shift == slub.slab_shift,
+                    "class {c}"
+                );
             }
         }
         // SLUB's order for the same size, as dedicated caches get it: 6.25% of an 8 KiB slab.
@@ -306,8 +325,16 @@ mod tests {
 
     #[test]
     fn metadata_fits_where_promised() {
-        for c in 0..NUM_CLASSES {
-            let l = SlabLayout::new(class_size(c), 8, true, false).unwrap();
+        // The size classes' own layouts, and SLUB's order for the same sizes (a dedicated
+        // cache of a class's size).
+        let layouts = (0..NUM_CLASSES).flat_map(|c| {
+            [
+                SlabLayout::for_class(class_size(c), true).unwrap(),
+                SlabLayout::new(class_size(c), 8, true, false).unwrap(),
+            ]
+            .map(|l| (c, l))
+        });
+        for (c, l) in layouts {
             let end = l.meta_offset + (l.objects - 1) * l.meta_stride + META_BYTES;
             assert!(end <= l.slab_bytes(), "class {c}: {l:?}");
             match l.meta {
