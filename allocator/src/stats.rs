@@ -21,12 +21,16 @@ pub struct ClassStats {
     pub objects: usize,
     /// Objects cached in thread bins and parked batches.
     pub cached: usize,
-    /// Slabs with at least one object handed out.
+    /// Slabs with at least one object handed out (the plain cache's and its accounted
+    /// twin's).
     pub active_slabs: usize,
     /// Empty slabs kept resident as a reserve.
     pub empty_slabs: usize,
-    /// Bytes per slab.
+    /// Bytes per slab of the plain cache; the accounted twin's may differ (its owner words
+    /// change the packing), so use `active_bytes` for what the slabs hold.
     pub slab_bytes: usize,
+    /// Bytes of the active slabs, both caches.
+    pub active_bytes: usize,
 }
 
 /// A snapshot of the allocator's memory. Exact when no other thread allocates meanwhile.
@@ -115,6 +119,7 @@ pub fn stats() -> AllocStats {
             }
             let (active, empty) = add_slabs(&mut s, cache);
             out.active_slabs += active;
+            out.active_bytes += active * cache.layout.slab_bytes();
             out.empty_slabs += empty;
         }
         s.allocated += out.objects * out.size;
