@@ -5,9 +5,9 @@
 //!
 //! A tenant lives while `handles > 0`, where `handles = live Tenant handles + live
 //! children` (a live child keeps its parent alive); its death starts when `handles` reaches
-//! 0 and `Node::dead` records that, for the readers that ask (`Node::is_alive`). The `Node` is owned by `Arc`s: the
-//! handles' (`Tenant`), its children's (`parent`) and one per objcg pointing at it
-//! (`objcg.rs`).
+//! 0 and `Node::dead` records that, for the readers that ask (`Node::is_alive`). The `Node`
+//! is owned by `Arc`s: the handles' (`Tenant`), its children's (`parent`) and one per objcg
+//! pointing at it (`objcg.rs`).
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
