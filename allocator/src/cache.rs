@@ -23,7 +23,9 @@
 //! per batch. Batches beyond `PARKED_BYTES` per cache go back to their slabs.
 
 use core::ptr;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 use slabcg_accounting::hooks;
 
@@ -584,6 +586,25 @@ impl SlabCache {
                 sys::fatal("free of a pointer that is not the start of a slot");
             }
             (seg, k, idx)
+        }
+    }
+
+    /// [`check_slot_start`](Self::check_slot_start) for a slot of this accounted cache, and
+    /// the slot's owner word, found from what the check computed (the slab and slot index)
+    /// rather than computed again from `p`.
+    #[inline(always)]
+    pub(crate) fn checked_owner_word(&self, p: *mut u8) -> &'static AtomicU32 {
+        let (seg, k, idx) = self.check_slot_start(p);
+        let l = &self.layout;
+        debug_assert!(self.id.accounted);
+        // SAFETY: check_slot_start says seg is a live segment of this cache, k < nslabs and
+        // idx < objects: the word lies in slab k's metadata (slab.rs:
+        // `metadata_fits_where_promised`), which lives as long as the segment (for ever).
+        unsafe {
+            let slab = (seg as *mut u8).add((*seg).slabs_offset + (k << l.slab_shift));
+            let w = slab.add(l.meta_offset + idx * l.meta_stride) as *const AtomicU32;
+            debug_assert!(ptr::eq(w, crate::owner::owner_word(p)));
+            &*w
         }
     }
 

@@ -153,15 +153,13 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
     // Before anything is written through the owner address computed from p, make sure p is
     // a slot of this accounted class: an invalid free (a foreign pointer, the middle of a
     // slot, the wrong layout) is reported instead of clearing some other slot's owner.
-    class_caches::cache(c, Kind::Accounted).check_slot_start(p);
+    let w = class_caches::cache(c, Kind::Accounted).checked_owner_word(p);
     // The tagged push refuses a slot that already heads the tagged bin: a double free.
     if thread_cache::with(|tc| tc.tagged_is_head(c, p)) {
         crate::sys::fatal(
             "double free of an accounted object (the slot is already the first kept slot of this thread)",
         );
     }
-    // SAFETY: caller's contract, just checked.
-    let w = unsafe { &*class_owner_word(p, c) };
     let owner = w.load(Ordering::Relaxed);
     if owner == 0 {
         crate::sys::fatal("double free of an accounted object (owner already cleared)");

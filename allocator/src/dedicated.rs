@@ -388,13 +388,10 @@ impl Cache {
     #[inline(always)]
     pub(crate) fn release_owner(&self, p: *mut u8) {
         if self.core.id.accounted {
-            // The owner address is computed from p: a pointer that is not a slot start of
-            // this cache (another cache's, into a header, a slab's tail or the middle of a
-            // slot) would make it point outside the slab's metadata, so such a free is
-            // reported before anything is written.
-            self.core.check_slot_start(p);
-            // SAFETY: p is a slot start of a segment of this accounted cache.
-            let w = unsafe { &*owner_word(p) };
+            // The owner address comes from p: a pointer that is not a slot start of this
+            // cache (another cache's, into a header, a slab's tail or the middle of a slot)
+            // is reported by the check before anything is written.
+            let w = self.core.checked_owner_word(p);
             // Only the thread that frees the slot touches its word: a load and a store, no
             // read-modify-write.
             let cg = w.load(Ordering::Relaxed);
