@@ -366,11 +366,9 @@ impl Cache {
         }
         let mut owners = Owners::new(self.core.layout.object_size, self.stat_idx());
         for &p in ptrs.iter().filter(|p| !p.is_null()) {
-            // The owner address is computed from p: a pointer that is not a slot start of
-            // this cache is reported before anything is written.
-            self.core.check_slot_start(p);
-            // SAFETY: p is a slot start of a segment of this accounted cache.
-            let owner = unsafe { (*owner_word(p)).swap(0, Ordering::Relaxed) };
+            // The owner address comes from p: a pointer that is not a slot start of this
+            // cache is reported before anything is written.
+            let owner = self.core.checked_owner_word(p).swap(0, Ordering::Relaxed);
             // SAFETY: the object was charged object_size to the owner its word recorded
             // (0: nobody), cleared just now; the caller gives it up.
             unsafe {
@@ -586,13 +584,11 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
             {
                 continue;
             }
-            // Before anything is written through the owner address computed from p.
-            accounted.check_slot_start(p);
+            // Checked before anything is written through the owner address computed from p.
+            let w = accounted.checked_owner_word(p);
             if live && tc.tagged_is_head(c, p) {
                 sys::fatal("double free of an accounted object in free_bulk (already kept)");
             }
-            // SAFETY: p is a slot start of the accounted cache of class c (just checked).
-            let w = unsafe { &*tc.owner_word(p, c) };
             let owner = w.load(Ordering::Relaxed);
             if owner == 0 {
                 sys::fatal(
