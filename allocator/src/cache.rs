@@ -602,9 +602,8 @@ impl SlabCache {
         // `metadata_fits_where_promised`), which lives as long as the segment (for ever).
         unsafe {
             let slab = (seg as *mut u8).add((*seg).slabs_offset + (k << l.slab_shift));
-            let w = slab.add(l.meta_offset + idx * l.meta_stride) as *const AtomicU32;
-            debug_assert!(ptr::eq(w, crate::owner::owner_word(p)));
-            &*w
+            // The same word as `owner::owner_word(p)` (`owner.rs` tests it).
+            &*(slab.add(l.meta_offset + idx * l.meta_stride) as *const AtomicU32)
         }
     }
 

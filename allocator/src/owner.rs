@@ -119,3 +119,35 @@ pub(crate) fn is_slot_of(p: *mut u8, cache: &SlabCache) -> bool {
         // SAFETY: is_segment says p lies in a live segment, whose header is immutable.
         && cache.owns(unsafe { (*segment_of(p)).cache })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::class_caches::ACCOUNTED;
+    use crate::slab::FreeObj;
+
+    /// `SlabCache::checked_owner_word` (the uncharging frees' route) finds the word
+    /// `owner_word` and the thread cache's class geometry compute, for every slot of a
+    /// fresh slab of every accounted class.
+    #[test]
+    fn checked_owner_word_is_owner_word() {
+        for (c, cache) in ACCOUNTED.iter().enumerate() {
+            let n = cache.layout.objects;
+            let chain = cache.refill(n, n);
+            assert_eq!(chain.count, n, "class {c}: a slab's worth of slots");
+            let mut o = chain.head;
+            while !o.is_null() {
+                let p = o as *mut u8;
+                // SAFETY: p is a slot of this accounted cache, just taken from its slabs.
+                unsafe {
+                    let w = cache.checked_owner_word(p) as *const _;
+                    assert!(core::ptr::eq(w, super::owner_word(p)), "class {c}");
+                    let g = super::OwnerGeom::of_layout(&cache.layout);
+                    assert!(core::ptr::eq(w, g.word(p)), "class {c}");
+                    o = FreeObj::next(o);
+                }
+            }
+            // SAFETY: the chain just taken, untouched, given back whole.
+            unsafe { cache.flush(chain.head, chain.count) };
+        }
+    }
+}
