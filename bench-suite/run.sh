@@ -7,7 +7,7 @@
 #   --allocs "A B"    allocators (default "mimalloc jemalloc system slabcg slabcg-tenant
 #                     slabcg-request"; mimalloc is the reference of every ratio, keep it in;
 #                     the slabcg-* builds run with accounting on, src/tenancy.rs)
-#   --workloads "W"   workloads (default: all ten)
+#   --workloads "W"   workloads (default: all eleven)
 #   --threads N       pass N threads to every workload (default: each program's default)
 #   --scale-pct P     scale every workload's default size knob by P percent (default 100)
 #   --quick           = --reps 1 --scale-pct 10 (smoke test, about 1 minute after builds)
@@ -26,7 +26,7 @@ cd "$ROOT"
 
 REPS=3
 ALLOCS="mimalloc jemalloc system slabcg slabcg-tenant slabcg-request"
-WORKLOADS="larson xmalloc cache_scratch cache_thrash mstress rptest alloc_test glibc_simple glibc_thread malloc_large"
+WORKLOADS="larson xmalloc cache_scratch cache_thrash mstress rptest alloc_test glibc_simple glibc_thread malloc_large server"
 THREADS=""
 SCALE=100
 BUILD=1

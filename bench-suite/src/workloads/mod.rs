@@ -8,6 +8,7 @@ pub mod larson;
 pub mod malloc_large;
 pub mod mstress;
 pub mod rptest;
+pub mod server;
 pub mod xmalloc;
 
 use crate::rng::XorShift;
