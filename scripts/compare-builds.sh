@@ -9,7 +9,7 @@
 set -euo pipefail
 old=$1 new=$2 rounds=${3:-3}
 for w in larson xmalloc cache_scratch cache_thrash mstress rptest alloc_test glibc_simple \
-    glibc_thread malloc_large json_groupby; do
+    glibc_thread malloc_large server json_groupby; do
     [ -x "$old/release/$w" ] && [ -x "$new/release/$w" ] || continue
     arg=""
     [ "$w" = json_groupby ] && arg=300000

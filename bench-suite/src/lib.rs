@@ -1,6 +1,7 @@
 //! mimalloc-bench style workloads, written from the published descriptions of the originals
 //! (larson, xmalloc-test, cache-scratch, cache-thrash, mstress, rptest, alloc-test,
-//! glibc bench-malloc-simple / -thread, malloc-large), for comparing slabcg with its peers.
+//! glibc bench-malloc-simple / -thread, malloc-large) and one of our own (server), for comparing
+//! slabcg with its peers.
 //!
 //! Every workload is a library function `run(&Config) -> WorkResult` so that unit tests can run
 //! it with tiny sizes; the programs in `src/bin/` are thin wrappers around them. Each workload

@@ -5,7 +5,7 @@ use slabcg_bench_suite::workloads::server;
 fn main() {
     let a = cli::parse(
         "server",
-        "THREADS: workers; KNOB: requests per worker (48 objects of 8 B-32 KiB, a 16-string map, a quarter handed on)",
+        "THREADS: workers; KNOB: requests per worker (48 objects of 8 B-32 KiB, a 16-entry map of strings, a quarter handed on)",
         2,
         200_000,
     );

@@ -1,12 +1,15 @@
 //! A server-like shape (issue 20's first measurement; not a published benchmark).
 //!
-//! `threads` workers each serve `requests` requests. A request frees what the other workers
-//! handed it, allocates a burst of `burst` objects of mixed sizes (8 B to 32 KiB, most of them
-//! small: log-uniform), builds a map of `map_entries` owned strings and folds it into a
-//! checksum, then frees three quarters of the burst and hands the last quarter to the next
-//! worker, which frees it in one of its own requests. With `slabcg-request` each request runs
-//! in a new child tenant of its worker's, so the handed objects are mostly freed after their
-//! request tenant died: the case a service with a tenant per request lives with.
+//! `threads` workers each serve `requests` requests. A request frees what the previous
+//! worker handed it, allocates a burst of `burst` objects of mixed sizes (8 B to 32 KiB,
+//! log-uniform: half of them under 512 B, a quarter of 4 KiB or more), builds a map of
+//! `map_entries` entries (an owned key and value string each) and folds it into a checksum,
+//! then frees three quarters of the burst and hands the last quarter to the next worker,
+//! which frees it in one of its own requests (what is still queued when the workers finish,
+//! at most `queue_depth` batches each, is freed after them). With `slabcg-request` each request
+//! runs in a new child tenant of its worker's, so the handed objects are mostly freed after
+//! their request tenant died: the case a service with a tenant per request lives with. `ops`
+//! counts the burst objects, not the map's and the vectors' allocations.
 
 use crate::block::Block;
 use crate::cli::{verdict, Outcome, WorkResult};
@@ -23,9 +26,9 @@ pub struct Config {
     pub requests: usize,
     /// Objects allocated per request.
     pub burst: usize,
-    /// Strings in each request's map.
+    /// Entries (a key and a value string) in each request's map.
     pub map_entries: usize,
-    /// Object sizes: log-uniform in `min_size..=max_size`.
+    /// Object sizes: log-uniform in `min_size..max_size`.
     pub min_size: usize,
     /// Object sizes.
     pub max_size: usize,
@@ -71,7 +74,8 @@ fn drain(inbox: &Receiver<Vec<Block>>, o: &mut Outcome, blocking: bool) -> u64 {
     bad
 }
 
-/// One request: returns the checksum of its map.
+/// One request's burst, map and hand-off: returns the checksum of its map and the
+/// corruption tally.
 fn serve(
     cfg: &Config,
     rng: &mut XorShift,
@@ -121,7 +125,10 @@ fn serve(
 
 /// Run it.
 pub fn run(cfg: &Config) -> WorkResult {
-    assert!(cfg.threads > 0 && cfg.min_size > 0 && cfg.min_size <= cfg.max_size);
+    // A queue of depth 0 is a rendezvous, which no worker waits on while it serves.
+    assert!(
+        cfg.threads > 0 && cfg.queue_depth > 0 && cfg.min_size > 0 && cfg.min_size <= cfg.max_size
+    );
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..cfg.threads)
         .map(|_| sync_channel(cfg.queue_depth))
         .unzip();
@@ -180,6 +187,21 @@ mod tests {
             };
             let o = run(&cfg).unwrap();
             assert_eq!((o.allocs, o.frees), (threads as u64 * 200 * 48, o.allocs));
+        }
+    }
+
+    #[test]
+    fn full_queues_make_progress() {
+        // One batch per queue: nearly every hand-off finds the queue full and frees the
+        // sender's own inbox while it waits.
+        for threads in [1, 2, 3] {
+            let cfg = Config {
+                requests: 500,
+                queue_depth: 1,
+                ..Config::bench(threads, 0)
+            };
+            let o = run(&cfg).unwrap();
+            assert_eq!((o.allocs, o.frees), (threads as u64 * 500 * 48, o.allocs));
         }
     }
 }
