@@ -10,8 +10,8 @@
 //!
 //! Accounting consequences, the same as for the byte stocks:
 //! - objects in tagged bins count in their tenant's `current` and slab stats (pre-charged);
-//!   at most `tagged_max(c)` per class per thread (64 KiB or 1,024 objects, one object for
-//!   the classes above 64 KiB), and only in threads whose byte stock had a slot for the
+//!   at most `tagged_max(c)` per class per thread (128 KiB or 1,024 objects, one object of
+//!   the 128 KiB class), and only in threads whose byte stock had a slot for the
 //!   tenant when they retagged (its stock budget, [`note_retag`]);
 //! - every drain of the stocks first uncharges the tagged bins of the threads that may hold
 //!   charged objects (the armed list, [`ArmedList`]; every thread for `current_exact()`,
@@ -128,13 +128,16 @@ const TRANSFER_MAX: u32 = 1024;
 /// usual retag after `RETAG_AFTER` misses, which costs less than a transfer per tenant.
 const TRANSFER_MIN: u32 = 8;
 
-/// Bytes a tagged bin may hold.
-const TAGGED_BYTES: usize = 64 << 10;
+/// Bytes a tagged bin may hold: what a plain bin holds (`thread_cache::BIN_BYTES`). Half
+/// as much made a thread with a working set of large objects (glibc_thread: 4 B-32 KiB in
+/// one tenant) uncharge one free in 13 and charge again, 1.15x the unaccounted
+/// instructions against 1.10x (BENCHMARKS.md section 10).
+const TAGGED_BYTES: usize = 128 << 10;
 
-/// Capacity of the tagged bin of class `c`: 64 KiB, at most 1,024 objects (one object for
-/// the classes above 64 KiB). Small classes get more slots than a plain bin: a request's
-/// working set is mostly small strings (a map of 80 records frees 240 objects of 8 bytes),
-/// and every object that does not fit is uncharged on free and charged again on reuse.
+/// Capacity of the tagged bin of class `c`: 128 KiB, at most 1,024 objects (one object of
+/// the 128 KiB class). Small classes get more slots than a plain bin: a request's working
+/// set is mostly small strings (a map of 80 records frees 240 objects of 8 bytes), and
+/// every object that does not fit is uncharged on free and charged again on reuse.
 pub fn tagged_max(c: usize) -> u32 {
     (TAGGED_BYTES / class_size(c)).clamp(1, 1024) as u32
 }
