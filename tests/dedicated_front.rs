@@ -72,8 +72,10 @@ fn same_thread_pairs_stay_in_the_front() {
         set
     };
     assert!(c.slots_in_my_front() >= 50);
+    // Joined, not only waited for (the scope's end does not wait for the thread's exit,
+    // which hands its front's slots back before `live_objects` below may count them).
     std::thread::scope(|s| {
-        s.spawn(|| {
+        let h = s.spawn(|| {
             let theirs: Vec<_> = (0..50).map(|_| c.alloc().unwrap()).collect();
             for q in &theirs {
                 assert!(
@@ -86,6 +88,7 @@ fn same_thread_pairs_stay_in_the_front() {
                 unsafe { c.free(q) };
             }
         });
+        h.join().unwrap();
     });
     // SAFETY: p is live, freed once.
     unsafe { c.free(p) };
@@ -101,8 +104,9 @@ fn remote_frees_land_in_the_freeing_threads_front() {
     let a = addrs(&ps);
     assert_eq!(c.live_objects(), n);
     let c = &c;
+    // Joined: see `same_thread_pairs_stay_in_the_front`.
     std::thread::scope(|s| {
-        s.spawn(move || {
+        let h = s.spawn(move || {
             // This thread never allocated from c: the first frees go home, then its front
             // opens and keeps what it frees (up to its capacity), which its own next
             // allocations reuse.
@@ -134,6 +138,7 @@ fn remote_frees_land_in_the_freeing_threads_front() {
             }
             slabcg::allocator::testing::check_invariants();
         });
+        h.join().unwrap();
     });
     assert_eq!(c.live_objects(), 0);
 }
@@ -236,9 +241,10 @@ fn accounted_front_keeps_exact_ownership_across_threads() {
     let s = addrs(&singles);
     let b = addrs(&bulk);
     let c = &c;
+    // Joined: see `same_thread_pairs_stay_in_the_front`.
     std::thread::scope(|sc| {
         let (s1, b1) = (s[..150].to_vec(), b[..100].to_vec());
-        sc.spawn(move || {
+        let h1 = sc.spawn(move || {
             for &p in &s1 {
                 // SAFETY: live objects of c, each freed once.
                 unsafe { c.free(nn(p)) };
@@ -248,7 +254,7 @@ fn accounted_front_keeps_exact_ownership_across_threads() {
             unsafe { c.free_bulk(&run) };
         });
         let (s2, b2) = (s[150..300].to_vec(), b[100..150].to_vec());
-        sc.spawn(move || {
+        let h2 = sc.spawn(move || {
             for &p in &b2 {
                 // SAFETY: as above.
                 unsafe { c.free(nn(p)) };
@@ -257,6 +263,8 @@ fn accounted_front_keeps_exact_ownership_across_threads() {
             // SAFETY: as above.
             unsafe { c.free_bulk(&run) };
         });
+        h1.join().unwrap();
+        h2.join().unwrap();
     });
     assert_eq!(t.current_exact(), 150 * size);
     assert_eq!(c.live_objects(), 200);
@@ -285,7 +293,7 @@ fn accounted_front_keeps_exact_ownership_across_threads() {
     assert_eq!(parent.current_exact(), parent_base + 150 * size);
     let (s3, b3) = (s[300..].to_vec(), b[150..].to_vec());
     std::thread::scope(|sc| {
-        sc.spawn(move || {
+        let h = sc.spawn(move || {
             for &p in &s3 {
                 // SAFETY: live objects of c, each freed once.
                 unsafe { c.free(nn(p)) };
@@ -294,6 +302,7 @@ fn accounted_front_keeps_exact_ownership_across_threads() {
             // SAFETY: as above.
             unsafe { c.free_bulk(&run) };
         });
+        h.join().unwrap();
     });
     assert_eq!(parent.current_exact(), parent_base);
     assert_eq!(c.live_objects(), 0);
