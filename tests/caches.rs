@@ -122,12 +122,16 @@ fn bulk_charges_a_run_at_once_and_is_all_or_nothing() {
     // Freed on another thread, with one call.
     let addrs: Vec<usize> = out.iter().map(|&p| p as usize).collect();
     let c2 = &c;
+    // Joined, not only waited for: a scope's end does not wait for the thread's exit
+    // (rust-lang/rust#116179), where its front's slots go back to the cache.
     std::thread::scope(|s| {
         s.spawn(move || {
             let ptrs: Vec<*mut u8> = addrs.iter().map(|&a| a as *mut u8).collect();
             // SAFETY: every pointer came from c's alloc_bulk and is freed once.
             unsafe { c2.free_bulk(&ptrs) };
-        });
+        })
+        .join()
+        .unwrap();
     });
     assert_eq!(t.current_exact(), 0);
     assert_eq!(c.live_objects(), 0);

@@ -105,8 +105,10 @@ fn a_refused_charge_gives_the_value_back() {
     assert_eq!(t.current_exact(), kept.len() as u64 * each);
     assert!(t.current_exact() <= 64 << 10);
     // Dropped on another thread, in no scope: the tenant is uncharged.
+    // Joined, not only waited for: a scope's end does not wait for the thread's exit
+    // (rust-lang/rust#116179), where its front's slots go back to the cache.
     std::thread::scope(|s| {
-        s.spawn(move || drop(kept));
+        s.spawn(move || drop(kept)).join().unwrap();
     });
     assert_eq!(t.current_exact(), 0);
     assert_eq!(c.cache().live_objects(), 0);
@@ -180,10 +182,12 @@ fn caches_and_handles_are_shared_by_threads() {
 
     let c: TypedCache<Request> = TypedCache::new("typed-threads", true);
     let t = Tenant::new("typed-threads");
+    // Joined: see above.
     std::thread::scope(|s| {
+        let mut hs = Vec::new();
         for k in 0..4u64 {
             let (c, t) = (&c, &t);
-            s.spawn(move || {
+            hs.push(s.spawn(move || {
                 let _g = t.enter();
                 let v: Vec<_> = (0..500)
                     .map(|i| {
@@ -199,7 +203,10 @@ fn caches_and_handles_are_shared_by_threads() {
                     .iter()
                     .enumerate()
                     .all(|(i, b)| b.id == k * 1000 + i as u64));
-            });
+            }));
+        }
+        for h in hs {
+            h.join().unwrap();
         }
     });
     assert_eq!(c.cache().live_objects(), 0);
