@@ -5,11 +5,12 @@
 //! log-uniform: half of them under 512 B, a quarter of 4 KiB or more), builds a map of
 //! `map_entries` entries (an owned key and value string each) and folds it into a checksum,
 //! then frees three quarters of the burst and hands the last quarter to the next worker,
-//! which frees it in one of its own requests (what is still queued when the workers finish,
-//! at most `queue_depth` batches each, is freed after them). With `slabcg-request` each request
-//! runs in a new child tenant of its worker's, so the handed objects are mostly freed after
-//! their request tenant died: the case a service with a tenant per request lives with. `ops`
-//! counts the burst objects, not the map's and the vectors' allocations.
+//! which frees it in one of its own requests (what is still queued when a worker has served
+//! its last request, at most `queue_depth` batches, it frees after that, outside any
+//! request). With `slabcg-request` each request runs in a new child tenant of its worker's,
+//! so the handed objects are mostly freed after their request tenant died: the case a
+//! service with a tenant per request lives with. `ops` counts the burst objects, not the
+//! map's and the vectors' allocations.
 
 use crate::block::Block;
 use crate::cli::{verdict, Outcome, WorkResult};
