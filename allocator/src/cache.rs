@@ -589,6 +589,72 @@ impl SlabCache {
         }
     }
 
+    /// The owner word of slot `p` of this accounted cache, from the cache's own layout (no
+    /// header read, no check), for slots known to be slot starts (the object stock's kept
+    /// bins).
+    ///
+    /// # Safety
+    /// `p` must be a slot start of this accounted cache.
+    #[inline(always)]
+    pub(crate) unsafe fn owner_word_of(&self, p: *mut u8) -> *const AtomicU32 {
+        let in_slab = p as usize & self.layout.slab_mask;
+        // SAFETY: caller's contract.
+        unsafe { self.owner_word_at(p, in_slab, self.layout.slot_index(in_slab)) }
+    }
+
+    /// The owner word of slot `idx` of `p`'s slab, `in_slab` being `p`'s offset there.
+    ///
+    /// # Safety
+    /// `p` must be slot `idx`'s start in a slab of this accounted cache.
+    #[inline(always)]
+    unsafe fn owner_word_at(&self, p: *mut u8, in_slab: usize, idx: usize) -> *const AtomicU32 {
+        let l = &self.layout;
+        // SAFETY: slabs of accounted segments are aligned to their size (segment::geometry),
+        // so for a slot start the word lies inside p's slab (slab.rs:
+        // `metadata_fits_where_promised`).
+        // (`ObjectStock::check` cross-checks it against `owner::owner_word` for kept slots:
+        // from here, that import would make a ring.)
+        unsafe { p.sub(in_slab).add(l.meta_offset + idx * l.meta_stride) as *const AtomicU32 }
+    }
+
+    /// The owner word of `p` when it is a slot start in a segment of this accounted cache, for
+    /// the kept free's fast path (`Cache::free`): None for anything else in a segment (another
+    /// cache's object, a segment header, the middle of a slot), which the caller's checked
+    /// path then reports. The checks of [`check_slot_start`](Self::check_slot_start), less
+    /// the segment bitmap's (`is_segment`, 11 instructions of a 75-instruction pair, kept in
+    /// hardened builds): a pointer slabcg never handed out has its "header" read at its
+    /// 4 MiB-aligned base, which is either mapped (the cache does not match: reported) or not
+    /// (SIGSEGV, not corruption).
+    ///
+    /// # Safety
+    /// `p` must be what the caller's caller promises is a live slot of this cache (the
+    /// checks report a broken promise; they cannot make one sound).
+    #[inline(always)]
+    pub(crate) unsafe fn owner_word_if_slot(&self, p: *mut u8) -> Option<*const AtomicU32> {
+        if cfg!(feature = "hardened") && !is_segment(p) {
+            return None;
+        }
+        let seg = segment_of(p);
+        let l = &self.layout;
+        let in_slab = p as usize & l.slab_mask;
+        let idx = l.slot_index(in_slab);
+        // SAFETY: by the caller's contract p is a slot of this cache, whose segment header is
+        // live and immutable (a broken contract gets the read described above).
+        let (cache, first) = unsafe { ((*seg).cache, seg as usize + (*seg).slabs_offset) };
+        // Slab 0 starts at `first`, a multiple of the slab size, and the segment's slabs run
+        // to its end, so `p >= first` and a slot index below `objects` put p on a slot of a
+        // slab of this segment.
+        if !self.owns(cache)
+            || (p as usize) < first
+            || idx * l.stride != in_slab
+            || idx >= l.objects
+        {
+            return None;
+        }
+        // SAFETY: p is slot idx's start in a slab of this cache (just checked).
+        Some(unsafe { self.owner_word_at(p, in_slab, idx) })
+    }
+
     /// [`check_slot_start`](Self::check_slot_start) for a slot of this accounted cache, and
     /// the slot's owner word, found from what the check computed (the slab and slot index)
     /// rather than computed again from `p`.

@@ -12,9 +12,12 @@
 //!
 //! With `.account(true)` every slot carries owner metadata (placement reported by
 //! [`Cache::info`]) and objects allocated inside a tenant scope are charged to it; objects
-//! allocated outside any scope carry owner 0 and are not charged. Each object is charged
-//! through the accounting's byte stock on `alloc` and uncharged on `free` (slots in fronts
-//! are uncharged, owner 0): exact ownership, as the size classes' uncharged bins. The first 76 accounted
+//! allocated outside any scope carry owner 0 and are not charged. As for the size classes, a
+//! free whose owner is the thread's object-stock tag keeps the slot charged in the front's
+//! kept bin, and the next allocation in that tenant takes it back without charging (`front.rs`,
+//! `object_stock.rs`: drains uncharge kept slots as they do tagged ones); any other free
+//! uncharges its owner through the byte stock and puts the slot, owner 0, in the front's
+//! uncharged bin, from which other tenants' allocations charge. The first 76 accounted
 //! caches get their own line in `tenant.stat()` (`slab_cache_<name>`); later ones are counted in
 //! `slab` only.
 //!
@@ -35,6 +38,7 @@ use slabcg_accounting::hooks::{self, StatIdx};
 
 use crate::cache::SlabCache;
 use crate::front;
+use crate::object_stock::Pop;
 use crate::owner::owner_word;
 use crate::slab::{MetaPlacement, SlabLayout};
 use crate::{init, thread_cache};
@@ -283,7 +287,21 @@ impl Cache {
         thread_cache::with(|tc| {
             let f = tc.front(self.front);
             if f.is_of(self.core) {
-                f.bin.count() as usize
+                (f.bin.count() + f.kept.count()) as usize
+            } else {
+                0
+            }
+        })
+    }
+
+    /// Tests: slots of this cache the calling thread's front keeps charged to its object
+    /// stock's tag (`front.rs`).
+    #[doc(hidden)]
+    pub fn kept_in_my_front(&self) -> usize {
+        thread_cache::with(|tc| {
+            let f = tc.front(self.front);
+            if f.is_of(self.core) {
+                f.kept.count() as usize
             } else {
                 0
             }
@@ -311,21 +329,65 @@ impl Cache {
         NonNull::new(init::front_alloc_slow(self.front, self.core))
     }
 
-    /// [`alloc`](Self::alloc) of an accounted cache: charge (byte stock), pop, owner word.
+    /// [`alloc`](Self::alloc) of an accounted cache: a slot the object stock kept charged to
+    /// the current tenant (`front.rs`), else charge (byte stock), pop, owner word.
     #[inline(always)]
     fn alloc_accounted(&self) -> Option<NonNull<u8>> {
+        let cg = hooks::current_objcg();
+        if cg != 0 {
+            match thread_cache::with(|tc| tc.front_kept_pop(self.front, self.core, cg)) {
+                // SAFETY: a popped slot is not null.
+                Pop::Hit(p) => return Some(unsafe { NonNull::new_unchecked(p) }),
+                Pop::Empty => {}
+                // SAFETY: p is what front_kept_pop just returned as Foreign.
+                Pop::Foreign(p) => unsafe { self.put_back_kept(p) },
+            }
+        }
+        self.alloc_charging(cg)
+    }
+
+    /// The kept bin held a slot but the object stock's tag is not the current tenant (or a
+    /// drainer has been at it): the slot goes back, and the allocation charges.
+    ///
+    /// # Safety
+    /// `p` must be what `front_kept_pop` just returned as `Pop::Foreign`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn put_back_kept(&self, p: *mut u8) {
+        // SAFETY: caller's contract.
+        thread_cache::with(|tc| unsafe { tc.front_put_back(self.front, p) });
+    }
+
+    /// The accounted allocation that charges `cg` (0: outside every tenant, nothing): byte
+    /// stock, pop from the uncharged front, owner word; then, as a size class's charging
+    /// allocation does, tells the object stock it missed (`note_miss`), so that a thread
+    /// working in one tenant tags its stock for it and its frees start keeping slots.
+    #[inline(always)]
+    fn alloc_charging(&self, cg: u32) -> Option<NonNull<u8>> {
         let size = self.core.layout.object_size;
-        let cg = self.charge_current(size)?;
+        // SAFETY: cg is this thread's current scope, just read.
+        if cg != 0 && !unsafe { hooks::charge(cg, size, self.stat) } {
+            return None;
+        }
         let mut p = thread_cache::with(|tc| tc.front(self.front).pop_of(self.core));
         if p.is_null() {
             p = init::front_alloc_slow(self.front, self.core);
             if p.is_null() {
-                // SAFETY: the `size` bytes charge_current just charged to cg, given back unused.
+                // SAFETY: the `size` bytes just charged to cg, given back unused.
                 unsafe { self.uncharge(cg, size) };
                 return None;
             }
         }
         self.set_owner(p, cg);
+        if cg != 0 {
+            thread_cache::with(|tc| {
+                if tc.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
+                    tc.note_miss(cg);
+                } else if !tc.stock.caching.load(Ordering::Relaxed) {
+                    tc.recheck_caching(cg);
+                }
+            });
+        }
         // SAFETY: just tested.
         Some(unsafe { NonNull::new_unchecked(p) })
     }
@@ -337,28 +399,65 @@ impl Cache {
     #[inline(always)]
     pub unsafe fn free(&self, ptr: NonNull<u8>) {
         let p = ptr.as_ptr();
-        self.release_owner(p);
+        if self.core.id.accounted {
+            // Kept charged when its owner is the object stock's tag (`front.rs`), once p is
+            // seen to be a slot start in a segment of this cache (anything else goes to the
+            // checked path, which reports it before any owner word is read or written).
+            // SAFETY: caller's contract: p is a live slot of this cache.
+            if let Some(w) = unsafe { self.core.owner_word_if_slot(p) } {
+                // SAFETY: the word of p's slot, which lives as long as the cache's segments.
+                let owner = unsafe { (*w).load(Ordering::Relaxed) };
+                // SAFETY: as above; p is charged to `owner` (its word says so), given up.
+                if unsafe {
+                    thread_cache::with(|tc| tc.front_kept_push(self.front, self.core, owner, p))
+                } {
+                    return;
+                }
+            }
+            // SAFETY: caller's contract.
+            return unsafe { self.free_uncharging(p) };
+        }
         // SAFETY: the caller gives up p, a slot of this cache (validated when the front
         // flushes it, as a size class's bin).
+        unsafe { self.free_to_front(p) }
+    }
+
+    /// The accounted free that uncharges the owner (any but the tag's tenant, or no room
+    /// kept), clears the owner word and puts the slot in the uncharged front.
+    ///
+    /// # Safety
+    /// As [`free`](Self::free).
+    #[inline(never)]
+    unsafe fn free_uncharging(&self, p: *mut u8) {
+        // The kept push refuses a slot that already heads the kept bin: a double free.
+        if thread_cache::with(|tc| tc.front_kept_is_head(self.front, p)) {
+            crate::sys::fatal(
+                "double free of a dedicated cache's object (the slot is already the first kept slot of this thread)",
+            );
+        }
+        self.release_owner(p);
+        // SAFETY: caller's contract; the slot is uncharged now.
+        unsafe { self.free_to_front(p) };
+        // A drainer may be why the slot was not kept: give back what it left in the bins.
+        thread_cache::with(|tc| {
+            if tc.must_reclaim() {
+                tc.reclaim();
+            }
+        });
+    }
+
+    /// Puts the uncharged slot `p` in this thread's front, or through its slow path.
+    ///
+    /// # Safety
+    /// `p` must be a slot of this cache that nobody uses any more, uncharged.
+    #[inline(always)]
+    unsafe fn free_to_front(&self, p: *mut u8) {
+        // SAFETY: caller's contract.
         if unsafe { thread_cache::with(|tc| tc.front(self.front).push_of(self.core, p)) } {
             return;
         }
         // SAFETY: as above.
         unsafe { init::front_free_slow(p, self.front, self.core) }
-    }
-
-    /// Charges `bytes` to the current tenant when accounted. Some(owner id, 0 = none).
-    #[inline(always)]
-    pub(crate) fn charge_current(&self, bytes: usize) -> Option<u32> {
-        if !self.core.id.accounted {
-            return Some(0);
-        }
-        let cg = hooks::current_objcg();
-        // SAFETY: cg is this thread's current scope, just read.
-        if cg != 0 && !unsafe { hooks::charge(cg, bytes, self.stat) } {
-            return None;
-        }
-        Some(cg)
     }
 
     /// Gives back `bytes` charged to `cg` (0: nothing was charged).

@@ -28,21 +28,28 @@
 //! would otherwise hand them to its next allocations in cache lines those threads still use.
 //! A thread that keeps only freeing (a consumer) opens its bin after that.
 //!
-//! Accounted caches. A slot in a front is uncharged, its owner word 0 (the front is the
-//! accounted caches' bin of uncharged slots, as `ThreadCache::accounted` is for the size
-//! classes); allocation charges the current tenant through the byte stock, free uncharges
-//! the owner word's tenant. The object stock is not used: its drain protocol is written for
-//! the size classes' fixed tagged bins. What `stats()` reports as charged objects is counted
+//! Accounted caches. A front has two bins, as a size class has: `bin`, of uncharged slots
+//! (owner word 0; as `ThreadCache::accounted` is for the size classes), and `kept`, the
+//! object stock's bin for this front (`object_stock.rs`): free slots still charged to the
+//! thread's object-stock tag, their owner word that tenant. A free whose owner is the tag
+//! keeps the slot in `kept`; an allocation under the tag takes it back without charging, so
+//! the same-tenant pair costs what a size class's does. Otherwise allocation charges the
+//! current tenant through the byte stock and free uncharges the owner word's tenant. The
+//! object stock's drain protocol covers `kept` as it covers the size classes' tagged bins; a
+//! drainer reads `kept`'s count and the bin's `tag` (which core, so which size and stat),
+//! so the tag of a bin changes only under the thread's `stock` lock, with `kept` empty
+//! (`ObjectStock::retag_front`). What `stats()` reports as charged objects is counted
 //! without an atomic read-modify-write on the fast path: `charged` of a bin is this thread's
 //! net count of charged objects of the tagged core (allocated minus freed here, so it can be
 //! negative), folded into the core's `counters.charged` when the bin is retagged or the
 //! thread exits.
 //!
 //! Invariants of a [`FrontBin`] (checked by [`FrontBin::check`], with `Bin::check`):
-//! `tag == null  =>  bin.count == 0 && charged == 0`; every slot on the bin is a free slot of
-//! `tag`'s core, counted in its `counters.used` (slots in fronts left their slabs). For a
-//! core C (stats and `Cache::live_objects`): `used(C) == held(C) + transfer(C) +
-//! Σ_threads Σ_{bins tagged C} count`.
+//! `tag == null  =>  bin.count == 0 && kept.count == 0 && charged == 0`; every slot on
+//! `bin` or `kept` is a free slot of `tag`'s core, counted in its `counters.used` (slots in
+//! fronts left their slabs); `kept.count > 0  =>  tag's core is accounted`. For a core C
+//! (stats and `Cache::live_objects`): `used(C) == held(C) + transfer(C) + Σ_threads Σ_{bins
+//! tagged C} (count + kept count)`.
 
 use core::cell::Cell;
 use core::ptr;
@@ -72,6 +79,9 @@ pub(crate) fn bin_max(core: &SlabCache) -> u32 {
 /// One thread's bin for one front index.
 pub struct FrontBin {
     pub(crate) bin: Bin,
+    /// Free slots of the tagged core still charged to the object stock's tag (module docs);
+    /// a drainer reads its count.
+    pub(crate) kept: Bin,
     /// The core whose slots the bin holds (null: none). Written by the owner thread only,
     /// read racily by `stats()` (an atomic for that; relaxed loads and stores are plain moves).
     tag: AtomicPtr<SlabCache>,
@@ -88,6 +98,7 @@ impl FrontBin {
     pub(crate) const fn new() -> FrontBin {
         FrontBin {
             bin: Bin::new(),
+            kept: Bin::new(),
             tag: AtomicPtr::new(ptr::null_mut()),
             charged: AtomicIsize::new(0),
             allocs: Cell::new(0),
@@ -141,40 +152,65 @@ impl FrontBin {
     /// Gives every slot back to the tagged core and folds `charged` into it; the bin keeps
     /// its tag and capacity. The owner thread only.
     pub(crate) fn flush(&self) {
-        let core = self.tag.load(Ordering::Relaxed);
-        if core.is_null() {
-            return;
-        }
-        // SAFETY: a tag names a core, and cores are never freed.
-        let core = unsafe { &*core };
-        let (head, n) = self.bin.take_all();
-        if n > 0 {
-            // SAFETY: the bin held n free slots of its tagged core.
-            unsafe { core.flush_batch(head, n as usize) };
-        }
-        let d = self.charged.swap(0, Ordering::Relaxed);
-        fold_charged(core, d);
+        self.take_uncharged().release();
     }
 
-    /// Makes the bin `core`'s: the old core's slots and charged count go back to it, and the
-    /// bin starts closed (warm-up, module docs). The owner thread only.
-    pub(crate) fn retag(&self, core: &'static SlabCache) {
-        self.flush();
+    /// Takes the uncharged slots and the charged count of the tagged core, to be given back
+    /// to it by [`Retired::release`].
+    fn take_uncharged(&self) -> Retired {
+        let (head, n) = self.bin.take_all();
+        Retired {
+            core: self.tag.load(Ordering::Relaxed),
+            head,
+            n,
+            charged: self.charged.swap(0, Ordering::Relaxed),
+        }
+    }
+
+    /// Makes the bin `core`'s, closed (warm-up, module docs); returns the old core's slots
+    /// and charged count, which the caller gives back to it ([`Retired::release`]) once it
+    /// released its `stock` lock. The owner thread only, under that lock with `kept` empty
+    /// (`ObjectStock::retag_front`, which a drainer's reading of the tag relies on).
+    #[must_use]
+    pub(crate) fn retag(&self, core: &'static SlabCache) -> Retired {
+        debug_assert_eq!(self.kept.count(), 0);
+        let old = self.take_uncharged();
         self.bin.set_capacity(0);
+        self.kept.set_capacity(0);
         self.allocs.set(0);
         self.frees.set(0);
         self.tag.store(
             core as *const SlabCache as *mut SlabCache,
             Ordering::Relaxed,
         );
+        old
     }
 
     /// Gives the slots back and drops the tag: the bin is `core`-less and closed (thread
-    /// exit). The owner thread only.
+    /// exit, after the object stock gave `kept` back: a drainer that reads its count 0
+    /// ignores the tag). The owner thread only.
     pub(crate) fn close(&self) {
+        debug_assert_eq!(self.kept.count(), 0);
         self.flush();
         self.bin.set_capacity(0);
+        self.kept.set_capacity(0);
         self.tag.store(ptr::null_mut(), Ordering::Relaxed);
+    }
+
+    /// The capacity `kept` gets: an open bin's, for an accounted core, while the thread's
+    /// object stock caches (`caching`); else 0 (pushes fail).
+    pub(crate) fn kept_capacity(&self, caching: bool) -> u32 {
+        let core = self.tag();
+        if !caching || core.is_null() || self.bin.capacity() == 0 {
+            return 0;
+        }
+        // SAFETY: a tag names a core, and cores are never freed.
+        let core = unsafe { &*core };
+        if core.id.accounted {
+            bin_max(core)
+        } else {
+            0
+        }
     }
 
     /// A locked allocation while the bin is closed: true once the bin should open.
@@ -206,20 +242,56 @@ impl FrontBin {
     /// nothing charged. The owner thread only, off the fast paths.
     pub(crate) fn check(&self) {
         self.bin.check();
-        if self.tag().is_null() && (self.bin.count() != 0 || self.charged() != 0) {
+        self.kept.check();
+        let core = self.tag();
+        if core.is_null()
+            && (self.bin.count() != 0 || self.kept.count() != 0 || self.charged() != 0)
+        {
             crate::invariant::broken("front bin: untagged but holds slots or charges");
         }
-        let core = self.tag();
-        let mut o = self.bin.head();
-        while !o.is_null() {
-            // SAFETY: a tagged core is never freed; the list's slots link to the next or null.
-            unsafe {
-                if !crate::owner::is_slot_of(o as *mut u8, &*core) {
-                    crate::invariant::broken("front bin: a slot of another core");
+        // SAFETY: a tagged core is never freed.
+        if self.kept.count() != 0 && !unsafe { (*core).id.accounted } {
+            crate::invariant::broken("front bin: kept slots of an unaccounted core");
+        }
+        for head in [self.bin.head(), self.kept.head()] {
+            let mut o = head;
+            while !o.is_null() {
+                // SAFETY: a tagged core is never freed; the list's slots link to the next or
+                // null.
+                unsafe {
+                    if !crate::owner::is_slot_of(o as *mut u8, &*core) {
+                        crate::invariant::broken("front bin: a slot of another core");
+                    }
+                    o = FreeObj::next(o);
                 }
-                o = FreeObj::next(o);
             }
         }
+    }
+}
+
+/// A front bin's uncharged slots and charged count of its old core, taken by a retag or a
+/// flush, for [`release`](Retired::release) to give back.
+pub(crate) struct Retired {
+    core: *const SlabCache,
+    head: *mut FreeObj,
+    n: u32,
+    charged: isize,
+}
+
+impl Retired {
+    /// Gives the slots back to their core and folds the charged count into it.
+    pub(crate) fn release(self) {
+        if self.core.is_null() {
+            debug_assert!(self.n == 0 && self.charged == 0);
+            return;
+        }
+        // SAFETY: a tag names a core, and cores are never freed.
+        let core = unsafe { &*self.core };
+        if self.n > 0 {
+            // SAFETY: the bin held these n free slots of its tagged core.
+            unsafe { core.flush_batch(self.head, self.n as usize) };
+        }
+        fold_charged(core, self.charged);
     }
 }
 

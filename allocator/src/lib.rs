@@ -19,8 +19,10 @@
 //!                        → accounted segment: charge::free_small → owner word (owner.rs,
 //!                          the class's OwnerGeom in the thread cache) → tagged_push
 //! Cache::alloc         → ThreadCache::front(i).pop_of(core)  (dedicated; front.rs: tag
-//!                        compare, pop); accounted: byte-stock charge first, owner word after
-//! Cache::free          → accounted: owner word, uncharge → front(i).push_of(core, p)
+//!                        compare, pop); accounted, in a tenant: ThreadCache::front_kept_pop
+//!                        (ObjectStock::pop), else byte-stock charge, pop, owner word
+//! Cache::free          → accounted: owner_word_if_slot (header and slot checks) →
+//!                        ThreadCache::front_kept_push, else uncharge → front(i).push_of
 //!                        misses: init::{front_alloc_slow, front_free_slow}
 //! ```
 //! C's `free` (crate `slabcg-capi`) carries no layout: `raw::free` finds the class from the
@@ -55,7 +57,8 @@
 //!
 //! Who touches what:
 //! - a thread's front bins of dedicated caches: only that thread; their tag and count are
-//!   read racily by stats; the table of front indexes: any building or dropping thread,
+//!   read racily by stats, and a drainer reads a front's kept count and tag under the
+//!   thread's object stock lock (a front's tag changes only under it); the table of front indexes: any building or dropping thread,
 //!   by compare-and-swap;
 //! - a thread's `thread_cache` bins: only that thread (bin counts are read racily by
 //!   stats); a drainer also reads its tagged bins' counts and, under the thread's object

@@ -162,7 +162,7 @@ impl Owner {
         let (p, owner) = self.live.remove(i);
         let w = self.w.clone();
         // SAFETY: p is a live slot of class C charged to `owner`, given up here.
-        if !unsafe { w.stock.push(&w.lines[C], owner, p) } {
+        if !unsafe { w.stock.push(&w.lines[C].tagged, owner, p) } {
             w.charged(owner).fetch_sub(1, Relaxed);
             self.spare.push(p);
             if w.stock.must_reclaim() {
@@ -177,7 +177,7 @@ impl Owner {
     /// the miss noted.
     fn alloc(&mut self, cg: ObjCgId) {
         let w = self.w.clone();
-        let p = match w.stock.pop(&w.lines[C], cg) {
+        let p = match w.stock.pop(&w.lines[C].tagged, cg) {
             Pop::Hit(p) => p,
             other => {
                 if let Pop::Foreign(p) = other {

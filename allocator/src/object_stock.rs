@@ -8,10 +8,18 @@
 //! unaccounted pair is the owner-word read on free and one load and compare of the tag word
 //! on each side (BENCHMARKS.md).
 //!
+//! Dedicated caches' fronts have such a bin too (`FrontBin::kept`, `front.rs`): the same
+//! protocol covers them, with the front's core (its `tag`) giving the size and stat a
+//! drainer uncharges; so below, "the tagged bins" are the classes' and the fronts' kept
+//! bins. A front's core changes only under the `stock` lock with its kept bin empty
+//! ([`ObjectStock::retag_front`]), so a drainer that reads a kept count under the lock
+//! reads the core those slots belong to.
+//!
 //! Accounting consequences, the same as for the byte stocks:
 //! - objects in tagged bins count in their tenant's `current` and slab stats (pre-charged);
 //!   at most `tagged_max(c)` per class per thread (128 KiB or 1,024 objects, one object of
-//!   the 128 KiB class), and only in threads whose byte stock had a slot for the
+//!   the 128 KiB class) and `front::bin_max` per dedicated-cache front (128 KiB or 256
+//!   objects, at least 2), and only in threads whose byte stock had a slot for the
 //!   tenant when they retagged (its stock budget, [`note_retag`]);
 //! - every drain of the stocks first uncharges the tagged bins of the threads that may hold
 //!   charged objects (the armed list, [`ArmedList`]; every thread for `current_exact()`,
@@ -85,11 +93,14 @@
 //!   which count - rec[c] are still charged to T`.
 
 use core::cell::Cell;
+use core::mem::MaybeUninit;
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
 use crate::bin::{Bin, ClassBins};
+use crate::cache::SlabCache;
 use crate::class_caches;
+use crate::front::{FrontBin, FRONTS};
 use crate::lock::{SpinGuard, SpinLock};
 use crate::owner::class_owner_word;
 use crate::size_class::{class_size, Kind, NUM_CLASSES};
@@ -100,6 +111,8 @@ use crate::sys::sync::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 pub(crate) type Lines = [ClassBins; NUM_CLASSES];
 /// A thread cache's bins of uncharged accounted slots (`ThreadCache::accounted`).
 pub(crate) type Uncharged = [Bin; NUM_CLASSES];
+/// A thread cache's dedicated-cache fronts, whose `kept` bins this stock keeps too.
+pub(crate) type Fronts = [FrontBin; FRONTS + 1];
 /// A walk of every registered thread's object stock, calling the function it is given on
 /// each ([`drain`]'s `all`).
 pub(crate) type EveryStock<'a> = dyn Fn(&mut dyn FnMut(&ObjectStock)) + 'a;
@@ -127,6 +140,8 @@ const TRANSFER_MAX: u32 = 1024;
 /// Fewest: a tenant that frees a few objects (a query's scratch buffer) leaves them for the
 /// usual retag after `RETAG_AFTER` misses, which costs less than a transfer per tenant.
 const TRANSFER_MIN: u32 = 8;
+/// Fronts whose kept slots a transfer hands over; with more, the retag gives back instead.
+const KEPT_PARTS: usize = 8;
 
 /// Bytes a tagged bin may hold: what a plain bin holds (`thread_cache::BIN_BYTES`). Half
 /// as much made a thread with a working set of large objects (glibc_thread: 4 B-32 KiB in
@@ -146,11 +161,14 @@ pub fn tagged_max(c: usize) -> u32 {
 /// has `DRAINED`; all zero otherwise). Guarded by the thread's `stock` lock.
 pub struct Drained {
     rec: [u32; NUM_CLASSES],
+    /// The same for the fronts' kept bins, by front index.
+    front_rec: [u32; FRONTS],
 }
 
 impl Drained {
     pub const NONE: Drained = Drained {
         rec: [0; NUM_CLASSES],
+        front_rec: [0; FRONTS],
     };
 }
 
@@ -196,6 +214,15 @@ pub struct ObjectStock {
     /// The thread cache's lines holding this stock's tagged bins, for a drainer (set when
     /// the thread registers, before the stock can be armed or found in the registry).
     lines: AtomicPtr<Lines>,
+    /// The thread cache's fronts, whose kept bins are tagged bins too (set with `lines`;
+    /// null in the loom model, which has no fronts).
+    fronts: AtomicPtr<Fronts>,
+    /// Bit `i`: front `i`'s kept bin may have capacity, so may hold slots (invariant: a kept
+    /// bin with capacity or slots, or a drainer's `front_rec` for it, has its bit). Written by
+    /// the owner only, before it raises a capacity and after it closes an empty bin; read by
+    /// the owner and, under the `stock` lock after the remote barrier, by drainers, so a
+    /// thread that uses few dedicated caches costs a retag or a drain only those fronts.
+    kept_mask: AtomicU64,
 }
 
 impl ObjectStock {
@@ -211,6 +238,8 @@ impl ObjectStock {
             anext: AtomicPtr::new(core::ptr::null_mut()),
             aprev: AtomicPtr::new(core::ptr::null_mut()),
             lines: AtomicPtr::new(core::ptr::null_mut()),
+            fronts: AtomicPtr::new(core::ptr::null_mut()),
+            kept_mask: AtomicU64::new(0),
         }
     }
 
@@ -222,6 +251,59 @@ impl ObjectStock {
         for (c, b) in lines.iter().enumerate() {
             b.tagged.set_capacity(tagged_max(c));
         }
+    }
+
+    /// Records where this stock's thread cache keeps its fronts (`attach`'s companion; their
+    /// kept bins open with the fronts, `FrontBin::kept_capacity`).
+    pub(crate) fn attach_fronts(&self, fronts: &Fronts) {
+        self.fronts
+            .store(fronts as *const Fronts as *mut Fronts, Ordering::Relaxed);
+    }
+
+    /// The fronts of this stock's thread cache (none in the loom model).
+    pub(crate) fn fronts(&self) -> &[FrontBin] {
+        let f = self.fronts.load(Ordering::Relaxed);
+        if f.is_null() {
+            return &[];
+        }
+        // SAFETY: set by `attach_fronts` before the stock could be armed or registered,
+        // pointing into the same thread cache as the stock, which outlives every visit.
+        unsafe { &(&*f)[..FRONTS] }
+    }
+
+    /// The fronts whose kept bin may hold slots (`kept_mask`), with their index.
+    pub(crate) fn kept_fronts(&self) -> impl Iterator<Item = (usize, &FrontBin)> {
+        let fronts = self.fronts();
+        let mask = if fronts.is_empty() {
+            0
+        } else {
+            self.kept_mask.load(Ordering::Relaxed)
+        };
+        Bits(mask).map(move |i| (i, &fronts[i]))
+    }
+
+    /// Opens front `i`'s kept bin (its front just opened, `thread_cache::open_front`): the
+    /// capacity `FrontBin::kept_capacity` gives it while this stock caches, its bit first.
+    /// The owner only.
+    pub(crate) fn open_kept(&self, i: u32, f: &FrontBin) {
+        let cap = f.kept_capacity(self.caching.load(Ordering::Relaxed));
+        if cap > 0 {
+            self.set_kept_bit(i as usize);
+        }
+        f.kept.set_capacity(cap);
+    }
+
+    /// Sets front `i`'s bit of `kept_mask` (the owner only).
+    fn set_kept_bit(&self, i: usize) {
+        let m = self.kept_mask.load(Ordering::Relaxed);
+        self.kept_mask.store(m | 1 << i, Ordering::Relaxed);
+    }
+
+    /// Every front's kept bin is closed and empty (thread exit, after `give_back_own`): no
+    /// bit is left. The owner only.
+    pub(crate) fn kept_closed(&self) {
+        debug_assert!(self.fronts().iter().all(|f| f.kept.count() == 0));
+        self.kept_mask.store(0, Ordering::Relaxed);
     }
 
     /// The lines of this stock's thread cache, for a drainer.
@@ -237,10 +319,11 @@ impl ObjectStock {
         self.lock.lock()
     }
 
-    /// Pops a slot of `line`'s class already charged to `cg`.
+    /// Pops a slot already charged to `cg` from `bin`, one of this stock's tagged bins (a
+    /// class's, or a front's kept bin).
     #[inline(always)]
-    pub(crate) fn pop(&self, line: &ClassBins, cg: ObjCgId) -> Pop {
-        let p = line.tagged.pop();
+    pub(crate) fn pop(&self, bin: &Bin, cg: ObjCgId) -> Pop {
+        let p = bin.pop();
         if p.is_null() {
             return Pop::Empty;
         }
@@ -253,18 +336,19 @@ impl ObjectStock {
         Pop::Hit(p)
     }
 
-    /// Keeps slot `p` of `line`'s class, whose owner word says `owner`, charged in the
-    /// tagged bin when `owner` is the tag and there is room. False when it was not kept.
+    /// Keeps slot `p`, whose owner word says `owner`, charged in `bin` (one of this stock's
+    /// tagged bins) when `owner` is the tag and there is room. False when it was not kept.
     ///
     /// # Safety
-    /// `p` must be a live accounted slot of that class charged to `owner`, given up.
+    /// `p` must be a live accounted slot of the bin's class (or front core) charged to
+    /// `owner`, given up.
     #[inline(always)]
-    pub(crate) unsafe fn push(&self, line: &ClassBins, owner: ObjCgId, p: *mut u8) -> bool {
+    pub(crate) unsafe fn push(&self, bin: &Bin, owner: ObjCgId, p: *mut u8) -> bool {
         if self.tag.load(Ordering::Relaxed) != u64::from(owner) {
             return false;
         }
         // SAFETY: the caller gives up p, which stays charged to the tag.
-        unsafe { line.tagged.push(p) }
+        unsafe { bin.push(p) }
     }
 
     /// Tags the stock for `cg`: its bins keep `cg`'s objects from now on. Under `lock`, by
@@ -316,6 +400,42 @@ impl ObjectStock {
                         let w = class_owner_word(o as *mut u8, c, &line.owner);
                         if (*w).load(Ordering::Relaxed) != tenant {
                             broken("object stock: a kept slot's owner word is not the tag");
+                        }
+                        o = FreeObj::next(o);
+                    }
+                }
+            }
+        }
+        let mask = self.kept_mask.load(Ordering::Relaxed);
+        for (i, f) in self.fronts().iter().enumerate() {
+            let n = f.kept.count();
+            if mask & 1 << i == 0 && (n != 0 || f.kept.capacity() != 0 || d.front_rec[i] != 0) {
+                broken("object stock: a front's kept bin is open or counted but not in the mask");
+            }
+            if n != 0 && (t & NO_TAG != 0 || !caching) {
+                broken("object stock: a front's kept bin holds objects without a tag or capacity");
+            }
+            if t & DRAINED == 0 && d.front_rec[i] != 0 {
+                broken("object stock: a drainer's front record without DRAINED");
+            }
+            if t & DRAINED != 0 && d.front_rec[i] > n {
+                broken("object stock: a drainer uncharged more than a kept bin holds");
+            }
+            if n != 0 && t & NO_TAG == 0 {
+                let tenant = (t & TENANT) as ObjCgId;
+                // SAFETY: a front with kept slots is tagged with an accounted core
+                // (`FrontBin::check`), and cores are never freed.
+                let core = unsafe { &*f.tag() };
+                let mut o = f.kept.head();
+                while !o.is_null() {
+                    // SAFETY: o is a free slot of that core on this thread's own kept bin.
+                    unsafe {
+                        let w = core.owner_word_of(o as *mut u8);
+                        if !core::ptr::eq(w, crate::owner::owner_word(o as *mut u8)) {
+                            broken("object stock: a kept front slot's owner word is misplaced");
+                        }
+                        if (*w).load(Ordering::Relaxed) != tenant {
+                            broken("object stock: a kept front slot's owner word is not the tag");
                         }
                         o = FreeObj::next(o);
                     }
@@ -381,7 +501,7 @@ impl ObjectStock {
         let d = self.lock();
         let t = self.tag.load(Ordering::Relaxed);
         let drained = t & (STEAL | DRAINED) != 0;
-        let empty = !drained && lines.iter().all(|b| b.tagged.count() == 0);
+        let empty = !drained && !holds_tagged(self, lines);
         if empty {
             // Nothing to give back (and `rec` is all zero without DRAINED): just retag. A
             // thread that works for one short-lived tenant after another (a tenant per query)
@@ -391,7 +511,7 @@ impl ObjectStock {
             drop(d);
         } else if drained
             || misses >= RETAG_AFTER
-            || (new_cg && tagged_slots(lines) >= TRANSFER_MIN && !tag_alive(t))
+            || (new_cg && tagged_slots(self, lines) >= TRANSFER_MIN && !tag_alive(t))
         {
             self.retag_giving_back(lines, uncharged, d, cg);
         } else {
@@ -419,7 +539,7 @@ impl ObjectStock {
         // From here on, `note_miss` need not look at this tenant's first miss again: the scan
         // and the liveness check below are the ones it would make.
         self.miss_cg.set(cg);
-        if tagged_slots(lines) < TRANSFER_MIN {
+        if tagged_slots(self, lines) < TRANSFER_MIN {
             return false;
         }
         let _d = self.lock();
@@ -453,7 +573,7 @@ impl ObjectStock {
             // place; the other retags empty them first) hold charged objects
             // of `cg` from now on, which drains must find: then the thread keeps caching and
             // is armed whatever the budget says. The scan only runs past the budget.
-            let caching = hooks::stock_holds(cg) || lines.iter().any(|b| b.tagged.count() != 0);
+            let caching = hooks::stock_holds(cg) || holds_tagged(self, lines);
             set_caching(self, lines, caching);
             // On the armed list first, then the record: a refusal's drain that missed this
             // thread (it took the list before we joined it) started before the record's read,
@@ -506,7 +626,7 @@ impl ObjectStock {
         self.note_retag(lines, cg);
         self.set_tag(cg);
         drop(d);
-        give_back(lines, &taken, GiveTo::OwnBins(uncharged));
+        give_back(lines, self.fronts(), &taken, GiveTo::OwnBins(uncharged));
     }
 
     /// Hands the tagged objects to `cg` in place (`hooks::transfer_charge`): their charge moves
@@ -521,18 +641,28 @@ impl ObjectStock {
         if t & (NO_TAG | STEAL | DRAINED) != 0 {
             return false;
         }
-        // The classes that hold slots, and their bytes (most bins are empty).
-        let mut parts = [(StatIdx::slab(0), 0u64); NUM_CLASSES];
+        // The classes and fronts that hold slots, and their bytes (most bins are empty).
+        let mut parts = [(StatIdx::slab(0), 0u64); NUM_CLASSES + KEPT_PARTS];
         let mut classes = [0u8; NUM_CLASSES];
-        let (mut k, mut slots) = (0, 0);
+        let mut kept = [0u8; KEPT_PARTS];
+        let (mut k, mut nc, mut nf, mut slots) = (0, 0, 0, 0);
         for (c, b) in lines.iter().enumerate() {
             let n = b.tagged.count();
             if n != 0 {
                 parts[k] = (StatIdx::slab(c), u64::from(n) * class_size(c) as u64);
-                classes[k] = c as u8;
+                classes[nc] = c as u8;
                 k += 1;
+                nc += 1;
                 slots += n;
             }
+        }
+        let fronts = self.fronts();
+        if self.kept_mask.load(Ordering::Relaxed) != 0 {
+            let Some((kf, ks)) = self.kept_parts(&mut parts[k..], &mut kept) else {
+                // Kept slots of more caches than a transfer carries: give back instead.
+                return false;
+            };
+            (k, nf, slots) = (k + kf, kf, slots + ks);
         }
         // The owner words are rewritten one by one: past this many slots (objects the tenants
         // before did not reuse pile up), give them all back instead, which empties the bins.
@@ -547,12 +677,14 @@ impl ObjectStock {
         if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
             return false;
         }
-        for &c in &classes[..k] {
+        for &c in &classes[..nc] {
             let b = &lines[c as usize];
             let mut o = b.tagged.head();
-            while !o.is_null() {
+            // Counted, not to null (as cheap, run at every request's first allocation): a
+            // chain that outlasts its count is looped (`Steps`), and reported below.
+            for _ in 0..b.tagged.count() {
                 // SAFETY: o is a free slot of this class's accounted cache on this thread's own
-                // tagged bin, whose links the owner alone follows and writes.
+                // tagged bin, whose links the owner alone follows and writes (count == |list|).
                 unsafe {
                     let w = b.owner.word(o as *mut u8);
                     debug_assert!(core::ptr::eq(w, crate::owner::owner_word(o as *mut u8)));
@@ -560,8 +692,57 @@ impl ObjectStock {
                     o = FreeObj::next(o);
                 }
             }
+            if !o.is_null() {
+                chain_too_long();
+            }
+        }
+        for &i in &kept[..nf] {
+            let f = &fronts[i as usize];
+            // SAFETY: as above, a tagged front's core.
+            let core = unsafe { &*f.tag() };
+            let mut o = f.kept.head();
+            let mut steps = Steps(f.kept.count());
+            while !o.is_null() {
+                steps.step();
+                // SAFETY: o is a free slot of that core on this thread's own kept bin.
+                unsafe {
+                    (*core.owner_word_of(o as *mut u8)).store(cg, Ordering::Relaxed);
+                    o = FreeObj::next(o);
+                }
+            }
         }
         true
+    }
+
+    /// [`transfer_bins`]' parts for the fronts' kept bins: the stat and bytes of each that holds
+    /// slots into `parts`, its index into `kept`; how many, and their slots. None when more
+    /// fronts hold slots than `kept` has room for.
+    #[cold]
+    #[inline(never)]
+    fn kept_parts(
+        &self,
+        parts: &mut [(StatIdx, u64)],
+        kept: &mut [u8; KEPT_PARTS],
+    ) -> Option<(usize, u32)> {
+        let (mut nf, mut slots) = (0, 0);
+        for (i, f) in self.kept_fronts() {
+            let n = f.kept.count();
+            if n != 0 {
+                if nf == KEPT_PARTS {
+                    return None;
+                }
+                // SAFETY: a front with kept slots is tagged with a core (never freed).
+                let core = unsafe { &*f.tag() };
+                parts[nf] = (
+                    front_stat(core),
+                    u64::from(n) * core.layout.object_size as u64,
+                );
+                kept[nf] = i as u8;
+                nf += 1;
+                slots += n;
+            }
+        }
+        Some((nf, slots))
     }
 
     /// Empties the tagged bins of this thread, whatever a drainer did to them, and untags it.
@@ -582,8 +763,51 @@ impl ObjectStock {
         debug_assert!(tag & DRAINED != 0 || rec.iter().all(|&r| r == 0));
         // Outside the fast paths the owner's bins hold at least what a drainer counted.
         debug_assert!(walked == Count::Walked || (0..NUM_CLASSES).all(|c| chains[c].1 >= rec[c]));
+        let mut fronts = FrontMap::EMPTY;
+        for (i, f) in self.kept_fronts() {
+            let kc = take_kept(f, &mut d.front_rec[i], walked);
+            debug_assert!(tag & DRAINED != 0 || kc.rec == 0);
+            if kc.n != 0 {
+                fronts.set(i, kc);
+            }
+        }
         self.tag.store(NO_TAG, Ordering::Relaxed);
-        Taken { tag, chains, rec }
+        Taken {
+            tag,
+            chains,
+            rec,
+            fronts,
+        }
+    }
+
+    /// A front's core is about to change (`FrontBin::retag`, on the owner's slow path):
+    /// under the `stock` lock, takes the kept bin of front `i` (charged to the tag, less what
+    /// a drainer uncharged), retags the front for `core`, and after the lock gives back what
+    /// both held for the old core. The lock orders the new tag before any later kept slot of
+    /// `core` that a drainer counts (module docs).
+    pub(crate) fn retag_front(&self, f: &FrontBin, i: u32, core: &'static SlabCache) {
+        let mut d = self.lock();
+        let kc = take_kept(f, &mut d.front_rec[i as usize], Count::Trusted);
+        let tag = self.tag.load(Ordering::Relaxed);
+        let retired = f.retag(core);
+        // The kept bin is empty and closed now: front i leaves the mask (under the lock, so
+        // a drainer reads the mask and the bin's count as one).
+        let m = self.kept_mask.load(Ordering::Relaxed);
+        self.kept_mask
+            .store(m & !(1 << i as usize), Ordering::Relaxed);
+        drop(d);
+        give_back_kept(tag, &kc, None);
+        retired.release();
+    }
+
+    /// Gives back this thread's kept slots of front `i` (its cache is being dropped on this
+    /// thread, `thread_cache::flush_front`).
+    pub(crate) fn give_back_front(&self, f: &FrontBin, i: u32) {
+        let mut d = self.lock();
+        let kc = take_kept(f, &mut d.front_rec[i as usize], Count::Trusted);
+        let tag = self.tag.load(Ordering::Relaxed);
+        drop(d);
+        give_back_kept(tag, &kc, Some(f));
     }
 
     /// The owner's way back after a drainer has been at its stock (`tag` has `STEAL` or
@@ -595,7 +819,7 @@ impl ObjectStock {
     #[inline(never)]
     pub(crate) fn reclaim(&self, lines: &Lines, uncharged: &Uncharged) {
         let taken = self.reclaim_take(lines);
-        give_back(lines, &taken, GiveTo::OwnBins(uncharged));
+        give_back(lines, self.fronts(), &taken, GiveTo::OwnBins(uncharged));
     }
 
     /// [`reclaim`](Self::reclaim)'s part under the lock: takes the tagged bins if a
@@ -613,7 +837,7 @@ impl ObjectStock {
     /// Gives back this thread's own tagged objects (thread exit, trim).
     pub(crate) fn give_back_own(&self, lines: &Lines) {
         let taken = self.take_own(lines);
-        give_back(lines, &taken, GiveTo::Slabs);
+        give_back(lines, self.fronts(), &taken, GiveTo::Slabs);
     }
 
     /// [`give_back_own`](Self::give_back_own)'s part under the lock: takes the tagged bins
@@ -636,7 +860,7 @@ impl ObjectStock {
         };
         let taken = self.take_bins(lines, &mut d, Count::Walked);
         drop(d);
-        give_back(lines, &taken, GiveTo::Slabs);
+        give_back(lines, self.fronts(), &taken, GiveTo::Slabs);
     }
 }
 
@@ -650,9 +874,90 @@ fn tag_alive(t: u64) -> bool {
     unsafe { hooks::objcg_tenant_alive((t & TENANT) as ObjCgId) }
 }
 
-/// Slots in this thread's tagged bins (the owner's count).
-fn tagged_slots(lines: &Lines) -> u32 {
-    lines.iter().map(|b| b.tagged.count()).sum()
+/// Slots in this thread's tagged bins, the fronts' kept bins included (the owner's count).
+#[inline]
+fn tagged_slots(s: &ObjectStock, lines: &Lines) -> u32 {
+    let n = lines.iter().map(|b| b.tagged.count()).sum::<u32>();
+    if s.kept_mask.load(Ordering::Relaxed) == 0 {
+        return n;
+    }
+    n + s.kept_fronts().map(|(_, f)| f.kept.count()).sum::<u32>()
+}
+
+/// Whether this thread's tagged bins, the fronts' kept bins included, hold any slot (the
+/// owner's view; stops at the first).
+fn holds_tagged(s: &ObjectStock, lines: &Lines) -> bool {
+    lines.iter().any(|b| b.tagged.count() != 0) || s.kept_fronts().any(|(_, f)| f.kept.count() != 0)
+}
+
+// A front index is a bit of `kept_mask`.
+const _: () = assert!(FRONTS <= 64);
+
+/// The set bits of a mask, lowest first.
+struct Bits(u64);
+
+impl Iterator for Bits {
+    type Item = usize;
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let i = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(i)
+    }
+}
+
+/// Values for some fronts, by front index (`mask` says which are set): what a retag or a
+/// drain carries per front, without initialising or copying all `FRONTS` entries.
+pub(crate) struct FrontMap<T> {
+    mask: u64,
+    v: [MaybeUninit<T>; FRONTS],
+}
+
+impl<T: Copy> FrontMap<T> {
+    const EMPTY: FrontMap<T> = FrontMap {
+        mask: 0,
+        v: [const { MaybeUninit::uninit() }; FRONTS],
+    };
+
+    /// Sets the value of front `i`.
+    fn set(&mut self, i: usize, x: T) {
+        self.v[i] = MaybeUninit::new(x);
+        self.mask |= 1 << i;
+    }
+
+    /// The set values, with their front index.
+    fn iter(&self) -> impl Iterator<Item = (usize, T)> + '_ {
+        // SAFETY: a bit of `mask` is set only by `set`, which initialised that entry.
+        Bits(self.mask).map(move |i| (i, unsafe { self.v[i].assume_init() }))
+    }
+}
+
+/// A bounded walk of a chain of slots counted `n`. A slot freed twice while its first free
+/// sat deeper in a bin is not caught on the fast path (`lib.rs`) and links the chain back
+/// into itself; a walk that outlasts the count reports it instead of looping for ever under
+/// the `stock` lock. `n + 1` steps where a walk visits the slot it stopped at twice.
+struct Steps(u32);
+
+impl Steps {
+    /// One more slot visited.
+    #[inline]
+    fn step(&mut self) {
+        if self.0 == 0 {
+            chain_too_long();
+        }
+        self.0 -= 1;
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn chain_too_long() -> ! {
+    crate::sys::fatal(
+        "a thread's kept free slots link in a loop (a double free of a slot that was still in a bin)",
+    )
 }
 
 /// What an owner took from its tagged bins: their tag, the chains per class (head, count),
@@ -661,6 +966,97 @@ pub(crate) struct Taken {
     pub(crate) tag: u64,
     pub(crate) chains: [(*mut FreeObj, u32); NUM_CLASSES],
     pub(crate) rec: [u32; NUM_CLASSES],
+    /// The fronts' kept bins that held slots, by front index.
+    pub(crate) fronts: FrontMap<KeptChain>,
+}
+
+/// A front's kept bin as the owner took it: the front's core, the chain and its length, and
+/// how many of its slots a drainer already uncharged.
+#[derive(Clone, Copy)]
+pub(crate) struct KeptChain {
+    core: *const SlabCache,
+    head: *mut FreeObj,
+    n: u32,
+    rec: u32,
+}
+
+/// Takes front `f`'s kept bin and its drainer's record `rec` (which becomes 0). Under the
+/// thread's `stock` lock.
+fn take_kept(f: &FrontBin, rec: &mut u32, walked: Count) -> KeptChain {
+    let (head, n) = match walked {
+        Count::Walked => f.kept.take_all_walked(),
+        Count::Trusted => f.kept.take_all(),
+    };
+    let rec = core::mem::replace(rec, 0);
+    debug_assert!(walked == Count::Walked || n >= rec);
+    KeptChain {
+        core: f.tag(),
+        head,
+        n,
+        rec,
+    }
+}
+
+/// The stat a dedicated core's objects are charged to.
+fn front_stat(core: &SlabCache) -> StatIdx {
+    StatIdx(core.stat.load(Ordering::Relaxed))
+}
+
+/// Gives back a taken kept bin whose slots were charged to the tag `tag`'s tenant:
+/// uncharges what a drainer did not, clears the owner words (as [`give_back`] does), and
+/// puts the slots in `to`'s uncharged bin while it is their core's and has room, the rest
+/// on their core.
+fn give_back_kept(tag: u64, kc: &KeptChain, to: Option<&FrontBin>) {
+    if kc.n == 0 {
+        return;
+    }
+    // Invariant: only a tagged stock's kept bins hold slots, and only of a tagged front.
+    debug_assert!(tag & NO_TAG == 0 && !kc.core.is_null());
+    // SAFETY: the front was tagged with this core when its kept bin was taken; cores are
+    // never freed.
+    let core = unsafe { &*kc.core };
+    let left = kc.n.saturating_sub(kc.rec);
+    if left > 0 {
+        // SAFETY: the kept slots are charged to the tag's tenant with the core's object size,
+        // and a drainer uncharged `rec` of them already (module docs).
+        unsafe {
+            hooks::uncharge(
+                (tag & TENANT) as ObjCgId,
+                left as usize * core.layout.object_size,
+                front_stat(core),
+            )
+        };
+    }
+    let mut o = kc.head;
+    let mut rest = kc.n as usize;
+    let mut steps = Steps(kc.n + 1);
+    let mut clear = |o: *mut FreeObj| {
+        steps.step();
+        // SAFETY: o is a free slot of `core` on the taken chain, which the caller owns.
+        unsafe {
+            (*core.owner_word_of(o as *mut u8)).store(0, Ordering::Relaxed);
+            FreeObj::next(o)
+        }
+    };
+    if let Some(f) = to.filter(|f| f.is_of(core)) {
+        while !o.is_null() {
+            let next = clear(o);
+            // SAFETY: an uncharged free slot of the front's core, handed over by its owner.
+            if !unsafe { f.bin.push(o as *mut u8) } {
+                break;
+            }
+            rest -= 1;
+            o = next;
+        }
+    }
+    let mut p = o;
+    while !p.is_null() {
+        p = clear(p);
+    }
+    if rest > 0 {
+        // SAFETY: a chain of `rest` free slots of `core`.
+        unsafe { core.flush_batch(o, rest) };
+    }
 }
 
 impl Taken {
@@ -676,6 +1072,7 @@ const NOTHING: Taken = Taken {
     tag: NO_TAG,
     chains: [(core::ptr::null_mut(), 0); NUM_CLASSES],
     rec: [0; NUM_CLASSES],
+    fronts: FrontMap::EMPTY,
 };
 
 /// How [`ObjectStock::take_bins`] counts a tagged bin.
@@ -700,13 +1097,22 @@ enum GiveTo<'a> {
     Slabs,
 }
 
-/// Uncharges what a drainer did not (one uncharge per class), and returns the taken slots
-/// to `to`.
-fn give_back(lines: &Lines, t: &Taken, to: GiveTo<'_>) {
+/// Uncharges what a drainer did not (one uncharge per class and front), and returns the
+/// taken slots to `to` (for the fronts' kept slots, their own front's uncharged bin, or
+/// their core).
+fn give_back(lines: &Lines, fronts: &[FrontBin], t: &Taken, to: GiveTo<'_>) {
     if t.tag == NO_TAG {
         // Invariant: untagged bins are empty (no owner word equals NO_TAG).
         debug_assert!(t.chains.iter().all(|&(_, n)| n == 0));
+        debug_assert!(t.fronts.mask == 0);
         return;
+    }
+    for (i, kc) in t.fronts.iter() {
+        let own = match to {
+            GiveTo::OwnBins(_) => fronts.get(i),
+            GiveTo::Slabs => None,
+        };
+        give_back_kept(t.tag, &kc, own);
     }
     let tenant = (t.tag & TENANT) as ObjCgId;
     for (c, &(head, n)) in t.chains.iter().enumerate() {
@@ -724,8 +1130,10 @@ fn give_back(lines: &Lines, t: &Taken, to: GiveTo<'_>) {
         // fits in the owner's accounted bin; flush the rest.
         let mut o = head;
         let mut rest = n as usize;
+        let mut steps = Steps(n + 1);
         if let GiveTo::OwnBins(uncharged) = to {
             while !o.is_null() {
+                steps.step();
                 // SAFETY: o is a free slot of the accounted cache of class c (the chain).
                 let next = unsafe { clear_owner(lines, o, c) };
                 // SAFETY: an uncharged free slot of class c's accounted cache, handed over by
@@ -739,6 +1147,7 @@ fn give_back(lines: &Lines, t: &Taken, to: GiveTo<'_>) {
         }
         let mut p = o;
         while !p.is_null() {
+            steps.step();
             // SAFETY: as above.
             p = unsafe { clear_owner(lines, p, c) };
         }
@@ -824,7 +1233,7 @@ fn push_armed(a: &mut ArmedList, tc: &ObjectStock) {
 /// `caching == false  =>  every tagged bin is empty`, as pushes then fail); a store per
 /// class only when the state changes.
 fn set_caching(s: &ObjectStock, lines: &Lines, caching: bool) {
-    debug_assert!(caching || lines.iter().all(|b| b.tagged.count() == 0));
+    debug_assert!(caching || !holds_tagged(s, lines));
     if s.caching.load(Ordering::Relaxed) == caching {
         return;
     }
@@ -832,6 +1241,23 @@ fn set_caching(s: &ObjectStock, lines: &Lines, caching: bool) {
     for (c, b) in lines.iter().enumerate() {
         b.tagged
             .set_capacity(if caching { tagged_max(c) } else { 0 });
+    }
+    // Bits first, capacities after (the order `kept_mask` promises); none left when the
+    // bins close (they are empty, as asserted above).
+    let mut mask = 0u64;
+    for (i, f) in s.fronts().iter().enumerate() {
+        if f.kept_capacity(caching) > 0 {
+            mask |= 1 << i;
+        }
+    }
+    if caching {
+        s.kept_mask.store(mask, Ordering::Relaxed);
+    }
+    for f in s.fronts() {
+        f.kept.set_capacity(f.kept_capacity(caching));
+    }
+    if !caching {
+        s.kept_mask.store(0, Ordering::Relaxed);
     }
 }
 
@@ -1054,17 +1480,39 @@ pub(crate) fn drain(
 pub(crate) struct Uncharge {
     pub(crate) tenant: ObjCgId,
     pub(crate) counts: [u32; NUM_CLASSES],
+    /// Per front index: objects of the front's core (read with the count, under the lock).
+    pub(crate) fronts: FrontMap<(u32, *const SlabCache)>,
 }
 
 impl Uncharge {
     const NONE: Uncharge = Uncharge {
         tenant: 0,
         counts: [0; NUM_CLASSES],
+        fronts: FrontMap::EMPTY,
     };
 
-    /// Uncharges it (`hooks::uncharge`, one call per class that has objects).
+    /// Uncharges it (`hooks::uncharge`, one call per class and front that has objects).
     fn apply(&self) {
         uncharge_counts(self.tenant, &self.counts);
+        if self.tenant == 0 {
+            return;
+        }
+        for (_, (n, core)) in self.fronts.iter() {
+            if n > 0 {
+                // SAFETY: `core` was the tag of a front whose kept bin counted n slots, under
+                // the owner's `stock` lock; cores are never freed.
+                let core = unsafe { &*core };
+                // SAFETY: those n kept slots are charged to the tag's tenant with the core's
+                // object size, and no one else uncharges them (module docs).
+                unsafe {
+                    hooks::uncharge(
+                        self.tenant,
+                        n as usize * core.layout.object_size,
+                        front_stat(core),
+                    )
+                };
+            }
+        }
     }
 }
 
@@ -1102,11 +1550,20 @@ impl ObjectStock {
                 *n = lines[c].tagged.count();
                 d.rec[c] = *n;
             }
+            for (i, f) in self.kept_fronts() {
+                let n = f.kept.count();
+                // The tag read under the lock is the core of every slot counted (a front's
+                // core changes only under it, with its kept bin empty).
+                if n > 0 {
+                    u.fronts.set(i, (n, f.tag()));
+                }
+                d.front_rec[i] = n;
+            }
             self.tag.store(t & !STEAL | DRAINED, Ordering::Relaxed);
             u.tenant = (t & TENANT) as ObjCgId;
             drained = true;
         } else if t & DRAINED != 0 {
-            u.tenant = regrown(self, &mut d, &mut u.counts);
+            u.tenant = regrown(self, &mut d, &mut u);
             drained = true;
         }
         drop(d);
@@ -1131,7 +1588,7 @@ impl ObjectStock {
         let t = self.tag.load(Ordering::Relaxed);
         let mut settled = true;
         if recheck && t & DRAINED != 0 && !own {
-            u.tenant = regrown(self, &mut d, &mut u.counts);
+            u.tenant = regrown(self, &mut d, &mut u);
             settled = u.tenant == 0;
         } else if t & DRAINED != 0 {
             settled = false;
@@ -1154,17 +1611,25 @@ impl ObjectStock {
 }
 
 /// For a `DRAINED` thread, under its `stock` lock (`d`): the growth of each tagged bin since
-/// the drainer's record (a free racing that drain pushed), recorded in `d.rec`, into
-/// `counts`. Returns the tag's tenant if anything grew, else 0. A count below `rec` is an
+/// the drainer's record (a free racing that drain pushed), recorded in `d.rec` and
+/// `d.front_rec`, into `u`. Returns the tag's tenant if anything grew, else 0. A count below `rec` is an
 /// allocation putting its pop back; it is ignored.
-fn regrown(tc: &ObjectStock, d: &mut Drained, counts: &mut [u32; NUM_CLASSES]) -> ObjCgId {
+fn regrown(tc: &ObjectStock, d: &mut Drained, u: &mut Uncharge) -> ObjCgId {
     let mut grew = false;
     let lines = tc.lines();
-    for (c, n) in counts.iter_mut().enumerate() {
+    for (c, n) in u.counts.iter_mut().enumerate() {
         let now = lines[c].tagged.count();
         if now > d.rec[c] {
             *n = now - d.rec[c];
             d.rec[c] = now;
+            grew = true;
+        }
+    }
+    for (i, f) in tc.kept_fronts() {
+        let now = f.kept.count();
+        if now > d.front_rec[i] {
+            u.fronts.set(i, (now - d.front_rec[i], f.tag()));
+            d.front_rec[i] = now;
             grew = true;
         }
     }

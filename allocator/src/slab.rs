@@ -71,6 +71,9 @@ pub struct SlabLayout {
     pub align: usize,
     /// log2 of the slab size.
     pub slab_shift: u32,
+    /// `slab_bytes - 1`, kept so that a fast path finds a slot's offset in its slab with one
+    /// load and an `and`.
+    pub slab_mask: usize,
     /// Slots per slab.
     pub objects: usize,
     /// `slab_bytes - objects * stride`.
@@ -183,6 +186,7 @@ impl SlabLayout {
             stride,
             align,
             slab_shift,
+            slab_mask: slab_bytes - 1,
             objects,
             leftover: slab_bytes - objects * stride,
             meta,

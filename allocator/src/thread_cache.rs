@@ -136,7 +136,61 @@ impl ThreadCache {
     /// Pops a slot of class `c` already charged to `cg` from the object stock.
     #[inline(always)]
     pub fn tagged_pop(&self, c: usize, cg: ObjCgId) -> Pop {
-        self.stock.pop(self.line(c), cg)
+        self.stock.pop(&self.line(c).tagged, cg)
+    }
+
+    /// Pops a slot of dedicated cache `core` already charged to `cg` from the kept bin of
+    /// front `i` (`front.rs`), counting it charged again; `Pop::Empty` when the front is not
+    /// `core`'s.
+    #[inline(always)]
+    pub fn front_kept_pop(&self, i: u32, core: &SlabCache, cg: ObjCgId) -> Pop {
+        let f = self.front(i);
+        if !f.is_of(core) {
+            return Pop::Empty;
+        }
+        let r = self.stock.pop(&f.kept, cg);
+        if let Pop::Hit(_) = r {
+            f.add_charged(1);
+        }
+        r
+    }
+
+    /// Undoes the pop of [`Pop::Foreign`] from front `i`'s kept bin.
+    ///
+    /// # Safety
+    /// `p` must be what `front_kept_pop(i, ..)` just returned as `Pop::Foreign`.
+    pub unsafe fn front_put_back(&self, i: u32, p: *mut u8) {
+        // SAFETY: p as the caller promises.
+        unsafe { self.front(i).kept.unpop(p) }
+    }
+
+    /// Keeps slot `p` of dedicated cache `core`, whose owner word says `owner`, charged in
+    /// the kept bin of front `i` when the front is `core`'s, `owner` is the object stock's
+    /// tag and there is room (then it no longer counts as a charged object). False when it
+    /// was not kept.
+    ///
+    /// # Safety
+    /// `p` must be a live slot of the accounted cache `core` charged to `owner`, given up.
+    #[inline(always)]
+    pub unsafe fn front_kept_push(
+        &self,
+        i: u32,
+        core: &SlabCache,
+        owner: ObjCgId,
+        p: *mut u8,
+    ) -> bool {
+        let f = self.front(i);
+        // SAFETY: caller's contract; the kept bin is `core`'s.
+        if f.is_of(core) && unsafe { self.stock.push(&f.kept, owner, p) } {
+            f.add_charged(-1);
+            return true;
+        }
+        false
+    }
+
+    /// Whether slot `p` heads the kept bin of front `i` (freeing it is a double free).
+    pub(crate) fn front_kept_is_head(&self, i: u32, p: *mut u8) -> bool {
+        self.front(i).kept.is_head(p)
     }
 
     /// Undoes the pop of [`Pop::Foreign`].
@@ -156,7 +210,7 @@ impl ThreadCache {
     #[inline(always)]
     pub unsafe fn tagged_push(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
         // SAFETY: caller's contract.
-        unsafe { self.stock.push(self.line(c), owner, p) }
+        unsafe { self.stock.push(&self.line(c).tagged, owner, p) }
     }
 
     /// Whether slot `p` heads the object-stock bin of class `c` (freeing it is a double free).
@@ -444,6 +498,7 @@ pub(crate) fn set_up(tc: &ThreadCache) {
     // Plain and accounted bins open (get a capacity) when the thread first allocates from
     // their class; see flush_push for why.
     tc.stock.attach(&tc.bins);
+    tc.stock.attach_fronts(&tc.fronts);
     registry_insert(tc);
     tc.state.set(LIVE);
     let me = tc as *const ThreadCache as *mut u8;
@@ -474,7 +529,11 @@ fn teardown(tc: &ThreadCache) {
         tc.accounted[c].set_capacity(0);
         tc.bins[c].tagged.set_capacity(0);
     }
+    for f in &tc.fronts {
+        f.kept.set_capacity(0);
+    }
     tc.stock.give_back_own(&tc.bins);
+    tc.stock.kept_closed();
     flush_all(tc);
     // Untagged: later frees and allocations of this thread count charged objects in their
     // cores directly (`count_charged`), none lands in a bin nobody would flush.
@@ -682,7 +741,7 @@ pub(crate) fn front_refill_pop(tc: &ThreadCache, i: u32, core: &'static SlabCach
     }
     let f = tc.front(i);
     if !f.is_of(core) {
-        f.retag(core);
+        tc.stock.retag_front(f, i, core);
     }
     let p = f.bin.pop();
     if !p.is_null() {
@@ -692,7 +751,7 @@ pub(crate) fn front_refill_pop(tc: &ThreadCache, i: u32, core: &'static SlabCach
         if !f.warm_alloc() {
             return refill_one(core);
         }
-        f.bin.set_capacity(front::bin_max(core));
+        open_front(tc, i, f, core);
     }
     let cap = f.bin.capacity();
     let chain = core.refill((cap / 2).max(1) as usize, cap as usize);
@@ -702,6 +761,14 @@ pub(crate) fn front_refill_pop(tc: &ThreadCache, i: u32, core: &'static SlabCach
     f.fill(chain.head, chain.count as u32);
     tc.check_if_due();
     f.bin.pop()
+}
+
+/// Opens front bin `f` of `core` after its warm-up: it gets its capacity, and its kept bin
+/// too while the object stock caches (`FrontBin::kept_capacity`; the flag is the owner's,
+/// written under its `stock` lock by the owner alone).
+fn open_front(tc: &ThreadCache, i: u32, f: &FrontBin, core: &SlabCache) {
+    f.bin.set_capacity(front::bin_max(core));
+    tc.stock.open_kept(i, f);
 }
 
 /// Slow path of a free to front `i` of dedicated cache `core` on a set-up thread
@@ -733,7 +800,7 @@ pub(crate) unsafe fn front_flush_push(
     }
     let f = tc.front(i);
     if !f.is_of(core) {
-        f.retag(core);
+        tc.stock.retag_front(f, i, core);
     }
     if f.bin.is_head(p) {
         double_free_at_head();
@@ -743,7 +810,7 @@ pub(crate) unsafe fn front_flush_push(
             home();
             return;
         }
-        f.bin.set_capacity(front::bin_max(core));
+        open_front(tc, i, f, core);
     }
     let k = f.bin.count().div_ceil(2);
     if k > 0 {
@@ -778,6 +845,7 @@ pub(crate) fn flush_front(i: u32, core: &SlabCache) {
     with(|tc| {
         let f = tc.front(i);
         if is_live(tc) && f.is_of(core) {
+            tc.stock.give_back_front(f, i);
             f.flush();
         }
     })
@@ -791,7 +859,7 @@ pub(crate) fn front_counts(core: &SlabCache) -> (usize, isize) {
     threads.for_each(|tc| {
         for f in &tc.fronts {
             if f.is_of(core) {
-                slots += f.bin.count() as usize;
+                slots += (f.bin.count() + f.kept.count()) as usize;
                 charged += f.charged();
             }
         }

@@ -76,6 +76,7 @@ impl<T> TypedCache<T> {
     /// Moves `value` into a fresh slot, charged to the current tenant when the cache is
     /// accounted. `Err(value)`, the value untouched, when the tenant's limit refuses the
     /// charge or memory is exhausted.
+    #[inline(always)]
     pub fn alloc(&self, value: T) -> Result<CacheBox<'_, T>, T> {
         let ptr = if mem::size_of::<T>() == 0 {
             NonNull::dangling()
@@ -143,6 +144,7 @@ impl<'c, T> CacheBox<'c, T> {
 ///
 /// # Safety
 /// `ptr` came from `cache.alloc()` for a box of `T`, is freed once, and holds no live value.
+#[inline(always)]
 unsafe fn free_slot<T>(cache: &Cache, ptr: NonNull<T>) {
     if mem::size_of::<T>() != 0 {
         // SAFETY: caller's contract.
@@ -151,6 +153,7 @@ unsafe fn free_slot<T>(cache: &Cache, ptr: NonNull<T>) {
 }
 
 impl<T> Drop for CacheBox<'_, T> {
+    #[inline(always)]
     fn drop(&mut self) {
         /// Frees the slot even when `T`'s destructor panics.
         struct Free<'a, T>(&'a Cache, NonNull<T>);

@@ -434,3 +434,77 @@ fn sizeless_free_into_the_middle_of_a_slot_is_reported() {
     unsafe { slabcg_allocator::raw::free(p.add(16)) };
     println!("not detected");
 }
+
+/// Opens the calling thread's front of accounted cache `c` in the current tenant and leaves
+/// slots kept charged there (`front.rs`: the object stock's bin in the front).
+fn open_kept_front(c: &slabcg_allocator::Cache) {
+    for n in [9, 32] {
+        let v: Vec<_> = (0..n).map(|_| c.alloc().unwrap()).collect();
+        for p in v {
+            // SAFETY: allocated just above, freed once.
+            unsafe { c.free(p) };
+        }
+    }
+    assert!(c.kept_in_my_front() > 0, "the front keeps slots charged");
+}
+
+/// A free into an accounted cache of another cache's object of the same layout, where the
+/// free would keep the slot charged (its owner word, read from the other cache's slab, is the
+/// thread's tenant): reported before the slot reaches the kept bin, from which the next
+/// allocation would hand it out while the other cache still has it live.
+#[test]
+fn free_of_another_caches_object_into_a_kept_bin_is_reported() {
+    const NAME: &str = "free_of_another_caches_object_into_a_kept_bin_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: free of a pointer of another cache or size class",
+        );
+    }
+    let l = Layout::from_size_align(256, 8).unwrap();
+    let a = slabcg_allocator::Cache::builder("victim-a", l)
+        .account(true)
+        .build();
+    let b = slabcg_allocator::Cache::builder("victim-b", l)
+        .account(true)
+        .build();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _scope = tenant.enter();
+    open_kept_front(&b);
+    let x = a.alloc().unwrap();
+    // SAFETY: deliberately invalid: a's object freed into b.
+    unsafe { b.free(x) };
+    let y = b.alloc().unwrap();
+    println!("not detected: {x:?} {y:?}");
+    std::process::exit(0);
+}
+
+/// A slot freed again while its first free sits below the head of the kept bin links the
+/// bin's chain into a loop; the next walk of the bin (here the give-back a drain makes)
+/// reports it instead of walking for ever with the thread's stock lock held.
+#[test]
+fn double_free_deeper_in_a_kept_bin_is_reported_when_the_bin_is_walked() {
+    const NAME: &str = "double_free_deeper_in_a_kept_bin_is_reported_when_the_bin_is_walked";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: a thread's kept free slots link in a loop",
+        );
+    }
+    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(256, 8).unwrap())
+        .account(true)
+        .build();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _scope = tenant.enter();
+    open_kept_front(&c);
+    let (p, q) = (c.alloc().unwrap(), c.alloc().unwrap());
+    // SAFETY: deliberately invalid: p freed again after q, while it is second in the bin.
+    unsafe {
+        c.free(p);
+        c.free(q);
+        c.free(p);
+    }
+    slabcg_accounting::drain_all_stocks();
+    println!("not detected");
+    std::process::exit(0);
+}

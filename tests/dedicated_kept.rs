@@ -1,0 +1,369 @@
+//! An accounted dedicated cache's kept slots (`front.rs`, the object stock's bin in each
+//! front): a free whose owner is the thread's object-stock tag keeps the slot charged, and
+//! the next allocation in that tenant takes it back without charging. What must hold: the
+//! same-tenant pair really goes through the kept bin; every drain (this thread's, another
+//! thread's, a refused charge's) uncharges kept slots, so `current_exact()` is exact and a
+//! limit is never refused for slots sitting in a front; another tenant never gets a kept
+//! slot; a new request's tenant takes the previous request's kept slots with their charge;
+//! and the slots go back, uncharged, when the thread exits, the cache is dropped, or the
+//! front index passes to another cache.
+//!
+//! The tests run one at a time (`ONE_AT_A_TIME`): a drain takes every armed thread's kept
+//! slots whatever their tenant, so another test's `current_exact()` would empty the kept bins
+//! these tests count.
+
+use std::alloc::Layout;
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
+
+use slabcg::{Cache, SlabAlloc, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Holds the file's lock for a test (a failed test poisons it; the others still run).
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Locked allocations before a thread's front opens (`front::WARM_ALLOCS`), plus one.
+const WARM: usize = 9;
+
+fn cache(name: &str, size: usize) -> Cache {
+    Cache::builder(name, Layout::from_size_align(size, 8).unwrap())
+        .account(true)
+        .build()
+}
+
+fn nn(a: usize) -> std::ptr::NonNull<u8> {
+    std::ptr::NonNull::new(a as *mut u8).unwrap()
+}
+
+/// Allocates `n` objects from `c` into `out` (whose capacity the caller reserved outside
+/// the tenant, so that only the cache's objects are charged to it).
+fn alloc_n(c: &Cache, n: usize, out: &mut Vec<usize>) {
+    for _ in 0..n {
+        let p = c.alloc().expect("under the limit");
+        // SAFETY: a fresh object of c's size (at least 8 bytes).
+        unsafe { p.as_ptr().cast::<u64>().write(0x5eed) };
+        out.push(p.as_ptr() as usize);
+    }
+}
+
+fn free_all(c: &Cache, v: &mut Vec<usize>) {
+    for a in v.drain(..) {
+        // SAFETY: live objects of c, each freed once.
+        unsafe { c.free(nn(a)) };
+    }
+}
+
+/// Opens the calling thread's front of `c` in the current tenant and leaves `n` slots kept.
+fn fill_kept(c: &Cache, n: usize, scratch: &mut Vec<usize>) {
+    alloc_n(c, WARM, scratch);
+    free_all(c, scratch);
+    alloc_n(c, n, scratch);
+    free_all(c, scratch);
+}
+
+#[test]
+fn same_tenant_pairs_reuse_kept_slots_and_drains_are_exact() {
+    let _one = one_at_a_time();
+    let c = cache("kept-pairs", 256);
+    let size = c.info().object_size as u64;
+    let t = Tenant::new("kept-pairs");
+    let mut v = Vec::with_capacity(512);
+    {
+        let _g = t.enter();
+        fill_kept(&c, 100, &mut v);
+        assert!(
+            c.kept_in_my_front() >= 100,
+            "frees under the tag keep their slots"
+        );
+        // Kept slots stay charged until a drain (they are pre-charged, as a byte stock's
+        // bytes are), and the pair takes them back without a new charge.
+        let before = t.current();
+        assert!(before >= 100 * size);
+        let kept = c.kept_in_my_front();
+        for _ in 0..10_000 {
+            let p = c.alloc().unwrap();
+            // SAFETY: allocated just above, freed once.
+            unsafe { c.free(p) };
+        }
+        assert_eq!(
+            c.kept_in_my_front(),
+            kept,
+            "the pair is a kept pop and push"
+        );
+        assert_eq!(t.current(), before);
+        alloc_n(&c, 40, &mut v);
+        assert_eq!(c.kept_in_my_front(), kept - 40);
+        assert_eq!(c.live_objects(), 40);
+    }
+    // The drain uncharges the kept slots: only the 40 live objects stay charged.
+    assert_eq!(t.current_exact(), 40 * size);
+    {
+        let _g = t.enter();
+        // After the drain the kept bin is settled on the next slow path: allocations charge
+        // again, and stay exact.
+        alloc_n(&c, 30, &mut v);
+        assert_eq!(t.current_exact(), 70 * size);
+        free_all(&c, &mut v);
+    }
+    assert_eq!(t.current_exact(), 0);
+    assert_eq!(c.live_objects(), 0);
+    slabcg::allocator::testing::check_invariants();
+}
+
+#[test]
+fn another_threads_drain_and_a_refused_charge_uncharge_kept_slots() {
+    let _one = one_at_a_time();
+    let c = Arc::new(cache("kept-remote", 512));
+    let size = c.info().object_size as u64;
+    let t = Tenant::new("kept-remote");
+    // Room for 200 objects; a thread keeps 150, then another allocates 150 more.
+    t.set_max(200 * size);
+    let parked = Arc::new(Barrier::new(2));
+    let resume = Arc::new(Barrier::new(2));
+    let holder = {
+        let (c, t, parked, resume) = (c.clone(), t.clone(), parked.clone(), resume.clone());
+        std::thread::spawn(move || {
+            let mut v = Vec::with_capacity(256);
+            {
+                let _g = t.enter();
+                fill_kept(&c, 150, &mut v);
+                assert!(c.kept_in_my_front() >= 150);
+            }
+            parked.wait();
+            resume.wait();
+            // The drains took the charge of this thread's kept slots: allocating again here
+            // settles them and charges afresh, exactly.
+            let _g = t.enter();
+            alloc_n(&c, 20, &mut v);
+            let n = c.kept_in_my_front();
+            free_all(&c, &mut v);
+            n
+        })
+    };
+    parked.wait();
+    // Another thread's drain: nothing is live.
+    assert_eq!(t.current_exact(), 0);
+    let mut v = Vec::with_capacity(256);
+    {
+        let _g = t.enter();
+        // 150 objects fit only if the kept slots' charge is gone (a refusal drains them too;
+        // here the drain above already did).
+        alloc_n(&c, 150, &mut v);
+    }
+    assert_eq!(t.current_exact(), 150 * size);
+    resume.wait();
+    let kept_after = holder.join().unwrap();
+    assert!(kept_after <= 150);
+    assert_eq!(t.current_exact(), 150 * size);
+    free_all(&c, &mut v);
+    assert_eq!(t.current_exact(), 0);
+
+    // A refused charge drains them: a thread keeps 150, parks; this thread needs 150.
+    let parked = Arc::new(Barrier::new(2));
+    let resume = Arc::new(Barrier::new(2));
+    let holder = {
+        let (c, t, parked, resume) = (c.clone(), t.clone(), parked.clone(), resume.clone());
+        std::thread::spawn(move || {
+            let mut v = Vec::with_capacity(256);
+            {
+                let _g = t.enter();
+                fill_kept(&c, 150, &mut v);
+                assert!(c.kept_in_my_front() >= 150);
+            }
+            parked.wait();
+            resume.wait();
+        })
+    };
+    parked.wait();
+    assert!(
+        t.current() >= 150 * size,
+        "the kept slots are still charged"
+    );
+    {
+        let _g = t.enter();
+        alloc_n(&c, 150, &mut v);
+    }
+    assert_eq!(t.current_exact(), 150 * size);
+    assert_eq!(t.events().max, 0, "no charge was refused for kept slots");
+    resume.wait();
+    holder.join().unwrap();
+    free_all(&c, &mut v);
+    assert_eq!(t.current_exact(), 0);
+    assert_eq!(c.live_objects(), 0);
+}
+
+#[test]
+fn another_tenant_never_gets_a_kept_slot() {
+    let _one = one_at_a_time();
+    let c = cache("kept-two", 128);
+    let size = c.info().object_size as u64;
+    let (a, b) = (Tenant::new("kept-a"), Tenant::new("kept-b"));
+    let mut va = Vec::with_capacity(512);
+    let mut vb = Vec::with_capacity(512);
+    {
+        let _g = a.enter();
+        fill_kept(&c, 64, &mut va);
+        assert!(c.kept_in_my_front() >= 64);
+    }
+    // The kept slots' addresses, as the next allocations in `a` hand them out (the set is
+    // built outside the scope: only the cache's objects are charged to a).
+    {
+        let _g = a.enter();
+        let n = c.kept_in_my_front();
+        alloc_n(&c, n, &mut va);
+    }
+    let kept: std::collections::HashSet<usize> = va.iter().copied().collect();
+    {
+        let _g = a.enter();
+        free_all(&c, &mut va);
+    }
+    {
+        // Fewer allocations than a retag needs (`RETAG_AFTER`): b charges its own slots.
+        let _g = b.enter();
+        alloc_n(&c, 30, &mut vb);
+        assert!(
+            vb.iter().all(|p| !kept.contains(p)),
+            "b got one of a's kept slots"
+        );
+    }
+    assert_eq!(b.current_exact(), 30 * size);
+    assert_eq!(a.current_exact(), 0);
+    {
+        // Past a retag b's frees are kept for b; a's slots were given back uncharged.
+        let _g = b.enter();
+        alloc_n(&c, 200, &mut vb);
+        free_all(&c, &mut vb);
+        alloc_n(&c, 10, &mut vb);
+    }
+    assert_eq!(b.current_exact(), 10 * size);
+    assert_eq!(a.current_exact(), 0);
+    free_all(&c, &mut vb);
+    assert_eq!(b.current_exact(), 0);
+    slabcg::allocator::testing::check_invariants();
+}
+
+#[test]
+fn a_new_requests_tenant_takes_the_last_ones_kept_slots() {
+    let _one = one_at_a_time();
+    let c = cache("kept-requests", 192);
+    let size = c.info().object_size as u64;
+    let svc = Tenant::new("kept-svc");
+    let mut v = Vec::with_capacity(512);
+    let mut left = Vec::with_capacity(512);
+    for r in 0..50 {
+        let req = svc.child(&format!("req-{r}"));
+        {
+            let _g = req.enter();
+            alloc_n(&c, if r == 0 { 100 + WARM } else { 100 }, &mut v);
+            // Every request leaves one object behind (freed later, by the service).
+            left.push(v.pop().unwrap());
+            free_all(&c, &mut v);
+        }
+        // A drain gives the kept slots back (untagged): only every other request checks, so
+        // that the others start with the previous request's slots to take over.
+        if r % 2 == 1 {
+            assert_eq!(req.current_exact(), size, "request {r}");
+            drop(req);
+            assert_eq!(svc.current_exact(), (r + 1) as u64 * size, "request {r}");
+        }
+    }
+    free_all(&c, &mut left);
+    assert_eq!(svc.current_exact(), 0);
+    assert_eq!(c.live_objects(), 0);
+    slabcg::allocator::testing::check_invariants();
+}
+
+#[test]
+fn kept_slots_go_back_at_thread_exit_cache_drop_and_index_reuse() {
+    let _one = one_at_a_time();
+    let t = Tenant::new("kept-exit");
+    // Thread exit.
+    let c = Arc::new(cache("kept-exit", 320));
+    {
+        let (c, t) = (c.clone(), t.clone());
+        std::thread::spawn(move || {
+            let mut v = Vec::with_capacity(256);
+            let _g = t.enter();
+            fill_kept(&c, 120, &mut v);
+            assert!(c.kept_in_my_front() >= 120);
+        })
+        .join()
+        .unwrap();
+    }
+    assert_eq!(c.live_objects(), 0);
+    assert_eq!(c.slots_in_fronts(), 0, "the exited thread's front is empty");
+    assert_eq!(t.current_exact(), 0);
+
+    // The cache dropped on the thread that keeps its slots: they go back before the drain.
+    let mut v = Vec::with_capacity(256);
+    let c2 = cache("kept-drop", 320);
+    {
+        let _g = t.enter();
+        fill_kept(&c2, 120, &mut v);
+        assert!(c2.kept_in_my_front() >= 120);
+    }
+    drop(c2);
+    // The same name and layout revive the core, at the same index: had the drop left the
+    // kept slots in this thread's front, they would be found there again.
+    let c2 = cache("kept-drop", 320);
+    assert_eq!(
+        c2.kept_in_my_front(),
+        0,
+        "the drop gave the kept slots back"
+    );
+    assert_eq!(c2.slots_in_my_front(), 0);
+    assert_eq!(t.current_exact(), 0);
+    drop(c2);
+
+    // The index passes to another cache while a thread keeps the old one's slots: the
+    // thread's next use of the index gives them back, uncharged.
+    let old = Arc::new(cache("kept-old", 320));
+    let idx = old.front_index().expect("a front");
+    let parked = Arc::new(Barrier::new(2));
+    let resume = Arc::new(Barrier::new(2));
+    let (hold_tx, hold_rx) = std::sync::mpsc::channel::<Cache>();
+    let h = {
+        let (old, t, parked, resume) = (old.clone(), t.clone(), parked.clone(), resume.clone());
+        std::thread::spawn(move || {
+            let mut v = Vec::with_capacity(256);
+            {
+                let _g = t.enter();
+                fill_kept(&old, 120, &mut v);
+                assert!(old.kept_in_my_front() >= 120);
+            }
+            drop(old);
+            parked.wait();
+            resume.wait();
+            let new: Cache = hold_rx.recv().unwrap();
+            let _g = t.enter();
+            // The first use of the index retags the front: the old slots go back.
+            fill_kept(&new, 10, &mut v);
+            new
+        })
+    };
+    parked.wait();
+    // Only the holder thread's handle was left: dropping it released the index. Build
+    // caches until one gets it (each new one prefers an index never used yet).
+    drop(old);
+    let mut others = Vec::new();
+    let new = loop {
+        let n = cache("kept-new", 320);
+        match n.front_index() {
+            Some(i) if i == idx => break n,
+            Some(_) => others.push(n),
+            None => panic!("no cache got index {idx}"),
+        }
+    };
+    hold_tx.send(new).unwrap();
+    resume.wait();
+    let new = h.join().unwrap();
+    assert_eq!(new.live_objects(), 0);
+    assert_eq!(t.current_exact(), 0);
+    drop(others);
+    slabcg::allocator::testing::check_invariants();
+}
