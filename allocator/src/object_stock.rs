@@ -1027,36 +1027,58 @@ fn give_back_kept(tag: u64, kc: &KeptChain, to: Option<&FrontBin>) {
             )
         };
     }
-    let mut o = kc.head;
-    let mut rest = kc.n as usize;
-    let mut steps = Steps(kc.n + 1);
-    let mut clear = |o: *mut FreeObj| {
-        steps.step();
+    let to = to.filter(|f| f.is_of(core));
+    let (tail, rest) = release_chain(
+        kc.head,
+        kc.n,
         // SAFETY: o is a free slot of `core` on the taken chain, which the caller owns.
-        unsafe {
-            (*core.owner_word_of(o as *mut u8)).store(0, Ordering::Relaxed);
-            FreeObj::next(o)
-        }
-    };
-    if let Some(f) = to.filter(|f| f.is_of(core)) {
-        while !o.is_null() {
-            let next = clear(o);
-            // SAFETY: an uncharged free slot of the front's core, handed over by its owner.
-            if !unsafe { f.bin.push(o as *mut u8) } {
-                break;
-            }
-            rest -= 1;
-            o = next;
-        }
-    }
-    let mut p = o;
-    while !p.is_null() {
-        p = clear(p);
-    }
+        |o| unsafe { &*core.owner_word_of(o as *mut u8) },
+        // SAFETY: an uncharged free slot of the front's core, handed over by its owner.
+        |o| to.is_some_and(|f| unsafe { f.bin.push(o as *mut u8) }),
+    );
     if rest > 0 {
         // SAFETY: a chain of `rest` free slots of `core`.
-        unsafe { core.flush_batch(o, rest) };
+        unsafe { core.flush_batch(tail, rest) };
     }
+}
+
+/// Walks a taken chain of `n` charged slots: clears each slot's owner word (`word`; as an
+/// uncharging free does, so that a later double free is reported instead of uncharging
+/// again), then offers the slot to `keep`, which says whether it kept it (pushed it to one of
+/// the owner's uncharged bins). Returns the slots not kept, which stay linked as the chain's
+/// tail: its head and length.
+///
+/// A slot freed again while its first free sat deeper in a bin links the chain into a loop
+/// (not caught on the fast path, `lib.rs`). It is reported here: a slot seen twice has its
+/// word cleared already (the chain's slots are all charged), whether the walk comes back
+/// to it through the loop or through the link a push rewrote; and `Steps` bounds the walk.
+fn release_chain(
+    head: *mut FreeObj,
+    n: u32,
+    word: impl Fn(*mut FreeObj) -> &'static core::sync::atomic::AtomicU32,
+    mut keep: impl FnMut(*mut FreeObj) -> bool,
+) -> (*mut FreeObj, usize) {
+    let mut steps = Steps(n);
+    let (mut o, mut tail, mut rest) = (head, core::ptr::null_mut::<FreeObj>(), n as usize);
+    while !o.is_null() {
+        steps.step();
+        // SAFETY: o is a free slot on the caller's taken chain; its link is read before the
+        // slot is offered (a push rewrites it).
+        let next = unsafe { FreeObj::next(o) };
+        let w = word(o);
+        if w.load(Ordering::Relaxed) == 0 {
+            chain_too_long();
+        }
+        w.store(0, Ordering::Relaxed);
+        // Once a slot is not kept, none after it is offered: the tail stays linked as it was.
+        if tail.is_null() && keep(o) {
+            rest -= 1;
+        } else if tail.is_null() {
+            tail = o;
+        }
+        o = next;
+    }
+    (tail, rest)
 }
 
 impl Taken {
@@ -1128,46 +1150,23 @@ fn give_back(lines: &Lines, fronts: &[FrontBin], t: &Taken, to: GiveTo<'_>) {
         // Clear the owner words, as an uncharging free does, so that a later double free of
         // one of these slots is reported instead of uncharging the tenant again. Keep what
         // fits in the owner's accounted bin; flush the rest.
-        let mut o = head;
-        let mut rest = n as usize;
-        let mut steps = Steps(n + 1);
-        if let GiveTo::OwnBins(uncharged) = to {
-            while !o.is_null() {
-                steps.step();
-                // SAFETY: o is a free slot of the accounted cache of class c (the chain).
-                let next = unsafe { clear_owner(lines, o, c) };
+        let (tail, rest) = release_chain(
+            head,
+            n,
+            // SAFETY: o is a free slot of the accounted cache of class c (the chain);
+            // `lines[c].owner` is that cache's geometry.
+            |o| unsafe { &*class_owner_word(o as *mut u8, c, &lines[c].owner) },
+            |o| match to {
                 // SAFETY: an uncharged free slot of class c's accounted cache, handed over by
-                // this thread, the bins' owner; its link was read above.
-                if !unsafe { uncharged[c].push(o as *mut u8) } {
-                    break;
-                }
-                rest -= 1;
-                o = next;
-            }
-        }
-        let mut p = o;
-        while !p.is_null() {
-            steps.step();
-            // SAFETY: as above.
-            p = unsafe { clear_owner(lines, p, c) };
-        }
+                // this thread, the bins' owner.
+                GiveTo::OwnBins(uncharged) => unsafe { uncharged[c].push(o as *mut u8) },
+                GiveTo::Slabs => false,
+            },
+        );
         if rest > 0 {
             // SAFETY: a chain of `rest` free slots of the accounted cache of class c.
-            unsafe { class_caches::cache(c, Kind::Accounted).flush(o, rest) };
+            unsafe { class_caches::cache(c, Kind::Accounted).flush(tail, rest) };
         }
-    }
-}
-
-/// Clears the owner word of free slot `o` of class `c`'s accounted cache; returns its link.
-///
-/// # Safety
-/// `o` is a free slot of that cache, on a chain the caller owns.
-unsafe fn clear_owner(lines: &Lines, o: *mut FreeObj, c: usize) -> *mut FreeObj {
-    // SAFETY: by the caller's promise; `lines[c].owner` is the geometry of class c's
-    // accounted cache.
-    unsafe {
-        (*class_owner_word(o as *mut u8, c, &lines[c].owner)).store(0, Ordering::Relaxed);
-        FreeObj::next(o)
     }
 }
 
