@@ -479,27 +479,22 @@ fn free_of_another_caches_object_into_a_kept_bin_is_reported() {
     std::process::exit(0);
 }
 
-/// A slot freed again while its first free sits below the head of the kept bin links the
-/// bin's chain into a loop; the next walk of the bin (here the give-back a drain makes)
-/// reports it instead of walking for ever with the thread's stock lock held, or handing the
-/// slot out twice.
-#[test]
-fn double_free_deeper_in_a_kept_bin_is_reported_when_the_bin_is_walked() {
-    const NAME: &str = "double_free_deeper_in_a_kept_bin_is_reported_when_the_bin_is_walked";
-    if !is_child(NAME) {
-        // Hardened builds catch it earlier, at the second push (`Bin::check_push`).
-        let expected = if cfg!(feature = "hardened") {
-            "slabcg: fatal: double free (the slot is already free in this thread's bin)"
-        } else {
-            "slabcg: fatal: a thread's kept free slots link in a loop"
-        };
-        return run_child_expect_fatal(NAME, expected);
-    }
+/// How a double free deeper in a kept bin is reported: at the second push in hardened builds
+/// (`Bin::check_push`), else by the next walk of the bin's chain.
+const KEPT_LOOP: &str = if cfg!(feature = "hardened") {
+    "slabcg: fatal: double free (the slot is already free in this thread's bin)"
+} else {
+    "slabcg: fatal: a thread's kept free slots link in a loop"
+};
+
+/// In tenant `t`, opens the thread's front of a new accounted cache and frees one of its
+/// objects again while the first free sits second in the kept bin (which links the bin's
+/// chain into a loop). Returns the cache.
+fn double_free_below_the_kept_head(t: &slabcg_accounting::Tenant) -> slabcg_allocator::Cache {
     let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(256, 8).unwrap())
         .account(true)
         .build();
-    let tenant = slabcg_accounting::Tenant::new("victim");
-    let _scope = tenant.enter();
+    let _scope = t.enter();
     open_kept_front(&c);
     let (p, q) = (c.alloc().unwrap(), c.alloc().unwrap());
     // SAFETY: deliberately invalid: p freed again after q, while it is second in the bin.
@@ -508,6 +503,18 @@ fn double_free_deeper_in_a_kept_bin_is_reported_when_the_bin_is_walked() {
         c.free(q);
         c.free(p);
     }
+    c
+}
+
+/// A double free below the kept bin's head: the next walk of the bin (here the give-back a
+/// drain makes) reports it instead of walking for ever with the thread's stock lock held.
+#[test]
+fn double_free_deeper_in_a_kept_bin_is_reported_when_the_bin_is_walked() {
+    const NAME: &str = "double_free_deeper_in_a_kept_bin_is_reported_when_the_bin_is_walked";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(NAME, KEPT_LOOP);
+    }
+    let _c = double_free_below_the_kept_head(&slabcg_accounting::Tenant::new("victim"));
     slabcg_accounting::drain_all_stocks();
     println!("not detected");
     std::process::exit(0);
@@ -516,41 +523,19 @@ fn double_free_deeper_in_a_kept_bin_is_reported_when_the_bin_is_walked() {
 /// The same double free, found by a retag that gives the kept slots back to the thread's own
 /// uncharged bin (another tenant's allocations, past the misses a retag waits for): each push
 /// there rewrites a link, so the loop is found by the slot's owner word, already cleared on
-/// the first visit, not by the walk's length.
+/// the first visit, not by the walk's length; the slot is not handed out twice.
 #[test]
 fn double_free_deeper_in_a_kept_bin_is_reported_by_a_retag() {
     const NAME: &str = "double_free_deeper_in_a_kept_bin_is_reported_by_a_retag";
     if !is_child(NAME) {
-        let expected = if cfg!(feature = "hardened") {
-            "slabcg: fatal: double free (the slot is already free in this thread's bin)"
-        } else {
-            "slabcg: fatal: a thread's kept free slots link in a loop"
-        };
-        return run_child_expect_fatal(NAME, expected);
+        return run_child_expect_fatal(NAME, KEPT_LOOP);
     }
-    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(256, 8).unwrap())
-        .account(true)
-        .build();
-    let (t, u) = (
-        slabcg_accounting::Tenant::new("victim"),
-        slabcg_accounting::Tenant::new("other"),
-    );
-    let mut live = Vec::with_capacity(256);
-    {
-        let _scope = t.enter();
-        open_kept_front(&c);
-        let (p, q) = (c.alloc().unwrap(), c.alloc().unwrap());
-        // SAFETY: deliberately invalid: p freed again after q, while it is second in the bin.
-        unsafe {
-            c.free(p);
-            c.free(q);
-            c.free(p);
-        }
-    }
-    let _scope = u.enter();
-    for _ in 0..200 {
-        live.push(c.alloc().unwrap());
-    }
+    // The victim stays alive: the retag waits for its misses (a dead tag goes back at once).
+    let victim = slabcg_accounting::Tenant::new("victim");
+    let c = double_free_below_the_kept_head(&victim);
+    let other = slabcg_accounting::Tenant::new("other");
+    let _scope = other.enter();
+    let live: Vec<_> = (0..200).map(|_| c.alloc().unwrap()).collect();
     println!("not detected: {}", live.len());
     std::process::exit(0);
 }
