@@ -422,6 +422,31 @@ impl Cache {
         unsafe { self.free_to_front(p) }
     }
 
+    /// [`free`](Self::free) of a slot whose provenance the caller's types guarantee
+    /// (`CacheBox`: only `TypedCache::alloc` makes one, and it frees its slot once): the kept
+    /// free reads the owner word from the cache's layout without the checks an arbitrary
+    /// pointer gets (the segment header, the slot boundary).
+    ///
+    /// # Safety
+    /// `ptr` must come from this cache's `alloc` and not be freed already.
+    #[inline(always)]
+    pub(crate) unsafe fn free_owned(&self, ptr: NonNull<u8>) {
+        let p = ptr.as_ptr();
+        if !self.core.id.accounted {
+            // SAFETY: caller's contract.
+            return unsafe { self.free_to_front(p) };
+        }
+        // SAFETY: p is a slot start of this accounted cache (caller's contract); its word
+        // lives as long as the cache's segments.
+        let owner = unsafe { (*self.core.owner_word_of(p)).load(Ordering::Relaxed) };
+        // SAFETY: caller's contract: p is a live slot of this cache, charged to `owner`.
+        if unsafe { thread_cache::with(|tc| tc.front_kept_push(self.front, self.core, owner, p)) } {
+            return;
+        }
+        // SAFETY: caller's contract.
+        unsafe { self.free_uncharging(p) }
+    }
+
     /// The accounted free that uncharges the owner (any but the tag's tenant, or no room
     /// kept), clears the owner word and puts the slot in the uncharged front.
     ///

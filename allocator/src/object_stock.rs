@@ -1027,6 +1027,8 @@ fn give_back_kept(tag: u64, kc: &KeptChain, to: Option<&FrontBin>) {
             )
         };
     }
+    // The slots leave the fronts' net charged counts, where they stayed while kept (`front.rs`).
+    crate::front::fold_charged(core, -(kc.n as isize));
     let to = to.filter(|f| f.is_of(core));
     let (tail, rest) = release_chain(
         kc.head,

@@ -140,19 +140,16 @@ impl ThreadCache {
     }
 
     /// Pops a slot of dedicated cache `core` already charged to `cg` from the kept bin of
-    /// front `i` (`front.rs`), counting it charged again; `Pop::Empty` when the front is not
-    /// `core`'s.
+    /// front `i` (`front.rs`); `Pop::Empty` when the front is not `core`'s.
     #[inline(always)]
     pub fn front_kept_pop(&self, i: u32, core: &SlabCache, cg: ObjCgId) -> Pop {
         let f = self.front(i);
         if !f.is_of(core) {
             return Pop::Empty;
         }
-        let r = self.stock.pop(&f.kept, cg);
-        if let Pop::Hit(_) = r {
-            f.add_charged(1);
-        }
-        r
+        // A kept slot counts in `charged` while it waits (`front_counts` takes it out), so
+        // the pair writes no count.
+        self.stock.pop(&f.kept, cg)
     }
 
     /// Undoes the pop of [`Pop::Foreign`] from front `i`'s kept bin.
@@ -166,8 +163,7 @@ impl ThreadCache {
 
     /// Keeps slot `p` of dedicated cache `core`, whose owner word says `owner`, charged in
     /// the kept bin of front `i` when the front is `core`'s, `owner` is the object stock's
-    /// tag and there is room (then it no longer counts as a charged object). False when it
-    /// was not kept.
+    /// tag and there is room. False when it was not kept.
     ///
     /// # Safety
     /// `p` must be a live slot of the accounted cache `core` charged to `owner`, given up.
@@ -181,11 +177,7 @@ impl ThreadCache {
     ) -> bool {
         let f = self.front(i);
         // SAFETY: caller's contract; the kept bin is `core`'s.
-        if f.is_of(core) && unsafe { self.stock.push(&f.kept, owner, p) } {
-            f.add_charged(-1);
-            return true;
-        }
-        false
+        f.is_of(core) && unsafe { self.stock.push(&f.kept, owner, p) }
     }
 
     /// Whether slot `p` heads the kept bin of front `i` (freeing it is a double free).
@@ -859,8 +851,10 @@ pub(crate) fn front_counts(core: &SlabCache) -> (usize, isize) {
     threads.for_each(|tc| {
         for f in &tc.fronts {
             if f.is_of(core) {
-                slots += (f.bin.count() + f.kept.count()) as usize;
-                charged += f.charged();
+                let kept = f.kept.count();
+                slots += (f.bin.count() + kept) as usize;
+                // Kept slots stay in the front's net count while they wait (`front.rs`).
+                charged += f.charged() - kept as isize;
             }
         }
     });

@@ -147,8 +147,8 @@ impl<'c, T> CacheBox<'c, T> {
 #[inline(always)]
 unsafe fn free_slot<T>(cache: &Cache, ptr: NonNull<T>) {
     if mem::size_of::<T>() != 0 {
-        // SAFETY: caller's contract.
-        unsafe { cache.free(ptr.cast()) };
+        // SAFETY: caller's contract; a box's slot is this cache's, freed once (`free_owned`).
+        unsafe { cache.free_owned(ptr.cast()) };
     }
 }
 
