@@ -119,6 +119,13 @@ impl FrontBin {
         self.tag.load(Ordering::Relaxed)
     }
 
+    /// The loom model of the object stock (`loom_tests.rs`): tags the bin with a core the
+    /// model never dereferences (it only needs the front to count as tagged).
+    #[cfg(all(test, loom))]
+    pub(crate) fn tag_for_model(&self, core: *mut SlabCache) {
+        self.tag.store(core, Ordering::Relaxed);
+    }
+
     /// Pops a slot of `core`, or null when the bin is empty or holds another core's slots.
     #[inline(always)]
     pub fn pop_of(&self, core: &SlabCache) -> *mut u8 {

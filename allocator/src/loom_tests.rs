@@ -16,6 +16,12 @@
 //! armed list and the walk over threads (`object_stock::drain`); one size class; the
 //! no-barrier branches.
 //!
+//! Each scenario runs twice: with the objects in a size class's tagged bin, and in a
+//! dedicated cache's front kept bin (`FrontBin::kept`, found by a drainer through the
+//! stock's `kept_mask`, its count recorded in `front_rec`, taken into `Taken::fronts`); the
+//! front's core is a tag the model never dereferences, so a front's retag
+//! (`retag_front`, `give_back_kept`'s owner words and flush) stays out of the model.
+//!
 //! Checked in every execution:
 //! - no live object is ever uncharged (`charged >= live` after every step of the owner,
 //!   while the drainer runs), so no correction ever has to charge;
@@ -34,7 +40,9 @@ use loom::sync::Arc;
 use loom::thread;
 use slabcg_accounting::hooks::{self, ObjCgId};
 
-use crate::bin::new_lines;
+use crate::bin::{new_lines, Bin};
+use crate::cache::SlabCache;
+use crate::front::{FrontBin, FRONTS};
 use crate::object_stock::{Count, Lines, ObjectStock, Pop, Taken, Uncharge, NO_TAG};
 use crate::size_class::NUM_CLASSES;
 use crate::slab::FreeObj;
@@ -49,11 +57,40 @@ const C: usize = 0;
 const MAX: u32 = 2;
 /// Slots in the model.
 const SLOTS: usize = 4;
+/// The front index whose kept bin the front variant uses.
+const K: usize = 3;
 
-/// One thread's object stock and lines, the slots, and the tenants' charged objects.
+/// Where the owner keeps its charged free slots.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Where {
+    /// Class `C`'s tagged bin.
+    Class,
+    /// Front `K`'s kept bin.
+    Front,
+}
+
+/// A scenario (a function of [`Where`]) as two tests: `$class` with the objects in a size
+/// class's tagged bin, `$front` in a front's kept bin.
+macro_rules! both {
+    ($scenario:ident: $class:ident, $front:ident) => {
+        #[test]
+        fn $class() {
+            model(|| $scenario(Where::Class));
+        }
+
+        #[test]
+        fn $front() {
+            model(|| $scenario(Where::Front));
+        }
+    };
+}
+
+/// One thread's object stock, lines and fronts, the slots, and the tenants' charged objects.
 struct World {
     stock: ObjectStock,
     lines: Lines,
+    fronts: [FrontBin; FRONTS + 1],
+    at: Where,
     slots: [UnsafeCell<FreeObj>; SLOTS],
     charged_a: AtomicU64,
     charged_b: AtomicU64,
@@ -75,18 +112,28 @@ struct Owner {
 }
 
 impl World {
-    /// A stock tagged A with an empty tagged bin (capacity `MAX`), `a` live objects of A and
-    /// `b` of B, all charged, and the other slots spare.
-    fn build(a: usize, b: usize) -> Owner {
+    /// A stock tagged A with an empty bin at `at` (capacity `MAX`), `a` live objects of A
+    /// and `b` of B, all charged, and the other slots spare.
+    fn build(a: usize, b: usize, at: Where) -> Owner {
         let w = Arc::new(World {
             stock: ObjectStock::new(),
             lines: new_lines(),
+            fronts: [const { FrontBin::new() }; FRONTS + 1],
+            at,
             slots: core::array::from_fn(|_| UnsafeCell::new(FreeObj::unlinked())),
             charged_a: AtomicU64::new(a as u64),
             charged_b: AtomicU64::new(b as u64),
         });
         w.stock.attach(&w.lines);
-        w.lines[C].tagged.set_capacity(MAX);
+        w.stock.attach_fronts(&w.fronts);
+        if at == Where::Front {
+            // As `open_kept` does for an accounted core: the mask's bit, then the capacity;
+            // the class's tagged bin gets none.
+            w.fronts[K].tag_for_model(core::ptr::NonNull::<SlabCache>::dangling().as_ptr());
+            w.stock.set_kept_bit(K);
+            w.lines[C].tagged.set_capacity(0);
+        }
+        w.bin().set_capacity(MAX);
         {
             let _d = w.stock.lock();
             w.stock.set_tag(A);
@@ -95,6 +142,7 @@ impl World {
         // lock (taken above) and the class's tagged count.
         w.stock.tag.load(Relaxed);
         w.lines[C].tagged.count();
+        w.fronts[K].kept.count();
         let p = |i: usize| w.slots[i].get() as *mut u8;
         let live = (0..a)
             .map(|i| (p(i), A))
@@ -105,6 +153,14 @@ impl World {
             w: w.clone(),
             live,
             spare,
+        }
+    }
+
+    /// The bin the owner keeps charged slots in.
+    fn bin(&self) -> &Bin {
+        match self.at {
+            Where::Class => &self.lines[C].tagged,
+            Where::Front => &self.fronts[K].kept,
         }
     }
 
@@ -122,8 +178,12 @@ impl World {
             return;
         }
         assert!((0..NUM_CLASSES).all(|c| c == C || u.counts[c] == 0));
-        self.charged(u.tenant)
-            .fetch_sub(u.counts[C].into(), Relaxed);
+        let mut n = u.counts[C];
+        for (i, (k, _)) in u.fronts.iter() {
+            assert_eq!(i, K, "a drainer counted a front the owner never opened");
+            n += k;
+        }
+        self.charged(u.tenant).fetch_sub(n.into(), Relaxed);
     }
 
     /// A drain of this (another thread's) stock, as `object_stock::drain` runs its passes
@@ -162,7 +222,7 @@ impl Owner {
         let (p, owner) = self.live.remove(i);
         let w = self.w.clone();
         // SAFETY: p is a live slot of class C charged to `owner`, given up here.
-        if !unsafe { w.stock.push(&w.lines[C].tagged, owner, p) } {
+        if !unsafe { w.stock.push(w.bin(), owner, p) } {
             w.charged(owner).fetch_sub(1, Relaxed);
             self.spare.push(p);
             if w.stock.must_reclaim() {
@@ -177,12 +237,12 @@ impl Owner {
     /// the miss noted.
     fn alloc(&mut self, cg: ObjCgId) {
         let w = self.w.clone();
-        let p = match w.stock.pop(&w.lines[C].tagged, cg) {
+        let p = match w.stock.pop(w.bin(), cg) {
             Pop::Hit(p) => p,
             other => {
                 if let Pop::Foreign(p) = other {
                     // SAFETY: p is what the pop just returned.
-                    unsafe { w.lines[C].tagged.unpop(p) };
+                    unsafe { w.bin().unpop(p) };
                 }
                 w.charged(cg).fetch_add(1, Relaxed);
                 let p = self.spare.pop().expect("a spare slot");
@@ -223,9 +283,26 @@ impl Owner {
     /// `give_back`: uncharge what a drainer did not (`Taken::left`), keep the slots.
     fn give_back(&mut self, t: &Taken) {
         assert!((0..NUM_CLASSES).all(|c| c == C || t.chains[c].1 == 0));
-        let (mut o, n) = t.chains[C];
+        let fronts: Vec<_> = t.fronts.iter().collect();
+        let (mut o, n, rec) = match self.w.at {
+            Where::Class => {
+                assert!(fronts.is_empty(), "kept slots of a front never opened");
+                (t.chains[C].0, t.chains[C].1, t.rec[C])
+            }
+            Where::Front => {
+                assert_eq!(t.chains[C].1, 0, "objects in a closed tagged bin");
+                match fronts[..] {
+                    [] => (core::ptr::null_mut(), 0, 0),
+                    [(i, kc)] => {
+                        assert_eq!(i, K);
+                        (kc.head, kc.n, kc.rec)
+                    }
+                    _ => panic!("kept slots of a front never opened"),
+                }
+            }
+        };
         assert!(
-            n >= t.rec[C],
+            n >= rec,
             "the owner found fewer objects than the drainer uncharged"
         );
         if t.tag == NO_TAG {
@@ -233,7 +310,7 @@ impl Owner {
             return;
         }
         let tenant = (t.tag & u64::from(u32::MAX)) as ObjCgId;
-        self.w.charged(tenant).fetch_sub(t.left(C).into(), Relaxed);
+        self.w.charged(tenant).fetch_sub((n - rec).into(), Relaxed);
         for _ in 0..n {
             self.spare.push(o as *mut u8);
             // SAFETY: o is a free slot on the chain the owner just took.
@@ -278,67 +355,63 @@ impl Owner {
 
 /// The owner frees and allocates under A (kept in and taken from the bin when tagged A),
 /// then allocates under B (which retags) and frees a B object, while a drainer drains.
-#[test]
-fn loom_object_stock_drain_races_owner() {
-    model(|| {
-        // Two live objects of A, one of B, one spare slot.
-        let mut o = World::build(2, 1);
-        o.race(1, |o| {
-            o.free(0);
-            o.alloc(A);
-            o.alloc(B);
-            let i = o.live.iter().position(|&(_, t)| t == B).unwrap();
-            o.free(i);
-        });
-        o.check_quiescent();
+fn drain_races_owner(at: Where) {
+    // Two live objects of A, one of B, one spare slot.
+    let mut o = World::build(2, 1, at);
+    o.race(1, |o| {
+        o.free(0);
+        o.alloc(A);
+        o.alloc(B);
+        let i = o.live.iter().position(|&(_, t)| t == B).unwrap();
+        o.free(i);
     });
+    o.check_quiescent();
 }
+
+both!(drain_races_owner: loom_object_stock_drain_races_owner, loom_front_kept_drain_races_owner);
 
 /// Two frees then an allocation under A while a drainer drains: a free that read the tag
 /// before the drainer's request may push after the drainer counted, and the allocation's
 /// check after its pop must not take an object the drainer uncharged.
-#[test]
-fn loom_object_stock_drain_races_frees() {
-    model(|| {
-        let mut o = World::build(2, 0);
-        o.race(1, |o| {
-            o.free(0);
-            o.free(0);
-            o.alloc(A);
-        });
-        o.check_quiescent();
+fn drain_races_frees(at: Where) {
+    let mut o = World::build(2, 0, at);
+    o.race(1, |o| {
+        o.free(0);
+        o.free(0);
+        o.alloc(A);
     });
+    o.check_quiescent();
 }
+
+both!(drain_races_frees: loom_object_stock_drain_races_frees, loom_front_kept_drain_races_frees);
 
 /// Two drains in a row against a free, an allocation and a free under A: the second drain
 /// reads the counts of a thread the first one drained while the owner still runs.
-#[test]
-fn loom_object_stock_two_drains_race_owner() {
-    model(|| {
-        let mut o = World::build(2, 0);
-        o.race(2, |o| {
-            o.free(0);
-            o.alloc(A);
-            o.free(0);
-        });
-        o.check_quiescent();
+fn two_drains_race_owner(at: Where) {
+    let mut o = World::build(2, 0, at);
+    o.race(2, |o| {
+        o.free(0);
+        o.alloc(A);
+        o.free(0);
     });
+    o.check_quiescent();
 }
+
+both!(two_drains_race_owner: loom_object_stock_two_drains_race_owner, loom_front_kept_two_drains_race_owner);
 
 /// Thread exit (`give_back_own`) while a drainer drains: whichever goes first, the kept
 /// object is uncharged exactly once and nothing is left tagged.
-#[test]
-fn loom_object_stock_exit_races_drainer() {
-    model(|| {
-        let mut o = World::build(2, 0);
-        o.race(1, |o| {
-            o.free(0);
-            o.exit();
-        });
-        let w = o.w.clone();
-        // The drainer found the stock untagged, or drained it before the exit took it.
-        assert_eq!(w.stock.tag.load(Relaxed), NO_TAG);
-        assert_eq!(w.lines[C].tagged.count(), 0);
-        assert_eq!(w.charged_now(), (1, 0));
+fn exit_races_drainer(at: Where) {
+    let mut o = World::build(2, 0, at);
+    o.race(1, |o| {
+        o.free(0);
+        o.exit();
     });
+    let w = o.w.clone();
+    // The drainer found the stock untagged, or drained it before the exit took it.
+    assert_eq!(w.stock.tag.load(Relaxed), NO_TAG);
+    assert_eq!(w.bin().count(), 0);
+    assert_eq!(w.charged_now(), (1, 0));
 }
+
+both!(exit_races_drainer: loom_object_stock_exit_races_drainer, loom_front_kept_exit_races_drainer);

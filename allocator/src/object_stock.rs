@@ -294,7 +294,7 @@ impl ObjectStock {
     }
 
     /// Sets front `i`'s bit of `kept_mask` (the owner only).
-    fn set_kept_bit(&self, i: usize) {
+    pub(crate) fn set_kept_bit(&self, i: usize) {
         let m = self.kept_mask.load(Ordering::Relaxed);
         self.kept_mask.store(m | 1 << i, Ordering::Relaxed);
     }
@@ -929,7 +929,7 @@ impl<T: Copy> FrontMap<T> {
     }
 
     /// The set values, with their front index.
-    fn iter(&self) -> impl Iterator<Item = (usize, T)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, T)> + '_ {
         // SAFETY: a bit of `mask` is set only by `set`, which initialised that entry.
         Bits(self.mask).map(move |i| (i, unsafe { self.v[i].assume_init() }))
     }
@@ -975,9 +975,9 @@ pub(crate) struct Taken {
 #[derive(Clone, Copy)]
 pub(crate) struct KeptChain {
     core: *const SlabCache,
-    head: *mut FreeObj,
-    n: u32,
-    rec: u32,
+    pub(crate) head: *mut FreeObj,
+    pub(crate) n: u32,
+    pub(crate) rec: u32,
 }
 
 /// Takes front `f`'s kept bin and its drainer's record `rec` (which becomes 0). Under the
