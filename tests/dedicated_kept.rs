@@ -415,3 +415,43 @@ fn kept_slots_are_not_charged_objects_in_stats() {
     free_all(&c, &mut roots);
     slabcg::allocator::testing::check_invariants();
 }
+
+/// A bulk allocation takes the kept slots first without charging, and a bulk free keeps
+/// what the single free would; a bulk refused at the limit after taking kept slots gives
+/// them back, all or nothing, with nothing left charged.
+#[test]
+fn bulk_takes_and_keeps_kept_slots_all_or_nothing() {
+    let _one = one_at_a_time();
+    let c = cache("kept-bulk", 256);
+    let size = c.info().object_size as u64;
+    let t = Tenant::new("kept-bulk");
+    let mut v = Vec::with_capacity(512);
+    let mut out = vec![std::ptr::null_mut(); 64];
+    let mut big = vec![std::ptr::null_mut(); 200];
+    {
+        let _g = t.enter();
+        fill_kept(&c, 64, &mut v);
+        let kept = c.kept_in_my_front();
+        assert!(kept >= 64);
+        let charged = t.current();
+        assert_eq!(c.alloc_bulk(&mut out), 64);
+        assert_eq!(c.kept_in_my_front(), kept - 64, "the bulk took kept slots");
+        assert_eq!(t.current(), charged, "taking kept slots charges nothing");
+        // SAFETY: every pointer came from this cache's alloc_bulk, each freed once.
+        unsafe { c.free_bulk(&out) };
+        assert_eq!(c.kept_in_my_front(), kept, "the bulk free kept them again");
+    }
+    assert_eq!(t.current_exact(), 0);
+    t.set_max(100 * size);
+    {
+        let _g = t.enter();
+        fill_kept(&c, 64, &mut v);
+        assert!(c.kept_in_my_front() >= 64);
+        assert_eq!(c.alloc_bulk(&mut big), 0, "200 objects do not fit in 100");
+        assert!(big.iter().all(|p| p.is_null()), "nothing handed out");
+    }
+    assert!(t.events().max >= 1);
+    assert_eq!(t.current_exact(), 0);
+    assert_eq!(c.live_objects(), 0);
+    slabcg::allocator::testing::check_invariants();
+}

@@ -18,19 +18,19 @@
 //!   consecutive objects with the same owner in runs the same way (a bulk allocated under
 //!   one tenant comes back as one stretch).
 //!
-//! Where the objects come from: a dedicated cache's: this thread's front bin of it first
-//! (`front.rs`; when the bin holds this cache's slots), then its slabs, [`CHUNK`] objects
-//! per lock round trip; a size class's: inside a tenant scope, the object stock first (slots kept charged
-//! to the tenant, taken without charging, as the single allocation takes them), then this
-//! thread's bin of the class (the uncharged accounted bin inside a tenant scope, the plain
-//! bin outside), then the class's cache in chunks. `free_bulk` puts them back the same way:
-//! a slot whose owner is the thread's tag stays charged in the object stock while it has
-//! room (then it is neither uncharged nor its owner word cleared), the rest to the bin
-//! while it has room, then to the slabs. The chunks bound how long one call holds a cache's
+//! Where the objects come from, inside a tenant scope: first the object stock's slots kept
+//! charged to the tenant, taken without charging as the single allocation takes them (a
+//! size class's tagged bin; a dedicated cache's kept bin in this thread's front of it,
+//! `front.rs`); then this thread's bin (a size class's uncharged accounted bin or plain
+//! bin; a dedicated cache's front bin, when it holds this cache's slots); then the cache's
+//! slabs, [`CHUNK`] objects per lock round trip. `free_bulk` puts them back the same way: a
+//! slot whose owner is the thread's tag stays charged in the object stock while it has room
+//! (then it is neither uncharged nor its owner word cleared), the rest to the bin while it
+//! has room, then to the slabs. The chunks bound how long one call holds a cache's
 //! lock, whatever the count.
 
 use core::alloc::Layout;
-use core::ptr;
+use core::ptr::{self, NonNull};
 use core::sync::atomic::Ordering;
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
@@ -307,28 +307,94 @@ impl Cache {
             each: self.core.layout.object_size,
             idx: self.stat_idx(),
         };
+        // Slots this thread's front keeps charged to cg first (`front.rs`), as the size
+        // classes' bulk takes the object stock's.
+        let kept = if cg != 0 { self.take_kept(cg, out) } else { 0 };
+        if kept == n {
+            return n;
+        }
+        let fresh = n - kept;
         // SAFETY: cg is this thread's current scope, just read.
-        if cg != 0 && !unsafe { runs.charge(n) } {
+        if cg != 0 && !unsafe { runs.charge(fresh) } {
+            // SAFETY: out[..kept] were just taken charged to cg from the kept bin.
+            unsafe { self.give_back_kept(&mut out[..kept]) };
             return 0;
         }
-        let took = thread_cache::with(|tc| take(self.core, self.front_bin(tc), out));
+        let took = thread_cache::with(|tc| take(self.core, self.front_bin(tc), &mut out[kept..]));
         if !took {
             if cg != 0 {
-                // SAFETY: the runs charged just above, given back unused.
-                unsafe { runs.uncharge(n) };
+                // SAFETY: the runs charged just above, given back unused; out[..kept] as above.
+                unsafe {
+                    runs.uncharge(fresh);
+                    self.give_back_kept(&mut out[..kept]);
+                }
             }
             return 0;
         }
         if accounted {
-            for &p in out.iter() {
+            for &p in out[kept..].iter() {
                 // SAFETY: p is a slot of this accounted cache, just taken.
                 unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
             }
             if cg != 0 {
-                self.core.counters.charged.fetch_add(n, Ordering::Relaxed);
+                self.core
+                    .counters
+                    .charged
+                    .fetch_add(fresh, Ordering::Relaxed);
+                // As after a single allocation that charged: the thread may retag for cg, so
+                // that what it frees later is kept (one miss counted per bulk).
+                thread_cache::with(|tc| {
+                    if tc.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
+                        tc.note_miss(cg);
+                    } else if !tc.stock.caching.load(Ordering::Relaxed) {
+                        tc.recheck_caching(cg);
+                    }
+                });
             }
         }
         n
+    }
+
+    /// Takes up to `out.len()` slots this thread's front of the cache keeps charged to `cg`
+    /// into the front of `out` (the single allocation's kept pop, with its check after each
+    /// pop) and returns how many. Kept slots stay in the front's net charged count while
+    /// they wait, so taking them changes no count.
+    fn take_kept(&self, cg: ObjCgId, out: &mut [*mut u8]) -> usize {
+        thread_cache::with(|tc| {
+            if !thread_cache::is_live(tc) {
+                return 0;
+            }
+            let mut k = 0;
+            while k < out.len() {
+                match tc.front_kept_pop(self.front, self.core, cg) {
+                    Pop::Hit(p) => {
+                        out[k] = p;
+                        k += 1;
+                    }
+                    Pop::Empty => break,
+                    Pop::Foreign(p) => {
+                        // SAFETY: p is what front_kept_pop just returned as Foreign.
+                        unsafe { tc.front_put_back(self.front, p) };
+                        break;
+                    }
+                }
+            }
+            k
+        })
+    }
+
+    /// Gives back slots that [`take_kept`](Self::take_kept) took, when the bulk fails: each
+    /// is freed as a single free would (kept again, or uncharged), its entry reset to null.
+    ///
+    /// # Safety
+    /// Every entry is a slot of this cache charged to its owner word's tenant, taken by
+    /// `take_kept` and not handed out.
+    unsafe fn give_back_kept(&self, kept: &mut [*mut u8]) {
+        for p in kept {
+            // SAFETY: caller's contract; a taken slot is not null.
+            unsafe { self.free(NonNull::new_unchecked(*p)) };
+            *p = ptr::null_mut();
+        }
     }
 
     /// Frees every object in `ptrs` (null entries are skipped), 512 per lock round trip; in
@@ -339,7 +405,7 @@ impl Cache {
     /// Every pointer must come from this cache, be live, and appear once.
     pub unsafe fn free_bulk(&self, ptrs: &[*mut u8]) {
         // SAFETY: caller's contract.
-        thread_cache::with(|tc| unsafe { self.free_bulk_through(self.front_bin(tc), ptrs) })
+        thread_cache::with(|tc| unsafe { self.free_bulk_through(tc, ptrs) })
     }
 
     /// This thread's front bin of the cache when it holds this cache's slots (module docs of
@@ -350,13 +416,15 @@ impl Cache {
         (thread_cache::is_live(tc) && f.is_of(self.core)).then_some(&f.bin)
     }
 
-    /// [`free_bulk`](Self::free_bulk) into `bin` (this thread's front bin of the cache) while
-    /// it has room, then to the slabs.
+    /// [`free_bulk`](Self::free_bulk) on `tc`'s thread: an accounted slot whose owner is
+    /// the object stock's tag stays charged in the front's kept bin (as a single free keeps
+    /// it); the others go into the front bin while it has room, then to the slabs.
     ///
     /// # Safety
     /// As `free_bulk`.
-    unsafe fn free_bulk_through(&self, bin: Option<&Bin>, ptrs: &[*mut u8]) {
-        let mut sink = Sink::new(self.core, bin);
+    unsafe fn free_bulk_through(&self, tc: &ThreadCache, ptrs: &[*mut u8]) {
+        let live = thread_cache::is_live(tc);
+        let mut sink = Sink::new(self.core, self.front_bin(tc));
         if !self.core.id.accounted {
             for &p in ptrs.iter().filter(|p| !p.is_null()) {
                 // SAFETY: caller's contract; flush validates that p is a slot of this cache.
@@ -366,6 +434,22 @@ impl Cache {
         }
         let mut owners = Owners::new(self.core.layout.object_size, self.stat_idx());
         for &p in ptrs.iter().filter(|p| !p.is_null()) {
+            // Kept, as the single free keeps it, once p is seen to be a slot start in a
+            // segment of this cache (`owner_word_if_slot`).
+            // SAFETY: caller's contract: p is a live slot of this cache; its word lives as
+            // long as the cache's segments; if kept, it is charged to `owner`, given up.
+            if live
+                && unsafe {
+                    self.core.owner_word_if_slot(p).is_some_and(|w| {
+                        tc.front_kept_push(self.front, self.core, (*w).load(Ordering::Relaxed), p)
+                    })
+                }
+            {
+                continue;
+            }
+            if live && tc.front_kept_is_head(self.front, p) {
+                sys::fatal("double free of a dedicated cache's object in free_bulk (already kept)");
+            }
             // The owner address comes from p: a pointer that is not a slot start of this
             // cache is reported before anything is written.
             let owner = self.core.checked_owner_word(p).swap(0, Ordering::Relaxed);
