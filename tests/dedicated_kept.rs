@@ -455,3 +455,42 @@ fn bulk_takes_and_keeps_kept_slots_all_or_nothing() {
     assert_eq!(c.live_objects(), 0);
     slabcg::allocator::testing::check_invariants();
 }
+
+/// A request's tenant that finds the kept slots of a request that ended takes them with
+/// their charge in place (`transfer_on_miss`, as a size class's first allocation does),
+/// instead of giving them back and charging afresh.
+#[test]
+fn a_new_request_takes_a_dead_requests_kept_slots_in_place() {
+    let _one = one_at_a_time();
+    let c = cache("kept-transfer", 192);
+    let size = c.info().object_size as u64;
+    let svc = Tenant::new("kept-transfer");
+    let mut v = Vec::with_capacity(256);
+    let first = svc.child("req-0");
+    {
+        let _g = first.enter();
+        fill_kept(&c, 40, &mut v);
+    }
+    let kept = c.kept_in_my_front();
+    assert!(kept >= 40);
+    drop(first);
+    let second = svc.child("req-1");
+    {
+        let _g = second.enter();
+        alloc_n(&c, 1, &mut v);
+        assert_eq!(
+            c.kept_in_my_front(),
+            kept - 1,
+            "the new request took one of the dead one's kept slots, the rest in place"
+        );
+    }
+    assert_eq!(second.current_exact(), size);
+    {
+        let _g = second.enter();
+        free_all(&c, &mut v);
+    }
+    drop(second);
+    assert_eq!(svc.current_exact(), 0);
+    assert_eq!(c.live_objects(), 0);
+    slabcg::allocator::testing::check_invariants();
+}

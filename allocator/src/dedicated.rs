@@ -339,23 +339,43 @@ impl Cache {
                 // SAFETY: a popped slot is not null.
                 Pop::Hit(p) => return Some(unsafe { NonNull::new_unchecked(p) }),
                 Pop::Empty => {}
-                // SAFETY: p is what front_kept_pop just returned as Foreign.
-                Pop::Foreign(p) => unsafe { self.put_back_kept(p) },
+                Pop::Foreign(p) => {
+                    // SAFETY: p is what front_kept_pop just returned as Foreign.
+                    if let Some(q) = unsafe { self.put_back_kept(cg, p) } {
+                        return Some(q);
+                    }
+                }
             }
         }
         self.alloc_charging(cg)
     }
 
-    /// The kept bin held a slot but the object stock's tag is not the current tenant (or a
-    /// drainer has been at it): the slot goes back, and the allocation charges.
+    /// The kept bin held a slot but the object stock's tag is not the current tenant `cg` (or
+    /// a drainer has been at it): the slot goes back. When the tag's tenant died, its kept
+    /// objects may be handed to `cg` in place first (`object_stock::transfer_on_miss`: the
+    /// first allocation of a request's new tenant takes one of the previous request's
+    /// objects, as a size class's does); then the kept slot it pops, else None (charge).
     ///
     /// # Safety
-    /// `p` must be what `front_kept_pop` just returned as `Pop::Foreign`.
+    /// `p` must be what `front_kept_pop(.., cg)` just returned as `Pop::Foreign`.
     #[cold]
     #[inline(never)]
-    unsafe fn put_back_kept(&self, p: *mut u8) {
+    unsafe fn put_back_kept(&self, cg: u32, p: *mut u8) -> Option<NonNull<u8>> {
         // SAFETY: caller's contract.
         thread_cache::with(|tc| unsafe { tc.front_put_back(self.front, p) });
+        if !thread_cache::with(|tc| tc.transfer_on_miss(cg)) {
+            return None;
+        }
+        match thread_cache::with(|tc| tc.front_kept_pop(self.front, self.core, cg)) {
+            // SAFETY: a popped slot is not null.
+            Pop::Hit(q) => Some(unsafe { NonNull::new_unchecked(q) }),
+            Pop::Empty => None,
+            Pop::Foreign(q) => {
+                // SAFETY: q is what front_kept_pop just returned as Foreign.
+                thread_cache::with(|tc| unsafe { tc.front_put_back(self.front, q) });
+                None
+            }
+        }
     }
 
     /// The accounted allocation that charges `cg` (0: outside every tenant, nothing): byte
