@@ -56,7 +56,14 @@ fn main() {
     println!("|---|---:|---:|---:|---:|");
     // `BULK_ONLY=class` skips the dedicated cache (for a profile of the size classes).
     let dedicated = std::env::var("BULK_ONLY").map_or(true, |v| v != "class");
-    for n in [1usize, 8, 32, 128].into_iter().filter(|_| dedicated) {
+    // `BULK_N=<n>` runs that count only (for callgrind: instructions per object).
+    let only_n: Option<usize> = std::env::var("BULK_N").ok().and_then(|v| v.parse().ok());
+    let counts = move || {
+        [1usize, 8, 32, 128]
+            .into_iter()
+            .filter(move |&n| only_n.is_none_or(|m| m == n))
+    };
+    for n in counts().filter(|_| dedicated) {
         let _g = tenant.enter();
         let (mut ptrs, mut many) = (vec![std::ptr::null_mut(); n], vec![std::ptr::null_mut(); n]);
         let (s, b) = pair(
@@ -82,7 +89,7 @@ fn main() {
         );
         drop(_g);
     }
-    for n in [1usize, 8, 32, 128] {
+    for n in counts() {
         let _g = tenant.enter();
         let (mut ptrs, mut many) = (vec![std::ptr::null_mut(); n], vec![std::ptr::null_mut(); n]);
         let (s, b) = pair(
