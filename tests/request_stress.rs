@@ -35,4 +35,6 @@ fn a_tenant_per_request_on_16_threads_matches_the_ledger() {
         report.max_pool > 2000 && report.request_checks > 0,
         "{report:?}"
     );
+    // Dedicated caches' objects were freed in bulk too.
+    assert!(report.bulk_frees > 0, "{report:?}");
 }

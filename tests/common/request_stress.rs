@@ -3,7 +3,10 @@
 //!
 //! Every worker serves requests in turn: each is a new child tenant of one of three customers
 //! (one with a tight limit), entered for the request's work and dropped at its end. A request
-//! allocates a random burst (16 B to 8 KiB, now and then a large block), frees some of it,
+//! allocates a random burst (16 B to 8 KiB, now and then a large block; about a quarter from
+//! accounted dedicated caches of odd sizes, now and then 8 at once by `alloc_bulk`, so that
+//! their fronts' kept bins serve and keep them), frees some of it (a cache's by `free_bulk`
+//! now and then),
 //! frees objects that earlier requests of any thread and customer left in a shared pool (the
 //! objects of dead tenants, freed inside a live one's scope: larson's shape), and leaves some
 //! of its own there. So requests die with live objects all the time, their charges move to
@@ -15,11 +18,12 @@
 //! end the pool is freed: every customer reads 0 and no dead request's objcg is left.
 
 use std::alloc::{alloc, dealloc, Layout};
+use std::ptr::NonNull;
 use std::sync::{Condvar, Mutex};
 use std::thread;
 
 use slabcg::accounting::testing;
-use slabcg::{SlabAlloc, Tenant};
+use slabcg::{Cache, SlabAlloc, Tenant};
 
 /// How much work a run does.
 #[derive(Clone, Copy)]
@@ -45,6 +49,8 @@ pub struct Report {
     pub checks: u64,
     /// Live requests checked against their own objects.
     pub request_checks: u64,
+    /// `free_bulk` calls on a dedicated cache.
+    pub bulk_frees: u64,
 }
 
 /// The customers: name and max (bytes). The last is tight, so its requests are refused.
@@ -58,6 +64,11 @@ const TIGHT: usize = 2;
 const POOL_CAP: usize = 6000;
 /// The most objects one request allocates.
 const BURST: usize = 48;
+/// The accounted dedicated caches requests allocate from: object sizes (odd ones, seed 004's
+/// shape), one 64-byte aligned.
+const CACHES: [(usize, usize); 3] = [(72, 8), (200, 8), (1144, 64)];
+/// Objects of one `alloc_bulk`.
+const BULK: usize = 8;
 
 /// A barrier that a panicking worker breaks, so that a failed check ends the run with its
 /// message instead of leaving the others waiting forever.
@@ -118,6 +129,8 @@ impl Drop for BreakOnPanic<'_> {
 struct Obj {
     addr: usize,
     layout: Layout,
+    /// The dedicated cache it came from (an index of `CACHES`), or None: the global allocator.
+    cache: Option<usize>,
     customer: usize,
     usable: u64,
     stamp: u64,
@@ -154,26 +167,97 @@ fn allocate(layout: Layout, customer: usize, stamp: u64) -> Option<Obj> {
     if p.is_null() {
         return None;
     }
+    Some(stamped(p, layout, None, customer, stamp))
+}
+
+/// The object at `p` (from the global allocator, or from cache `cache`), stamped.
+fn stamped(p: *mut u8, layout: Layout, cache: Option<usize>, customer: usize, stamp: u64) -> Obj {
     // SAFETY: p is a fresh block of layout.size() >= 8 bytes, aligned to 8.
     unsafe {
         (p as *mut u64).write(stamp);
         (p.add(layout.size() - 8) as *mut u64).write_unaligned(!stamp);
     }
-    // SAFETY: p is a live allocation of the global SlabAlloc.
-    let usable = unsafe { SlabAlloc::usable_size(p) } as u64;
-    Some(Obj {
+    // A dedicated cache charges its object size (`CacheInfo::object_size`, the layout's).
+    let usable = match cache {
+        // SAFETY: p is a live allocation of the global SlabAlloc.
+        None => (unsafe { SlabAlloc::usable_size(p) }) as u64,
+        Some(_) => layout.size() as u64,
+    };
+    Obj {
         addr: p as usize,
         layout,
+        cache,
         customer,
         usable,
         stamp,
-    })
+    }
+}
+
+/// One object of dedicated cache `i` in the current scope, stamped; `None` when refused.
+fn allocate_cached(caches: &[Cache], i: usize, customer: usize, stamp: u64) -> Option<Obj> {
+    let p = caches[i].alloc()?;
+    Some(stamped(
+        p.as_ptr(),
+        cache_layout(i),
+        Some(i),
+        customer,
+        stamp,
+    ))
+}
+
+/// `BULK` objects of dedicated cache `i` in one `alloc_bulk`, stamped; all or nothing.
+fn allocate_bulk(
+    caches: &[Cache],
+    i: usize,
+    customer: usize,
+    stamp: &mut u64,
+    out: &mut Vec<Obj>,
+) -> bool {
+    let mut ptrs = [std::ptr::null_mut(); BULK];
+    if caches[i].alloc_bulk(&mut ptrs) == 0 {
+        assert!(
+            ptrs.iter().all(|p| p.is_null()),
+            "a refused bulk handed out objects"
+        );
+        return false;
+    }
+    for p in ptrs {
+        *stamp += 1;
+        out.push(stamped(p, cache_layout(i), Some(i), customer, *stamp));
+    }
+    true
+}
+
+fn cache_layout(i: usize) -> Layout {
+    Layout::from_size_align(CACHES[i].0, CACHES[i].1).unwrap()
+}
+
+/// The accounted dedicated caches of a run.
+fn build_caches() -> Vec<Cache> {
+    (0..CACHES.len())
+        .map(|i| {
+            Cache::builder(&format!("stress-{}", CACHES[i].0), cache_layout(i))
+                .account(true)
+                .build()
+        })
+        .collect()
 }
 
 /// Checks the stamps and frees.
-fn free(o: Obj) {
+fn free(caches: &[Cache], o: Obj) {
+    let p = check_stamps(&o);
+    match o.cache {
+        // SAFETY: o is a live block of o.layout; freed once, here.
+        None => unsafe { dealloc(p, o.layout) },
+        // SAFETY: o is a live object of that cache; freed once, here.
+        Some(i) => unsafe { caches[i].free(NonNull::new_unchecked(p)) },
+    }
+}
+
+/// Checks the stamps that `stamped` wrote; the object's address.
+fn check_stamps(o: &Obj) -> *mut u8 {
     let p = o.addr as *mut u8;
-    // SAFETY: o is a live block of o.layout that `allocate` stamped; freed once, here.
+    // SAFETY: o is a live object of o.layout's size that `stamped` stamped.
     unsafe {
         let (head, tail) = (
             (p as *const u64).read(),
@@ -187,13 +271,15 @@ fn free(o: Obj) {
             o.customer,
             o.stamp
         );
-        dealloc(p, o.layout);
     }
+    p
 }
 
 /// One request of customer `k`: born, works, dies with what it left in the pool.
+#[allow(clippy::too_many_arguments)]
 fn request(
     customers: &[Tenant],
+    caches: &[Cache],
     pool: &Mutex<Vec<Obj>>,
     mine: &mut Vec<Obj>,
     ids: &mut Vec<u32>,
@@ -208,19 +294,45 @@ fn request(
         let _in = req.enter();
         for _ in 0..1 + rng.below(BURST) {
             *stamp += 1;
-            match allocate(random_layout(rng), k, *stamp) {
-                Some(o) => mine.push(o),
-                None => {
-                    assert_eq!(k, TIGHT, "an unlimited customer refused an allocation");
-                    report.refused += 1;
-                }
+            let got = match rng.below(16) {
+                0 => allocate_bulk(caches, rng.below(caches.len()), k, stamp, mine),
+                1..=3 => allocate_cached(caches, rng.below(caches.len()), k, *stamp)
+                    .map(|o| mine.push(o))
+                    .is_some(),
+                _ => allocate(random_layout(rng), k, *stamp)
+                    .map(|o| mine.push(o))
+                    .is_some(),
+            };
+            if !got {
+                assert_eq!(k, TIGHT, "an unlimited customer refused an allocation");
+                report.refused += 1;
             }
             report.allocations += 1;
         }
-        // Half of the burst is freed by the request itself (its own objects).
+        // Half of the burst is freed by the request itself (its own objects); now and then
+        // one cache's share of it by `free_bulk` (the pointers on the stack: nothing may
+        // allocate here, in the tight customer's scope, but what the test counts).
+        if rng.below(4) == 0 {
+            let i = rng.below(caches.len());
+            let mut ptrs = [std::ptr::null_mut(); BULK * 8];
+            let (mut n, mut j) = (0, 0);
+            while j < mine.len() && n < ptrs.len() {
+                if mine[j].cache == Some(i) {
+                    ptrs[n] = check_stamps(&mine.swap_remove(j));
+                    n += 1;
+                } else {
+                    j += 1;
+                }
+            }
+            if n > 0 {
+                // SAFETY: live objects of that cache, each once, taken out of `mine`.
+                unsafe { caches[i].free_bulk(&ptrs[..n]) };
+                report.bulk_frees += 1;
+            }
+        }
         for _ in 0..mine.len() / 2 {
             let i = rng.below(mine.len());
-            free(mine.swap_remove(i));
+            free(caches, mine.swap_remove(i));
         }
     }
     if report.requests.is_multiple_of(64) {
@@ -254,7 +366,7 @@ fn request(
         .min(pool.len());
         for _ in 0..n {
             let i = rng.below(pool.len());
-            free(pool.swap_remove(i));
+            free(caches, pool.swap_remove(i));
             report.freed_from_pool += 1;
         }
         // The rest outlives the request, when the pool has room.
@@ -262,7 +374,7 @@ fn request(
             if pool.len() < POOL_CAP {
                 pool.push(o);
             } else {
-                free(o);
+                free(caches, o);
             }
         }
         report.max_pool = report.max_pool.max(pool.len());
@@ -317,24 +429,27 @@ pub fn run(cfg: &Config) -> Report {
             c
         })
         .collect();
+    let caches = build_caches();
     let pool = Mutex::new(Vec::with_capacity(POOL_CAP));
     let barrier = Barrier::new(cfg.threads);
     let reports: Vec<(Report, Vec<u32>)> = thread::scope(|s| {
         let workers: Vec<_> = (0..cfg.threads)
             .map(|w| {
-                let (service, customers, pool, barrier) = (&service, &customers, &pool, &barrier);
+                let (service, customers, caches, pool, barrier) =
+                    (&service, &customers, &caches, &pool, &barrier);
                 s.spawn(move || {
                     let _break = BreakOnPanic(barrier);
                     let mut rng =
                         Rng((cfg.seed ^ 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(w as u64 + 1)) | 1);
                     let mut stamp = (w as u64) << 40;
-                    let mut mine = Vec::with_capacity(BURST);
+                    let mut mine = Vec::with_capacity(BURST * BULK);
                     let mut ids = Vec::with_capacity(cfg.rounds * cfg.requests_per_round);
                     let mut report = Report::default();
                     for round in 0..cfg.rounds {
                         for _ in 0..cfg.requests_per_round {
                             request(
                                 customers,
+                                caches,
                                 pool,
                                 &mut mine,
                                 &mut ids,
@@ -356,7 +471,7 @@ pub fn run(cfg: &Config) -> Report {
         workers.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for o in pool.lock().unwrap().drain(..) {
-        free(o);
+        free(&caches, o);
     }
     slabcg::drain_all_stocks();
     for c in &customers {
@@ -380,6 +495,7 @@ pub fn run(cfg: &Config) -> Report {
         total.max_pool = total.max_pool.max(r.max_pool);
         total.checks += r.checks;
         total.request_checks += r.request_checks;
+        total.bulk_frees += r.bulk_frees;
     }
     total
 }
