@@ -8,7 +8,8 @@
 //! the cache's parked batches (`front.rs`: index assignment, tags, warm-up). A free on
 //! another thread lands in that thread's front, as a size class's does. The first 64 caches
 //! alive at once get a front; later ones take the cache's lock on every `alloc`/`free`.
-//! Bulk calls (`alloc_bulk`/`free_bulk`) take the lock once per call and bypass the front.
+//! Bulk calls (`alloc_bulk`/`free_bulk`, `bulk.rs`) go through the front first (its kept
+//! bin, then its bin), then take the lock once per 512 objects.
 //!
 //! With `.account(true)` every slot carries owner metadata (placement reported by
 //! [`Cache::info`]) and objects allocated inside a tenant scope are charged to it; objects
