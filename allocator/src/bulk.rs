@@ -343,13 +343,7 @@ impl Cache {
                     .fetch_add(fresh, Ordering::Relaxed);
                 // As after a single allocation that charged: the thread may retag for cg, so
                 // that what it frees later is kept (one miss counted per bulk).
-                thread_cache::with(|tc| {
-                    if tc.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
-                        tc.note_miss(cg);
-                    } else if !tc.stock.caching.load(Ordering::Relaxed) {
-                        tc.recheck_caching(cg);
-                    }
-                });
+                thread_cache::with(|tc| tc.note_charged(cg));
             }
         }
         n
@@ -568,13 +562,7 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
         // Charged objects came from the counters or the byte stock: as after a single
         // allocation that missed the object stock, the thread may retag for `cg`, so that
         // what this bulk frees later is kept (one miss counted per bulk).
-        thread_cache::with(|tc| {
-            if tc.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
-                tc.note_miss(cg);
-            } else if !tc.stock.caching.load(Ordering::Relaxed) {
-                tc.recheck_caching(cg);
-            }
-        });
+        thread_cache::with(|tc| tc.note_charged(cg));
     }
     n
 }

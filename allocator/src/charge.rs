@@ -93,13 +93,7 @@ unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
 fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
     let p = charge_slot(c, cg);
     if !p.is_null() {
-        thread_cache::with(|tc| {
-            if tc.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
-                tc.note_miss(cg);
-            } else if !tc.stock.caching.load(Ordering::Relaxed) {
-                tc.recheck_caching(cg);
-            }
-        });
+        thread_cache::with(|tc| tc.note_charged(cg));
     }
     p
 }

@@ -401,13 +401,7 @@ impl Cache {
         }
         self.set_owner(p, cg);
         if cg != 0 {
-            thread_cache::with(|tc| {
-                if tc.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
-                    tc.note_miss(cg);
-                } else if !tc.stock.caching.load(Ordering::Relaxed) {
-                    tc.recheck_caching(cg);
-                }
-            });
+            thread_cache::with(|tc| tc.note_charged(cg));
         }
         // SAFETY: just tested.
         Some(unsafe { NonNull::new_unchecked(p) })

@@ -247,6 +247,19 @@ impl ThreadCache {
         is_live(self) && self.stock.transfer_on_miss(&self.bins, cg)
     }
 
+    /// After an allocation under `cg` that charged (it missed the object stock): retags for
+    /// `cg` when the tag is another tenant's (`note_miss`), or starts caching once the byte
+    /// stock holds a slot for `cg` (`recheck_caching`), so that what this thread frees later
+    /// is kept.
+    #[inline(always)]
+    pub(crate) fn note_charged(&self, cg: ObjCgId) {
+        if self.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
+            self.note_miss(cg);
+        } else if !self.stock.caching.load(Ordering::Relaxed) {
+            self.recheck_caching(cg);
+        }
+    }
+
     /// A thread tagged `cg` without tagged capacity (`ObjectStock::recheck_caching`).
     #[inline]
     pub(crate) fn recheck_caching(&self, cg: ObjCgId) {
