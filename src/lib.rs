@@ -103,7 +103,11 @@
 //! chain is usually reported as corrupt when it is flushed), and a double free in the
 //! 8-byte class that is not back to back. A second free of a large block is reported while
 //! its mapping is cached or listed among the 256 most recently unmapped. A free with the
-//! wrong layout is undefined behaviour for any `GlobalAlloc`; here it can go unnoticed.
+//! wrong layout is undefined behaviour for any `GlobalAlloc`; here it can go unnoticed. An
+//! accounted dedicated cache's `free` and `free_bulk` read the segment header at the
+//! pointer's 4 MiB-aligned base first (another cache's object is reported): outside
+//! `hardened` builds a pointer slabcg never mapped gets SIGSEGV there rather than the
+//! message.
 //!
 //! # Dedicated caches
 //!

@@ -446,6 +446,11 @@ impl Cache {
     /// `ptr` must come from this cache's `alloc` and not be freed already.
     #[inline(always)]
     pub(crate) unsafe fn free_owned(&self, ptr: NonNull<u8>) {
+        if cfg!(feature = "hardened") {
+            // Hardened builds check every free, a box's too (memory corruption may reach it).
+            // SAFETY: caller's contract.
+            return unsafe { self.free(ptr) };
+        }
         let p = ptr.as_ptr();
         if !self.core.id.accounted {
             // SAFETY: caller's contract.

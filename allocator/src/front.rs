@@ -43,8 +43,8 @@
 //! net count of charged objects of the tagged core (allocated minus freed here, so it can be
 //! negative), folded into the core's `counters.charged` when the bin is retagged or the
 //! thread exits. A kept slot stays counted there while it waits (the same-tenant pair
-//! writes no count): `front_counts` subtracts the kept bins, and a give-back of kept slots
-//! subtracts them from the core's count (`object_stock::give_back_kept`).
+//! writes no count): `front_counts` subtracts the kept bins, and taking a kept bin back
+//! subtracts its slots from the core's count (`object_stock::take_kept`).
 //!
 //! Invariants of a [`FrontBin`] (checked by [`FrontBin::check`], with `Bin::check`):
 //! `tag == null  =>  bin.count == 0 && kept.count == 0 && charged == 0`; every slot on

@@ -989,12 +989,15 @@ fn take_kept(f: &FrontBin, rec: &mut u32, walked: Count) -> KeptChain {
     };
     let rec = core::mem::replace(rec, 0);
     debug_assert!(walked == Count::Walked || n >= rec);
-    KeptChain {
-        core: f.tag(),
-        head,
-        n,
-        rec,
+    let core = f.tag();
+    if n != 0 {
+        // The slots leave the fronts' net charged counts, where they stayed while kept
+        // (`front.rs`): here, under the lock that took them, so that a fork between this and
+        // the give-back cannot leave them counted in the child.
+        // SAFETY: a front with kept slots is tagged with a core, and cores are never freed.
+        crate::front::fold_charged(unsafe { &*core }, -(n as isize));
     }
+    KeptChain { core, head, n, rec }
 }
 
 /// The stat a dedicated core's objects are charged to.
@@ -1027,8 +1030,6 @@ fn give_back_kept(tag: u64, kc: &KeptChain, to: Option<&FrontBin>) {
             )
         };
     }
-    // The slots leave the fronts' net charged counts, where they stayed while kept (`front.rs`).
-    crate::front::fold_charged(core, -(kc.n as isize));
     let to = to.filter(|f| f.is_of(core));
     let (tail, rest) = release_chain(
         kc.head,
