@@ -72,6 +72,28 @@ impl Bin {
         p.cast()
     }
 
+    /// Pops up to `out.len()` slots into `out`, head first, with one store of the head and
+    /// one of the count; returns how many (the bulk calls' [`pop`](Self::pop)).
+    #[inline]
+    pub fn pop_many(&self, out: &mut [*mut u8]) -> usize {
+        let n = self.count.load(Ordering::Relaxed);
+        let k = (n as usize).min(out.len());
+        let mut p = self.head.load(Ordering::Relaxed);
+        for slot in &mut out[..k] {
+            // SAFETY: the list holds count >= k slots (invariant: count == |list|), each a free
+            // slot whose first word links to the next; each leaves the list here.
+            unsafe {
+                let next = FreeObj::next(p);
+                FreeObj::clear_link(p);
+                *slot = p.cast();
+                p = next;
+            }
+        }
+        self.head.store(p, Ordering::Relaxed);
+        self.count.store(n - k as u32, Ordering::Relaxed);
+        k
+    }
+
     /// Pushes a slot, or returns false when the bin is full (or not initialised), or when
     /// `p` already heads the bin.
     ///
@@ -103,6 +125,37 @@ impl Bin {
         self.head.store(o, Ordering::Relaxed);
         self.count.store(n + 1, Ordering::Relaxed);
         true
+    }
+
+    /// Pushes a chain of `n` slots, `head` to `tail` linked (the bulk frees' [`push`]): one
+    /// store of the head and one of the count. The caller made sure of what `push` checks:
+    /// room for `n`, no slot the bin's head ([`Bin::check_free`] in hardened builds).
+    ///
+    /// # Safety
+    /// The chain's slots are slots of this bin's class that nobody uses any more, each once.
+    #[inline]
+    pub unsafe fn push_chain(&self, head: *mut FreeObj, tail: *mut FreeObj, n: u32) {
+        debug_assert!(self.count() + n <= self.capacity());
+        // SAFETY: the caller hands us the chain; its tail's first word becomes the link.
+        unsafe { FreeObj::set_next(tail, self.head.load(Ordering::Relaxed)) };
+        self.head.store(head, Ordering::Relaxed);
+        self.count
+            .store(self.count.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    /// Hardened builds: [`push`](Self::push)'s double-free check, for a slot a bulk free
+    /// links into a chain for [`push_chain`](Self::push_chain); nothing by default.
+    ///
+    /// # Safety
+    /// `p` must be readable for one word.
+    #[inline(always)]
+    pub unsafe fn check_free(&self, p: *mut u8) {
+        #[cfg(feature = "hardened")]
+        // SAFETY: caller's contract.
+        unsafe {
+            self.check_push(p as *mut FreeObj)
+        };
+        let _ = p;
     }
 
     /// Hardened builds: the double-free check of every push (`link.rs`). Out of line: inlined,

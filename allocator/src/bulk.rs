@@ -38,7 +38,6 @@ use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 use crate::bin::Bin;
 use crate::cache::SlabCache;
 use crate::dedicated::Cache;
-use crate::object_stock::Pop;
 use crate::owner::{is_accounted, owner_word};
 use crate::size_class::{class_for, class_size, Kind};
 use crate::slab::FreeObj;
@@ -228,6 +227,83 @@ impl Drop for Sink<'_> {
 
 /// Fills `out` with slots of `cache`, from `bin` (this thread's bin of it) first: true when
 /// all were taken, false when memory ran out part way (then what was taken is back).
+/// Slots a bulk free keeps charged in one of the object stock's bins (a class's tagged bin,
+/// a front's kept bin): linked into a chain as they come and pushed at the end with one
+/// store of the bin's head and count (`Bin::push_chain`). The checks are a single push's
+/// (`ObjectStock::push`): the tag is read once before the pushes (a drainer that counts the
+/// bin between the read and the push finds the growth in its next pass, as for one push),
+/// a slot is kept only when its owner is the tag and the bin has room, and a slot that
+/// heads the bin or the chain is refused (freed twice in a row), for the caller to report.
+struct Keep<'a> {
+    bin: Option<&'a Bin>,
+    tag: u64,
+    room: u32,
+    /// The bin's head (no push reaches the bin before `finish`).
+    first: *mut FreeObj,
+    head: *mut FreeObj,
+    tail: *mut FreeObj,
+    n: u32,
+}
+
+impl<'a> Keep<'a> {
+    /// Keeps into `bin` (None: keeps nothing) for `tc`'s stock, whose tag it reads now.
+    fn new(tc: &ThreadCache, bin: Option<&'a Bin>) -> Keep<'a> {
+        Keep {
+            bin,
+            tag: tc.stock.tag.load(Ordering::Relaxed),
+            room: bin.map_or(0, |b| b.capacity().saturating_sub(b.count())),
+            first: bin.map_or(ptr::null_mut(), |b| b.head()),
+            head: ptr::null_mut(),
+            tail: ptr::null_mut(),
+            n: 0,
+        }
+    }
+
+    /// Keeps slot `p`, whose owner word says `owner`, when that is the tag, there is room
+    /// and it heads neither the bin nor the chain. False when it was not kept.
+    ///
+    /// # Safety
+    /// `p` must be a live slot of the bin's class (or front core) charged to `owner`, given
+    /// up.
+    #[inline(always)]
+    unsafe fn keep(&mut self, owner: ObjCgId, p: *mut u8) -> bool {
+        let o = p as *mut FreeObj;
+        // Without a bin `room` is 0.
+        if self.tag != u64::from(owner) || self.n == self.room || o == self.head || o == self.first
+        {
+            return false;
+        }
+        let Some(bin) = self.bin else {
+            return false;
+        };
+        // SAFETY: the caller's slot, readable; then linked into the chain (its first word
+        // becomes the link).
+        unsafe {
+            bin.check_free(p);
+            FreeObj::set_next(o, self.head);
+        }
+        if self.head.is_null() {
+            self.tail = o;
+        }
+        self.head = o;
+        self.n += 1;
+        true
+    }
+
+    /// Whether `p` heads the chain (a second free of it in this call).
+    fn is_head(&self, p: *mut u8) -> bool {
+        p as *mut FreeObj == self.head
+    }
+
+    /// Pushes the chain.
+    fn finish(self) {
+        if let Some(bin) = self.bin.filter(|_| self.n > 0) {
+            // SAFETY: n slots linked head to tail, each kept once (`keep`), with room.
+            unsafe { bin.push_chain(self.head, self.tail, self.n) };
+        }
+    }
+}
+
 fn take(cache: &'static SlabCache, bin: Option<&Bin>, out: &mut [*mut u8]) -> bool {
     let n = out.len();
     let mut got = 0;
@@ -350,30 +426,15 @@ impl Cache {
     }
 
     /// Takes up to `out.len()` slots this thread's front of the cache keeps charged to `cg`
-    /// into the front of `out` (the single allocation's kept pop, with its check after each
-    /// pop) and returns how many. Kept slots stay in the front's net charged count while
+    /// into the front of `out` (the single allocation's kept pop, one check after all the
+    /// pops: `ObjectStock::pop_many`) and returns how many. Kept slots stay in the front's net charged count while
     /// they wait, so taking them changes no count.
     fn take_kept(&self, cg: ObjCgId, out: &mut [*mut u8]) -> usize {
         thread_cache::with(|tc| {
             if !thread_cache::is_live(tc) {
                 return 0;
             }
-            let mut k = 0;
-            while k < out.len() {
-                match tc.front_kept_pop(self.front, self.core, cg) {
-                    Pop::Hit(p) => {
-                        out[k] = p;
-                        k += 1;
-                    }
-                    Pop::Empty => break,
-                    Pop::Foreign(p) => {
-                        // SAFETY: p is what front_kept_pop just returned as Foreign.
-                        unsafe { tc.front_put_back(self.front, p) };
-                        break;
-                    }
-                }
-            }
-            k
+            tc.front_kept_pop_many(self.front, self.core, cg, out)
         })
     }
 
@@ -427,21 +488,21 @@ impl Cache {
             return;
         }
         let mut owners = Owners::new(self.core.layout.object_size, self.stat_idx());
+        let front = tc.front(self.front);
+        let mut keep = Keep::new(tc, (live && front.is_of(self.core)).then_some(&front.kept));
         for &p in ptrs.iter().filter(|p| !p.is_null()) {
             // Kept, as the single free keeps it, once p is seen to be a slot start in a
             // segment of this cache (`owner_word_if_slot`).
             // SAFETY: caller's contract: p is a live slot of this cache; its word lives as
             // long as the cache's segments; if kept, it is charged to `owner`, given up.
-            if live
-                && unsafe {
-                    self.core.owner_word_if_slot(p).is_some_and(|w| {
-                        tc.front_kept_push(self.front, self.core, (*w).load(Ordering::Relaxed), p)
-                    })
-                }
-            {
+            if unsafe {
+                self.core
+                    .owner_word_if_slot(p)
+                    .is_some_and(|w| keep.keep((*w).load(Ordering::Relaxed), p))
+            } {
                 continue;
             }
-            if live && tc.front_kept_is_head(self.front, p) {
+            if keep.is_head(p) || (live && tc.front_kept_is_head(self.front, p)) {
                 sys::fatal("double free of a dedicated cache's object in free_bulk (already kept)");
             }
             // The owner address comes from p: a pointer that is not a slot start of this
@@ -454,6 +515,7 @@ impl Cache {
                 sink.put(p);
             }
         }
+        keep.finish();
         // SAFETY: as above, for the last stretch.
         unsafe { owners.end() };
         if owners.uncharged > 0 {
@@ -568,29 +630,14 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
 }
 
 /// Takes up to `out.len()` slots of class `c` kept charged to `cg` in this thread's object
-/// stock into the front of `out` (the single allocation's `tagged_pop`, with its check after
-/// each pop) and returns how many.
+/// stock into the front of `out` (the single allocation's `tagged_pop`, one check after all
+/// the pops: `ObjectStock::pop_many`) and returns how many.
 fn take_kept(c: usize, cg: ObjCgId, out: &mut [*mut u8]) -> usize {
     thread_cache::with(|tc| {
         if !thread_cache::is_live(tc) {
             return 0;
         }
-        let mut k = 0;
-        while k < out.len() {
-            match tc.tagged_pop(c, cg) {
-                Pop::Hit(p) => {
-                    out[k] = p;
-                    k += 1;
-                }
-                Pop::Empty => break,
-                Pop::Foreign(p) => {
-                    // SAFETY: p is what tagged_pop(c, cg) just returned as Foreign.
-                    unsafe { tc.put_back(c, p) };
-                    break;
-                }
-            }
-        }
-        k
+        tc.tagged_pop_many(c, cg, out)
     })
 }
 
@@ -638,6 +685,7 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
         );
         let mut acct = Sink::new(accounted, live.then(|| tc.bin(c, Kind::Accounted)));
         let mut owners = Owners::new(class_size(c), StatIdx::slab(c));
+        let mut keep = Keep::new(tc, live.then(|| &tc.line(c).tagged));
         for &p in ptrs.iter().filter(|p| !p.is_null()) {
             if !is_accounted(p) {
                 // SAFETY: caller's contract; the flush validates that p is a slot of the
@@ -651,14 +699,12 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
             // for its slab, as the single free's is).
             // SAFETY: caller's contract: p is a live accounted slot of class c, whose owner
             // word says who it is charged to; it is given up.
-            if live
-                && unsafe { tc.tagged_push(c, (*tc.owner_word(p, c)).load(Ordering::Relaxed), p) }
-            {
+            if live && unsafe { keep.keep((*tc.owner_word(p, c)).load(Ordering::Relaxed), p) } {
                 continue;
             }
             // Checked before anything is written through the owner address computed from p.
             let w = accounted.checked_owner_word(p);
-            if live && tc.tagged_is_head(c, p) {
+            if keep.is_head(p) || (live && tc.tagged_is_head(c, p)) {
                 sys::fatal("double free of an accounted object in free_bulk (already kept)");
             }
             let owner = w.load(Ordering::Relaxed);
@@ -675,6 +721,7 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
                 acct.put(p);
             }
         }
+        keep.finish();
         // SAFETY: as above, for the last stretch.
         unsafe { owners.end() };
     });

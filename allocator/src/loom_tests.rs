@@ -19,8 +19,9 @@
 //! Each scenario runs twice: with the objects in a size class's tagged bin, and in a
 //! dedicated cache's front kept bin (`FrontBin::kept`, found by a drainer through the
 //! stock's `kept_mask`, its count recorded in `front_rec`, taken into `Taken::fronts`); the
-//! front's core is a tag the model never dereferences, so a front's retag
-//! (`retag_front`, `give_back_kept`'s owner words and flush) stays out of the model.
+//! front's core is a `SlabCache` of the world's whose counts the take adjusts and nothing
+//! else reads, so a front's retag (`retag_front`, `give_back_kept`'s owner words and flush)
+//! stays out of the model.
 //!
 //! Checked in every execution:
 //! - no live object is ever uncharged (`charged >= live` after every step of the owner,
@@ -42,8 +43,10 @@ use slabcg_accounting::hooks::{self, ObjCgId};
 
 use crate::bin::{new_lines, Bin};
 use crate::cache::SlabCache;
+use crate::class_caches::class_layout;
 use crate::front::{FrontBin, FRONTS};
 use crate::object_stock::{Count, Lines, ObjectStock, Pop, Taken, Uncharge, NO_TAG};
+use crate::size_class::Kind;
 use crate::size_class::NUM_CLASSES;
 use crate::slab::FreeObj;
 use crate::sys::sync::model;
@@ -90,6 +93,8 @@ struct World {
     stock: ObjectStock,
     lines: Lines,
     fronts: [FrontBin; FRONTS + 1],
+    /// The front's core (its `charged` count is all the model's paths touch).
+    core: SlabCache,
     at: Where,
     slots: [UnsafeCell<FreeObj>; SLOTS],
     charged_a: AtomicU64,
@@ -119,6 +124,7 @@ impl World {
             stock: ObjectStock::new(),
             lines: new_lines(),
             fronts: [const { FrontBin::new() }; FRONTS + 1],
+            core: SlabCache::new(class_layout(C, Kind::Accounted), 0, true),
             at,
             slots: core::array::from_fn(|_| UnsafeCell::new(FreeObj::unlinked())),
             charged_a: AtomicU64::new(a as u64),
@@ -129,7 +135,7 @@ impl World {
         if at == Where::Front {
             // As `open_kept` does for an accounted core: the mask's bit, then the capacity;
             // the class's tagged bin gets none.
-            w.fronts[K].tag_for_model(core::ptr::NonNull::<SlabCache>::dangling().as_ptr());
+            w.fronts[K].tag_for_model(&w.core as *const SlabCache as *mut SlabCache);
             w.stock.set_kept_bit(K);
             w.lines[C].tagged.set_capacity(0);
         }
@@ -253,6 +259,28 @@ impl Owner {
             }
         };
         self.live.push((p, cg));
+        self.check_not_undercharged();
+    }
+
+    /// A bulk allocation of `n` under `cg`: the kept slots `ObjectStock::pop_many` takes
+    /// with one check after its pops (put back, all of them, when it fails), the rest fresh
+    /// slots charged.
+    fn alloc_many(&mut self, cg: ObjCgId, n: usize) {
+        let w = self.w.clone();
+        let mut out = [core::ptr::null_mut(); 2];
+        let k = w.stock.pop_many(w.bin(), cg, &mut out[..n]);
+        assert!(
+            out[k..n].iter().all(|p| p.is_null()),
+            "a put-back left an entry"
+        );
+        for &p in &out[..k] {
+            self.live.push((p, cg));
+        }
+        for _ in k..n {
+            w.charged(cg).fetch_add(1, Relaxed);
+            let p = self.spare.pop().expect("a spare slot");
+            self.live.push((p, cg));
+        }
         self.check_not_undercharged();
     }
 
@@ -384,6 +412,21 @@ fn drain_races_frees(at: Where) {
 }
 
 both!(drain_races_frees: loom_object_stock_drain_races_frees, loom_front_kept_drain_races_frees);
+
+/// Two frees then a bulk allocation of both under A while a drainer drains: the bulk's one
+/// check after its two pops must not take an object the drainer uncharged, and puts both
+/// back when it sees the drainer.
+fn drain_races_bulk_alloc(at: Where) {
+    let mut o = World::build(2, 0, at);
+    o.race(1, |o| {
+        o.free(0);
+        o.free(0);
+        o.alloc_many(A, 2);
+    });
+    o.check_quiescent();
+}
+
+both!(drain_races_bulk_alloc: loom_object_stock_drain_races_bulk_alloc, loom_front_kept_drain_races_bulk_alloc);
 
 /// Two drains in a row against a free, an allocation and a free under A: the second drain
 /// reads the counts of a thread the first one drained while the owner still runs.

@@ -336,6 +336,30 @@ impl ObjectStock {
         Pop::Hit(p)
     }
 
+    /// Pops up to `out.len()` slots already charged to `cg` from `bin` (one of this stock's
+    /// tagged bins) with one check after them all: [`pop`](Self::pop)'s check covers any
+    /// number of pops before it (a drainer that counted the bin before some of them is seen
+    /// here, and then all of them are put back, as one pop is). Returns how many; 0 when the
+    /// bin is empty or not `cg`'s (then `out`'s entries are null).
+    #[inline]
+    pub(crate) fn pop_many(&self, bin: &Bin, cg: ObjCgId, out: &mut [*mut u8]) -> usize {
+        let k = bin.pop_many(out);
+        if k == 0 {
+            return 0;
+        }
+        hooks::light_barrier();
+        if self.tag.load(Ordering::Relaxed) != u64::from(cg) {
+            for p in out[..k].iter_mut().rev() {
+                // SAFETY: p was just popped from bin, in this order (put back in reverse).
+                unsafe { bin.unpop(*p) };
+                // The caller's entries as they were (a refused bulk leaves them null).
+                *p = core::ptr::null_mut();
+            }
+            return 0;
+        }
+        k
+    }
+
     /// Keeps slot `p`, whose owner word says `owner`, charged in `bin` (one of this stock's
     /// tagged bins) when `owner` is the tag and there is room. False when it was not kept.
     ///

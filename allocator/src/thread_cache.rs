@@ -128,7 +128,7 @@ impl ThreadCache {
 
     /// The line of class `c`: its plain bin, object-stock bin and owner geometry.
     #[inline(always)]
-    fn line(&self, c: usize) -> &ClassBins {
+    pub(crate) fn line(&self, c: usize) -> &ClassBins {
         // SAFETY: c < NUM_CLASSES (size_class only yields valid classes).
         unsafe { self.bins.get_unchecked(c) }
     }
@@ -137,6 +137,30 @@ impl ThreadCache {
     #[inline(always)]
     pub fn tagged_pop(&self, c: usize, cg: ObjCgId) -> Pop {
         self.stock.pop(&self.line(c).tagged, cg)
+    }
+
+    /// Pops up to `out.len()` slots of class `c` already charged to `cg` from the object
+    /// stock (`ObjectStock::pop_many`); how many.
+    #[inline]
+    pub fn tagged_pop_many(&self, c: usize, cg: ObjCgId, out: &mut [*mut u8]) -> usize {
+        self.stock.pop_many(&self.line(c).tagged, cg, out)
+    }
+
+    /// Pops up to `out.len()` slots of dedicated cache `core` already charged to `cg` from
+    /// the kept bin of front `i`; how many (0 when the front is not `core`'s).
+    #[inline]
+    pub fn front_kept_pop_many(
+        &self,
+        i: u32,
+        core: &SlabCache,
+        cg: ObjCgId,
+        out: &mut [*mut u8],
+    ) -> usize {
+        let f = self.front(i);
+        if !f.is_of(core) {
+            return 0;
+        }
+        self.stock.pop_many(&f.kept, cg, out)
     }
 
     /// Pops a slot of dedicated cache `core` already charged to `cg` from the kept bin of
