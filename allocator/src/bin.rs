@@ -80,6 +80,9 @@ impl Bin {
         let k = (n as usize).min(out.len());
         let mut p = self.head.load(Ordering::Relaxed);
         for slot in &mut out[..k] {
+            if p.is_null() {
+                list_too_short();
+            }
             // SAFETY: the list holds count >= k slots (invariant: count == |list|), each a free
             // slot whose first word links to the next; each leaves the list here.
             unsafe {
@@ -338,4 +341,15 @@ pub(crate) const fn new_lines() -> [ClassBins; NUM_CLASSES] {
         c += 1;
     }
     bins
+}
+
+/// A bin's list ends before its count: a slot freed twice while its first free was still in
+/// a bin (not caught on the fast path, `lib.rs`) relinked the list. Reported, not followed
+/// into null.
+#[cold]
+#[inline(never)]
+pub(crate) fn list_too_short() -> ! {
+    crate::sys::fatal(
+        "a thread's bin holds fewer slots than it counts (a double free of a slot that was still in a bin)",
+    )
 }

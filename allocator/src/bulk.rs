@@ -38,6 +38,7 @@ use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 use crate::bin::Bin;
 use crate::cache::SlabCache;
 use crate::dedicated::Cache;
+use crate::object_stock::ObjectStock;
 use crate::owner::{is_accounted, owner_word};
 use crate::size_class::{class_for, class_size, Kind};
 use crate::slab::FreeObj;
@@ -225,16 +226,17 @@ impl Drop for Sink<'_> {
     }
 }
 
-/// Fills `out` with slots of `cache`, from `bin` (this thread's bin of it) first: true when
-/// all were taken, false when memory ran out part way (then what was taken is back).
 /// Slots a bulk free keeps charged in one of the object stock's bins (a class's tagged bin,
 /// a front's kept bin): linked into a chain as they come and pushed at the end with one
-/// store of the bin's head and count (`Bin::push_chain`). The checks are a single push's
-/// (`ObjectStock::push`): the tag is read once before the pushes (a drainer that counts the
-/// bin between the read and the push finds the growth in its next pass, as for one push),
-/// a slot is kept only when its owner is the tag and the bin has room, and a slot that
-/// heads the bin or the chain is refused (freed twice in a row), for the caller to report.
+/// store of the bin's head and count (`ObjectStock::push_chain`). The checks are a single
+/// push's (`ObjectStock::push`): a slot is kept only when its owner is the tag and the bin
+/// has room, and a slot that heads the bin or the chain is refused (freed twice in a row),
+/// for the caller to report; the tag, read when the batch starts, is read again just before
+/// the chain is pushed, and when a drainer came meanwhile the chain is not pushed but handed
+/// back (`finish`) for the caller to free uncharging (a push long after a drain settled
+/// this thread would keep charged objects where no armed drain looks).
 struct Keep<'a> {
+    stock: &'a ObjectStock,
     bin: Option<&'a Bin>,
     tag: u64,
     room: u32,
@@ -247,10 +249,11 @@ struct Keep<'a> {
 
 impl<'a> Keep<'a> {
     /// Keeps into `bin` (None: keeps nothing) for `tc`'s stock, whose tag it reads now.
-    fn new(tc: &ThreadCache, bin: Option<&'a Bin>) -> Keep<'a> {
+    fn new(tc: &'a ThreadCache, bin: Option<&'a Bin>) -> Keep<'a> {
         Keep {
+            stock: &tc.stock,
             bin,
-            tag: tc.stock.tag.load(Ordering::Relaxed),
+            tag: tc.stock.tag_word(),
             room: bin.map_or(0, |b| b.capacity().saturating_sub(b.count())),
             first: bin.map_or(ptr::null_mut(), |b| b.head()),
             head: ptr::null_mut(),
@@ -276,6 +279,10 @@ impl<'a> Keep<'a> {
         let Some(bin) = self.bin else {
             return false;
         };
+        // Hardened builds: a slot already in the chain is freed twice in this call (a
+        // single push would find it on the bin's list).
+        #[cfg(feature = "hardened")]
+        self.check_not_chained(o);
         // SAFETY: the caller's slot, readable; then linked into the chain (its first word
         // becomes the link).
         unsafe {
@@ -295,15 +302,56 @@ impl<'a> Keep<'a> {
         p as *mut FreeObj == self.head
     }
 
-    /// Pushes the chain.
-    fn finish(self) {
-        if let Some(bin) = self.bin.filter(|_| self.n > 0) {
-            // SAFETY: n slots linked head to tail, each kept once (`keep`), with room.
-            unsafe { bin.push_chain(self.head, self.tail, self.n) };
+    /// Hardened builds: reports `o` when it is already in the chain.
+    #[cfg(feature = "hardened")]
+    #[cold]
+    #[inline(never)]
+    fn check_not_chained(&self, o: *mut FreeObj) {
+        let mut f = self.head;
+        for _ in 0..self.n {
+            if f == o {
+                sys::fatal(
+                    "double free in free_bulk (the slot is already being kept by this call)",
+                );
+            }
+            // SAFETY: the chain's n slots link to the next.
+            f = unsafe { FreeObj::next(f) };
         }
+    }
+
+    /// Pushes the chain, or hands it back, its head and length, when the tag changed since
+    /// the batch started (`ObjectStock::push_chain`): then the caller frees those slots,
+    /// uncharging them ([`unkept`]).
+    fn finish(self) -> Option<(*mut FreeObj, u32)> {
+        let bin = self.bin.filter(|_| self.n > 0)?;
+        // SAFETY: n slots linked head to tail, each kept once (`keep`) for the tag read at
+        // the start, with room, none the bin's head.
+        if unsafe {
+            self.stock
+                .push_chain(bin, self.tag, self.head, self.tail, self.n)
+        } {
+            return None;
+        }
+        Some((self.head, self.n))
     }
 }
 
+/// Calls `free` on each slot of a chain that [`Keep::finish`] handed back, reading each link
+/// before the slot is freed.
+fn unkept(chain: Option<(*mut FreeObj, u32)>, mut free: impl FnMut(*mut u8)) {
+    let Some((mut o, n)) = chain else {
+        return;
+    };
+    for _ in 0..n {
+        let p = o as *mut u8;
+        // SAFETY: the chain's n slots link to the next (`Keep::keep`).
+        o = unsafe { FreeObj::next(o) };
+        free(p);
+    }
+}
+
+/// Fills `out` with slots of `cache`, from `bin` (this thread's bin of it) first: true when
+/// all were taken, false when memory ran out part way (then what was taken is back).
 fn take(cache: &'static SlabCache, bin: Option<&Bin>, out: &mut [*mut u8]) -> bool {
     let n = out.len();
     let mut got = 0;
@@ -515,7 +563,14 @@ impl Cache {
                 sink.put(p);
             }
         }
-        keep.finish();
+        unkept(keep.finish(), |p| {
+            let owner = self.core.checked_owner_word(p).swap(0, Ordering::Relaxed);
+            // SAFETY: as in the loop: a slot of this cache charged to `owner`, given up.
+            unsafe {
+                owners.add(owner);
+                sink.put(p);
+            }
+        });
         // SAFETY: as above, for the last stretch.
         unsafe { owners.end() };
         if owners.uncharged > 0 {
@@ -721,7 +776,15 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
                 acct.put(p);
             }
         }
-        keep.finish();
+        unkept(keep.finish(), |p| {
+            let owner = accounted.checked_owner_word(p).swap(0, Ordering::Relaxed);
+            // SAFETY: as in the loop: a live accounted slot of class c charged to `owner`,
+            // given up.
+            unsafe {
+                owners.add(owner);
+                acct.put(p);
+            }
+        });
         // SAFETY: as above, for the last stretch.
         unsafe { owners.end() };
     });

@@ -262,6 +262,48 @@ impl Owner {
         self.check_not_undercharged();
     }
 
+    /// A bulk free (`Keep` in `bulk.rs`) of the first `n` live objects: those whose owner is
+    /// the tag read at the start, while there is room, linked into a chain and pushed with
+    /// `ObjectStock::push_chain` (which reads the tag again); the others, and the whole
+    /// chain when the push is refused, uncharged.
+    fn free_many(&mut self, n: usize) {
+        let w = self.w.clone();
+        let tag = w.stock.tag_word();
+        let bin = w.bin();
+        let room = bin.capacity() - bin.count();
+        let (mut head, mut tail, mut k) =
+            (core::ptr::null_mut::<FreeObj>(), core::ptr::null_mut(), 0);
+        let mut chained = Vec::new();
+        for (p, owner) in self.live.drain(..n).collect::<Vec<_>>() {
+            if u64::from(owner) == tag && k < room {
+                let o = p as *mut FreeObj;
+                // SAFETY: p is a live slot given up here; its first word becomes the link.
+                unsafe { FreeObj::set_next(o, head) };
+                if head.is_null() {
+                    tail = o;
+                }
+                head = o;
+                k += 1;
+                chained.push((p, owner));
+            } else {
+                w.charged(owner).fetch_sub(1, Relaxed);
+                self.spare.push(p);
+            }
+        }
+        // SAFETY: k slots of the bin's class linked head to tail, charged to the tag's tenant,
+        // with room, none the bin's head (the bin's slots are not live).
+        if k > 0 && !unsafe { w.stock.push_chain(bin, tag, head, tail, k) } {
+            for (p, owner) in chained {
+                w.charged(owner).fetch_sub(1, Relaxed);
+                self.spare.push(p);
+            }
+            if w.stock.must_reclaim() {
+                self.settle();
+            }
+        }
+        self.check_not_undercharged();
+    }
+
     /// A bulk allocation of `n` under `cg`: the kept slots `ObjectStock::pop_many` takes
     /// with one check after its pops (put back, all of them, when it fails), the rest fresh
     /// slots charged.
@@ -427,6 +469,19 @@ fn drain_races_bulk_alloc(at: Where) {
 }
 
 both!(drain_races_bulk_alloc: loom_object_stock_drain_races_bulk_alloc, loom_front_kept_drain_races_bulk_alloc);
+
+/// A bulk free of two A objects, then an allocation under A, while a drainer drains: the
+/// chain is pushed only when the tag still reads A just before the push.
+fn drain_races_bulk_free(at: Where) {
+    let mut o = World::build(2, 0, at);
+    o.race(1, |o| {
+        o.free_many(2);
+        o.alloc(A);
+    });
+    o.check_quiescent();
+}
+
+both!(drain_races_bulk_free: loom_object_stock_drain_races_bulk_free, loom_front_kept_drain_races_bulk_free);
 
 /// Two drains in a row against a free, an allocation and a free under A: the second drain
 /// reads the counts of a thread the first one drained while the owner still runs.

@@ -360,6 +360,40 @@ impl ObjectStock {
         k
     }
 
+    /// The tag, for a batch of pushes (`Keep` in `bulk.rs`) that chooses its slots by it and
+    /// then pushes them all with [`push_chain`](Self::push_chain).
+    #[inline]
+    pub(crate) fn tag_word(&self) -> u64 {
+        self.tag.load(Ordering::Relaxed)
+    }
+
+    /// Pushes a chain of `n` slots, `head` to `tail`, charged to the tenant of `tag` (chosen
+    /// by it as [`tag_word`](Self::tag_word) read it) into `bin`, one of this stock's tagged
+    /// bins, when the tag still reads `tag`: the check right before the push, as a single
+    /// push makes it, so that a drainer that came while the batch was chosen finds no slot
+    /// pushed after its passes settled this thread. False, nothing pushed, when the tag
+    /// changed: the caller frees the slots, uncharging them.
+    ///
+    /// # Safety
+    /// The chain's slots are slots of the bin's class (or front core), each charged to the
+    /// tenant of `tag`, given up, once; the bin has room for `n`, and none is its head.
+    #[inline]
+    pub(crate) unsafe fn push_chain(
+        &self,
+        bin: &Bin,
+        tag: u64,
+        head: *mut FreeObj,
+        tail: *mut FreeObj,
+        n: u32,
+    ) -> bool {
+        if self.tag.load(Ordering::Relaxed) != tag {
+            return false;
+        }
+        // SAFETY: caller's contract.
+        unsafe { bin.push_chain(head, tail, n) };
+        true
+    }
+
     /// Keeps slot `p`, whose owner word says `owner`, charged in `bin` (one of this stock's
     /// tagged bins) when `owner` is the tag and there is room. False when it was not kept.
     ///
@@ -707,6 +741,9 @@ impl ObjectStock {
             // Counted, not to null (as cheap, run at every request's first allocation): a
             // chain that outlasts its count is looped (`Steps`), and reported below.
             for _ in 0..b.tagged.count() {
+                if o.is_null() {
+                    crate::bin::list_too_short();
+                }
                 // SAFETY: o is a free slot of this class's accounted cache on this thread's own
                 // tagged bin, whose links the owner alone follows and writes (count == |list|).
                 unsafe {

@@ -539,3 +539,39 @@ fn double_free_deeper_in_a_kept_bin_is_reported_by_a_retag() {
     println!("not detected: {}", live.len());
     std::process::exit(0);
 }
+
+/// A slot given twice to one `free_bulk` (not back to back), where the bulk keeps both: the
+/// hardened build reports it as the bulk links it again; the default build reports the bin it
+/// corrupted when the bin is next walked (here by a drain's give-back) instead of handing the
+/// slot out twice.
+#[test]
+fn a_slot_twice_in_one_free_bulk_is_reported() {
+    const NAME: &str = "a_slot_twice_in_one_free_bulk_is_reported";
+    if !is_child(NAME) {
+        let expected = if cfg!(feature = "hardened") {
+            "slabcg: fatal: double free in free_bulk (the slot is already being kept by this call)"
+        } else {
+            "slabcg: fatal:"
+        };
+        return run_child_expect_fatal(NAME, expected);
+    }
+    let l = Layout::from_size_align(256, 8).unwrap();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _scope = tenant.enter();
+    // Warm the class's object stock for the tenant: frees under it are kept.
+    let mut warm = [std::ptr::null_mut(); 64];
+    for _ in 0..3 {
+        assert_eq!(slabcg_allocator::alloc_bulk(l, &mut warm), 64);
+        // SAFETY: allocated just above with l, each freed once.
+        unsafe { slabcg_allocator::free_bulk(l, &warm) };
+    }
+    let mut two = [std::ptr::null_mut(); 2];
+    assert_eq!(slabcg_allocator::alloc_bulk(l, &mut two), 2);
+    // SAFETY: deliberately invalid: two[0] twice in one bulk, with another slot between.
+    unsafe { slabcg_allocator::free_bulk(l, &[two[0], two[1], two[0]]) };
+    slabcg_accounting::drain_all_stocks();
+    let mut again = [std::ptr::null_mut(); 8];
+    let n = slabcg_allocator::alloc_bulk(l, &mut again);
+    println!("not detected: {n} {again:?}");
+    std::process::exit(0);
+}
