@@ -729,8 +729,9 @@ impl ObjectStock {
             return false;
         }
         // SAFETY: with no drainer's bit in the tag, and this thread holding `stock`, every slot
-        // of the tagged bins is charged to the tag's objcg with its class size (module
-        // invariants), holding those bytes' refs; `cg` is the current scope. On success the
+        // of the tagged bins is charged to the tag's objcg with its class size (a kept slot:
+        // its front core's object size, under that core's stat; module invariants), holding
+        // those bytes' refs; `cg` is the current scope. On success the
         // owner words are rewritten to `cg` below, before anything reads them.
         if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
             return false;
