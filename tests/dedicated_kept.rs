@@ -494,3 +494,40 @@ fn a_new_request_takes_a_dead_requests_kept_slots_in_place() {
     assert_eq!(c.live_objects(), 0);
     slabcg::allocator::testing::check_invariants();
 }
+
+/// A bulk free on a thread whose kept slots a drain uncharged in place takes its object stock
+/// back from the drainer (as a single free that uncharges does), so the slots do not wait in
+/// the kept bin for the thread's next slow path.
+#[test]
+fn a_bulk_free_after_a_drain_takes_the_stock_back() {
+    let _one = one_at_a_time();
+    let c = cache("kept-bulk-drained", 256);
+    let size = c.info().object_size as u64;
+    let t = Tenant::new("kept-bulk-drained");
+    let mut v = Vec::with_capacity(256);
+    let mut out = vec![std::ptr::null_mut(); 16];
+    {
+        let _g = t.enter();
+        fill_kept(&c, 48, &mut v);
+        assert_eq!(c.alloc_bulk(&mut out), 16);
+    }
+    assert!(c.kept_in_my_front() > 0);
+    // Another thread's drain uncharges the kept slots where they lie.
+    let drainer = t.clone();
+    std::thread::spawn(move || assert_eq!(drainer.current_exact(), 16 * size))
+        .join()
+        .unwrap();
+    assert!(
+        c.kept_in_my_front() > 0,
+        "a drain leaves the slots in place"
+    );
+    {
+        let _g = t.enter();
+        // SAFETY: every pointer came from this cache's alloc_bulk, each freed once.
+        unsafe { c.free_bulk(&out) };
+    }
+    assert_eq!(c.kept_in_my_front(), 0, "the bulk free took the stock back");
+    assert_eq!(t.current_exact(), 0);
+    assert_eq!(c.live_objects(), 0);
+    slabcg::allocator::testing::check_invariants();
+}

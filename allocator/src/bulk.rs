@@ -508,7 +508,10 @@ impl Cache {
     /// Every pointer must come from this cache, be live, and appear once.
     pub unsafe fn free_bulk(&self, ptrs: &[*mut u8]) {
         // SAFETY: caller's contract.
-        thread_cache::with(|tc| unsafe { self.free_bulk_through(tc, ptrs) })
+        thread_cache::with(|tc| unsafe { self.free_bulk_through(tc, ptrs) });
+        // A drainer may be why slots were not kept: give back what it left in the bins, as a
+        // single free that uncharges does.
+        reclaim_if_drained();
     }
 
     /// This thread's front bin of the cache when it holds this cache's slots (module docs of
@@ -787,6 +790,18 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
         });
         // SAFETY: as above, for the last stretch.
         unsafe { owners.end() };
+    });
+    // As after a dedicated cache's bulk free.
+    reclaim_if_drained();
+}
+
+/// After a bulk free (its sinks flushed): takes the object stock back when a drainer has been
+/// at it (`ObjectStock::reclaim`), as a single free that uncharges does.
+fn reclaim_if_drained() {
+    thread_cache::with(|tc| {
+        if tc.must_reclaim() {
+            tc.reclaim();
+        }
     });
 }
 
