@@ -58,6 +58,14 @@ fn free_all(c: &Cache, v: &mut Vec<usize>) {
     }
 }
 
+/// The end of a test: nothing charged to `t`, no live object in `c`, every allocator
+/// invariant holding.
+fn assert_all_freed(t: &Tenant, c: &Cache) {
+    assert_eq!(t.current_exact(), 0);
+    assert_eq!(c.live_objects(), 0);
+    slabcg::allocator::testing::check_invariants();
+}
+
 /// Opens the calling thread's front of `c` in the current tenant and leaves `n` slots kept.
 fn fill_kept(c: &Cache, n: usize, scratch: &mut Vec<usize>) {
     alloc_n(c, WARM, scratch);
@@ -110,9 +118,7 @@ fn same_tenant_pairs_reuse_kept_slots_and_drains_are_exact() {
         assert_eq!(t.current_exact(), 70 * size);
         free_all(&c, &mut v);
     }
-    assert_eq!(t.current_exact(), 0);
-    assert_eq!(c.live_objects(), 0);
-    slabcg::allocator::testing::check_invariants();
+    assert_all_freed(&t, &c);
 }
 
 #[test]
@@ -273,9 +279,7 @@ fn a_new_requests_tenant_takes_the_last_ones_kept_slots() {
         }
     }
     free_all(&c, &mut left);
-    assert_eq!(svc.current_exact(), 0);
-    assert_eq!(c.live_objects(), 0);
-    slabcg::allocator::testing::check_invariants();
+    assert_all_freed(&svc, &c);
 }
 
 #[test]
@@ -451,9 +455,7 @@ fn bulk_takes_and_keeps_kept_slots_all_or_nothing() {
         assert!(big.iter().all(|p| p.is_null()), "nothing handed out");
     }
     assert!(t.events().max >= 1);
-    assert_eq!(t.current_exact(), 0);
-    assert_eq!(c.live_objects(), 0);
-    slabcg::allocator::testing::check_invariants();
+    assert_all_freed(&t, &c);
 }
 
 /// A request's tenant that finds the kept slots of a request that ended takes them with
@@ -490,9 +492,7 @@ fn a_new_request_takes_a_dead_requests_kept_slots_in_place() {
         free_all(&c, &mut v);
     }
     drop(second);
-    assert_eq!(svc.current_exact(), 0);
-    assert_eq!(c.live_objects(), 0);
-    slabcg::allocator::testing::check_invariants();
+    assert_all_freed(&svc, &c);
 }
 
 /// A bulk free on a thread whose kept slots a drain uncharged in place takes its object stock
@@ -527,7 +527,5 @@ fn a_bulk_free_after_a_drain_takes_the_stock_back() {
         unsafe { c.free_bulk(&out) };
     }
     assert_eq!(c.kept_in_my_front(), 0, "the bulk free took the stock back");
-    assert_eq!(t.current_exact(), 0);
-    assert_eq!(c.live_objects(), 0);
-    slabcg::allocator::testing::check_invariants();
+    assert_all_freed(&t, &c);
 }
