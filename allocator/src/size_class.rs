@@ -111,6 +111,39 @@ pub fn class_of_small(size: usize) -> usize {
     }
 }
 
+/// The size C's `malloc` asks for a request of `n` bytes: above 8, rounded up to 16 so that
+/// the block is 16-aligned (`alignof(max_align_t)` on x86-64; every class whose size is a
+/// multiple of 16 is 16-aligned). Saturates, so a huge request stays huge and fails.
+#[inline(always)]
+pub const fn c_size(n: usize) -> usize {
+    if n <= 8 {
+        n
+    } else {
+        n.saturating_add(15) & !15
+    }
+}
+
+const fn build_c_lut() -> [u8; LUT_MAX + 1] {
+    let mut t = [0u8; LUT_MAX + 1];
+    let mut i = 0;
+    while i < t.len() {
+        t[i] = class_of_slow(c_size(i)) as u8;
+        i += 1;
+    }
+    t
+}
+
+/// `C_LUT[n]` is the class of a C request of `n <= LUT_MAX` bytes, `class_of(c_size(n))`:
+/// the rounding folded into the table, so C's `malloc` finds its class with one load.
+const C_LUT: [u8; LUT_MAX + 1] = build_c_lut();
+
+/// The class of a C request of `n` bytes ([`c_size`]), or None above [`LUT_MAX`] (the caller
+/// then takes the general path). One table load.
+#[inline(always)]
+pub fn c_class_of_small(n: usize) -> Option<usize> {
+    C_LUT.get(n).map(|&c| c as usize)
+}
+
 /// Class of `size`, with no alignment constraint beyond 8. `size` must be <= MAX_SMALL.
 #[inline]
 pub fn class_of(size: usize) -> usize {
@@ -164,6 +197,22 @@ pub fn class_size(c: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The C table is the class of the C size, and every class it names above 8 bytes is a
+    /// multiple of 16 (so 16-aligned).
+    #[test]
+    fn c_table_is_the_class_of_the_c_size() {
+        for n in 0..=LUT_MAX {
+            let c = c_class_of_small(n).unwrap();
+            assert_eq!(c, class_of(c_size(n)), "{n}");
+            assert!(CLASS_SIZES[c] as usize >= n.max(1));
+            if n > 8 {
+                assert_eq!(CLASS_SIZES[c] % 16, 0, "{n}");
+            }
+        }
+        assert_eq!(c_class_of_small(LUT_MAX + 1), None);
+        assert_eq!(c_size(usize::MAX), usize::MAX & !15);
+    }
 
     #[test]
     fn table_is_monotonic_and_ends_at_max() {

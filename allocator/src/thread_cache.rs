@@ -346,6 +346,18 @@ pub fn with<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
     TC.with(|tc| f(opaque(tc)))
 }
 
+/// This thread's cache without its first-touch step: null while the initial-exec word is not
+/// yet set on this thread (the caller then takes a path that goes through [`with`]). For
+/// the C entry points' fast paths, which must make no call so that they need no stack frame.
+#[inline(always)]
+pub fn get_if_touched() -> *const ThreadCache {
+    #[cfg(feature = "ie-tls")]
+    if fast_tls::AVAILABLE {
+        return fast_tls::get_stable(Word::ThreadCache) as *const ThreadCache;
+    }
+    TC.with(|tc| opaque(tc) as *const ThreadCache)
+}
+
 /// This thread's cache, recording its address in the initial-exec word for [`with`].
 #[cfg(feature = "ie-tls")]
 #[cold]

@@ -20,7 +20,7 @@
 use core::ffi::{c_int, c_void};
 use core::ptr;
 
-use slabcg_allocator::raw;
+use slabcg_allocator::raw::{self, c_size};
 
 /// The OS page, for `valloc` / `pvalloc`.
 const PAGE: usize = 4096;
@@ -32,21 +32,23 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// The size asked of the allocator for a C request of `n` bytes: above 8, rounded up to 16 so
-/// that the block is 16-aligned. Saturates instead of wrapping, so a huge request stays huge
-/// and fails.
-#[inline(always)]
-fn c_size(n: usize) -> usize {
-    if n <= 8 {
-        n
-    } else {
-        n.saturating_add(15) & !15
-    }
-}
-
-/// A block of `c_size(n)` bytes, or null with ENOMEM.
+/// A block of `c_size(n)` bytes, or null with ENOMEM: the fast path inline, everything else
+/// in [`alloc_slow`], a tail call, so that `malloc` sets up no stack frame.
 #[inline(always)]
 fn alloc(n: usize) -> *mut c_void {
+    let p = raw::c_malloc_fast(n);
+    if !p.is_null() {
+        return p.cast();
+    }
+    alloc_slow(n)
+}
+
+/// [`alloc`] past the thread's bin: a refill, a tenant's charge, a large block, a failure.
+/// `extern "C"`, which cannot unwind, so that the caller needs no unwind landing pad around
+/// the call and makes it a jump.
+#[cold]
+#[inline(never)]
+extern "C" fn alloc_slow(n: usize) -> *mut c_void {
     let p = raw::alloc(c_size(n), 8);
     if p.is_null() {
         set_errno(libc::ENOMEM);
@@ -84,6 +86,22 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 /// `p` must be null or a live block of this library, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    // SAFETY: forwarded contract.
+    if unsafe { raw::c_free_fast(p.cast()) } {
+        return;
+    }
+    // SAFETY: forwarded contract; the fast path did nothing.
+    unsafe { free_slow(p) }
+}
+
+/// [`free`] past the thread's bin (null, large blocks, accounted slots, a full bin), a tail
+/// call so that `free` sets up no stack frame (`extern "C"`: see [`alloc_slow`]).
+///
+/// # Safety
+/// As [`free`].
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn free_slow(p: *mut c_void) {
     // SAFETY: forwarded contract.
     unsafe { raw::free(p.cast()) }
 }
