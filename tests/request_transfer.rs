@@ -117,10 +117,13 @@ fn a_requests_limit_still_refuses() {
         let _in = req.enter();
         let mut v: Vec<u8> = Vec::new();
         assert!(
-            v.try_reserve_exact(64 << 10).is_err(),
+            std::hint::black_box(&mut v)
+                .try_reserve_exact(64 << 10)
+                .is_err(),
             "request {i}: 64 KiB refused under an 8 KiB limit"
         );
-        let small = vec![7u8; 1024];
+        // black_box: an optimised build may elide an allocation nobody reads.
+        let small = std::hint::black_box(vec![7u8; 1024]);
         assert!(req.current_exact() <= 8 << 10);
         assert!(req.current_exact() >= 1024);
         drop(small);
@@ -173,7 +176,12 @@ fn customers_in_turn_on_one_thread() {
             // The small customer cannot take over what the others freed: refused, charged
             // one by one instead, and its own limit still holds.
             let mut v: Vec<u8> = Vec::new();
-            assert!(v.try_reserve_exact(16 << 10).is_err(), "request {i}");
+            assert!(
+                std::hint::black_box(&mut v)
+                    .try_reserve_exact(16 << 10)
+                    .is_err(),
+                "request {i}"
+            );
             let o = vec![2u8; 1024];
             assert!(customers[2].current_exact() <= 4 << 10);
             drop(o);
@@ -432,7 +440,9 @@ fn a_transfer_does_not_spend_the_overdraft() {
     let mut held: Vec<u8> = Vec::new();
     {
         let _in = w.enter();
-        held.try_reserve_exact(16 * K as usize).unwrap();
+        std::hint::black_box(&mut held)
+            .try_reserve_exact(16 * K as usize)
+            .unwrap();
     }
     assert!(victim.is_killed());
     let before = c1.current();
