@@ -42,7 +42,8 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
 /// C `malloc(n)`'s fast path: a slot of the class of [`c_size`]`(n)` from this thread's bin,
 /// when `n` is at most 1 KiB, the thread is in no tenant and the bin holds one; null
 /// otherwise, and the caller then takes [`alloc`]`(c_size(n), 8)`, which serves every case.
-/// It makes no call, so a caller that tail-calls its slow path needs no stack frame: a
+/// With initial-exec TLS words (feature `ie-tls`, the C library's default) it makes no call,
+/// so a caller that tail-calls its slow path needs no stack frame: a
 /// third of the instructions of a C malloc+free pair were frame set-up and a second pass
 /// over what the general path had already decided (callgrind, `capi/examples/pairs.c`).
 #[inline(always)]
@@ -58,7 +59,8 @@ pub fn c_malloc_fast(n: usize) -> *mut u8 {
         return ptr::null_mut();
     }
     // SAFETY: a non-null `get_if_touched` is this thread's cache, which lives as long as the
-    // thread. A closed bin (thread exiting) is empty, so the pop finds nothing there.
+    // thread. Before the thread is set up and after its teardown its bins are empty with no
+    // room (capacity 0), so the pop finds nothing and the push of `c_free_fast` fails.
     unsafe { (*tc).bin(c, Kind::Plain).pop() }
 }
 
@@ -271,17 +273,37 @@ mod tests {
         }
     }
 
+    /// The C entry points' shape: one call per malloc or free. Inlined into the test's loop,
+    /// the thread-cache word's read (`fast_tls::get_stable`, which the compiler may reuse)
+    /// could be hoisted above the warm-up and read 0 throughout.
+    #[inline(never)]
+    fn c_malloc(n: usize) -> *mut u8 {
+        c_malloc_fast(n)
+    }
+
+    /// As [`c_malloc`].
+    ///
+    /// # Safety
+    /// As [`c_free_fast`].
+    #[inline(never)]
+    unsafe fn c_free(p: *mut u8) -> bool {
+        // SAFETY: forwarded contract.
+        unsafe { c_free_fast(p) }
+    }
+
     /// The C fast paths serve and take back what the general paths would: a slot of the class
     /// of `c_size(n)`, 16-aligned above 8 bytes, the same slot again after a fast free (the
-    /// bin is LIFO); and the free's fast path declines what it must leave to [`free`].
+    /// bin is LIFO); and the free's fast path declines what it must leave to [`free`]: null,
+    /// a large block, a dedicated cache's slot, a tenant's (accounted) slot.
     #[test]
     fn c_fast_paths_agree_with_the_general_ones() {
-        // The thread's first allocation sets its cache up; until then the fast path declines.
+        // The thread's first allocation sets its cache up (with initial-exec TLS words the
+        // fast paths decline until then; otherwise its bins are empty and closed until then).
         // SAFETY: a live block, freed once.
         unsafe { free(alloc(8, 8)) };
-        let mut served = 0;
+        let (mut served, mut taken) = (0, 0);
         for n in 0..=1100usize {
-            let mut p = c_malloc_fast(n);
+            let mut p = c_malloc(n);
             if p.is_null() {
                 p = alloc(c_size(n), 8);
             } else {
@@ -300,31 +322,54 @@ mod tests {
                     assert_eq!(u, class_size(crate::size_class::class_of(c_size(n))), "{n}");
                 }
                 ptr::write_bytes(p, 0x5a, n);
-                let fast = c_free_fast(p);
-                assert!(
-                    !(fast && cfg!(feature = "hardened")),
-                    "hardened: every free checked"
-                );
-                if fast {
-                    if n > 1024 {
-                        continue;
-                    }
-                    assert_eq!(c_malloc_fast(n), p, "the bin's head comes back");
+                if !c_free(p) {
+                    free(p);
+                    continue;
                 }
-                free(p);
+                taken += 1;
+                if n <= 1024 {
+                    assert_eq!(c_malloc(n), p, "the bin's head comes back");
+                    free(p);
+                }
             }
         }
         assert!(
             served > 1000,
-            "the fast path served {served} of 1,025 small requests"
+            "the malloc fast path served {served} of 1,025"
         );
-        let big = alloc(200 << 10, 8);
-        // SAFETY: null and a live large block: both declined, nothing done; big freed once.
-        unsafe {
-            assert!(!c_free_fast(ptr::null_mut()));
-            assert!(!c_free_fast(big));
-            free(big);
+        if cfg!(feature = "hardened") {
+            assert_eq!(taken, 0, "hardened: every C free is checked");
+        } else {
+            assert!(taken > 1000, "the free fast path took {taken} of 1,101");
         }
+
+        let big = alloc(200 << 10, 8);
+        let cache =
+            crate::Cache::builder("c-fast-path", core::alloc::Layout::new::<[u64; 4]>()).build();
+        let obj = cache.alloc().unwrap().as_ptr();
+        let t = slabcg_accounting::Tenant::new("c-fast-path");
+        let charged = {
+            let _in = t.enter();
+            alloc(32, 8)
+        };
+        assert!(crate::owner::is_accounted(charged));
+        // SAFETY: null and three live blocks: each declined with nothing done, then freed
+        // once by its own path.
+        unsafe {
+            assert!(!c_free(ptr::null_mut()));
+            assert!(!c_free(big));
+            assert!(!c_free(obj));
+            assert!(!c_free(charged));
+            free(big);
+            cache.free(core::ptr::NonNull::new_unchecked(obj));
+            free(charged);
+        }
+        assert_eq!(
+            t.current_exact(),
+            0,
+            "the general free uncharged the tenant's slot"
+        );
+        assert_eq!(cache.live_objects(), 0);
     }
 
     /// Realloc between categories keeps the contents and usable sizes cover the request.

@@ -56,9 +56,13 @@ const HOME_FREES: u8 = 64;
 /// Bytes a bin may hold before it gives half back.
 const BIN_BYTES: usize = 128 * 1024;
 
-/// Capacity of the bin of class `c`.
+/// Capacity of the bin of class `c`: 128 KiB, at most 1,024 slots (as a tagged bin,
+/// `object_stock::tagged_max`). A program that allocates a few hundred small objects and
+/// then frees them all (glibc's bench-malloc-simple: batches of 25 to 1,600) otherwise gives
+/// half a bin back and refills it on every batch: 256 slots cost it a tenth more
+/// allocator instructions than 1,024 (callgrind, BENCHMARKS.md section 9).
 pub fn bin_max(c: usize) -> u32 {
-    (BIN_BYTES / class_size(c)).clamp(2, 256) as u32
+    (BIN_BYTES / class_size(c)).clamp(2, 1024) as u32
 }
 
 pub struct ThreadCache {
@@ -346,9 +350,11 @@ pub fn with<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
     TC.with(|tc| f(opaque(tc)))
 }
 
-/// This thread's cache without its first-touch step: null while the initial-exec word is not
-/// yet set on this thread (the caller then takes a path that goes through [`with`]). For
-/// the C entry points' fast paths, which must make no call so that they need no stack frame.
+/// This thread's cache without its first-touch step. With initial-exec TLS words, null
+/// while the word is not yet set on this thread (the caller then takes a path that goes
+/// through [`with`]); without them, never null, and before the thread is set up (or after
+/// its teardown) its bins are empty with capacity 0. For the C entry points' fast paths,
+/// which must make no call so that they need no stack frame.
 #[inline(always)]
 pub fn get_if_touched() -> *const ThreadCache {
     #[cfg(feature = "ie-tls")]
