@@ -56,13 +56,12 @@ const HOME_FREES: u8 = 64;
 /// Bytes a bin may hold before it gives half back.
 const BIN_BYTES: usize = 128 * 1024;
 
-/// Capacity of the bin of class `c`: 128 KiB, at most 1,024 slots (as a tagged bin,
-/// `object_stock::tagged_max`). A program that allocates a few hundred small objects and
-/// then frees them all (glibc's bench-malloc-simple: batches of 25 to 1,600) otherwise gives
-/// half a bin back and refills it on every batch: 256 slots cost it a tenth more
-/// allocator instructions than 1,024 (callgrind, BENCHMARKS.md section 9).
+/// Capacity of the bin of class `c`: 128 KiB, at most 256 slots. 1,024 (as a tagged bin
+/// holds) took a tenth of the allocator instructions off glibc's bench-malloc-simple
+/// (batches of 25 to 1,600 small objects) but made larson and rptest under LD_PRELOAD 1.4x
+/// slower, with more memory held (BENCHMARKS.md section 9).
 pub fn bin_max(c: usize) -> u32 {
-    (BIN_BYTES / class_size(c)).clamp(2, 1024) as u32
+    (BIN_BYTES / class_size(c)).clamp(2, 256) as u32
 }
 
 pub struct ThreadCache {
