@@ -17,6 +17,13 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
 fi
 source "$(dirname "$0")/preload-common.sh"
 port=6399
+# The server (one thread) on CPU 0 and the client on the others, so that the two do not take
+# turns on one core; without that, runs of one build varied 2x on a 2-vCPU VM.
+pin_server=() pin_client=()
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+  pin_server=(taskset -c 0)
+  pin_client=(taskset -c "1-$(( $(nproc) - 1 ))")
+fi
 work="$(mktemp -d)"
 trap 'redis-cli -p $port shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 # The data set: 20000 strings, 200 lists, 200 hashes, 200 sets of varied sizes.
@@ -37,7 +44,7 @@ res="$work/res"
 for ((r = 0; r < rounds; r++)); do
   for a in $(order "$r"); do
     env ${lib[$a]:+LD_PRELOAD=${lib[$a]}} /usr/bin/time -f "%e %M" -o "$work/$a.time" \
-      redis-server --port $port --bind 127.0.0.1 --save "" --appendonly no \
+      "${pin_server[@]}" redis-server --port $port --bind 127.0.0.1 --save "" --appendonly no \
       --enable-debug-command yes --daemonize no > "$work/$a.log" 2>&1 &
     for _ in $(seq 100); do
       redis-cli -p $port ping 2>/dev/null | grep -q PONG && break
@@ -45,7 +52,7 @@ for ((r = 0; r < rounds; r++)); do
     done
     redis-cli -p $port < "$work/load.txt" > /dev/null
     digest=$(redis-cli -p $port debug digest)
-    redis-benchmark -p $port -q -n "$requests" -c 50 -r 100000 -d 64 \
+    "${pin_client[@]}" redis-benchmark -p $port -q -n "$requests" -c 50 -r 100000 -d 64 \
       -t set,get,incr,lpush,lpop,sadd,hset,mset > "$work/$a.bench" 2>&1
     redis-cli -p $port shutdown nosave > /dev/null 2>&1 || true
     wait
