@@ -91,6 +91,10 @@ pub struct SlabDesc {
 pub struct Segment {
     /// The cache every slab in this segment belongs to (its [`CacheId`] field).
     pub cache: *const CacheId,
+    /// The size class of a plain size-class cache's segment, `u32::MAX` for an accounted or
+    /// a dedicated cache's: C's `free` puts a slot in the thread's plain bin on one load of
+    /// it (`raw::c_free_fast`), without the cache's id or the thread's `acct_mask`.
+    pub plain_class: u32,
     /// Offset of slab 0 from the segment start: a multiple of the slab size (`geometry`).
     pub slabs_offset: usize,
     /// Copy of the cache's layout, so code that starts from a slot address (`usable_size`,
@@ -130,6 +134,11 @@ impl Segment {
                 seg,
                 Segment {
                     cache,
+                    plain_class: if cache.accounted {
+                        u32::MAX
+                    } else {
+                        cache.class
+                    },
                     layout,
                     slabs_offset,
                     nslabs,
