@@ -407,11 +407,20 @@ impl SlabCache {
         let mut suspect = false;
         let mut o = head;
         let mut n = 0;
+        // The segment of the last slot checked: a batch's slots mostly share a few segments,
+        // and a slot in one already checked needs neither the map nor the header again (a
+        // third of the walk's instructions on glibc's bench-malloc-simple under LD_PRELOAD).
+        // Not 4 MiB aligned, so no segment: the first slot is always checked (null is not a
+        // start value either: a pointer below 4 MiB would match it).
+        let mut checked = usize::MAX;
         while !o.is_null() {
             let seg = segment_of(o as *const u8);
             // SAFETY: is_segment says the header is readable.
-            if !is_segment(o as *const u8) || !self.owns(unsafe { (*seg).cache }) {
-                sys::fatal("free of a pointer that slabcg did not allocate with this layout");
+            if seg as usize != checked {
+                if !is_segment(o as *const u8) || !self.owns(unsafe { (*seg).cache }) {
+                    sys::fatal("free of a pointer that slabcg did not allocate with this layout");
+                }
+                checked = seg as usize;
             }
             // SAFETY: o lies in a segment of this cache, whose slots have a second word when
             // marks are on; the caller gives it up.
