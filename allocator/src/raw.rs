@@ -74,24 +74,21 @@ pub fn c_malloc_fast(n: usize) -> *mut u8 {
 #[inline(always)]
 pub unsafe fn c_free_fast(p: *mut u8) -> bool {
     // Hardened builds check every sizeless free for a slot's start (`slot_class`).
-    if cfg!(feature = "hardened") || !segment::is_segment(p) {
+    if cfg!(feature = "hardened") {
         return false;
     }
-    // SAFETY: p lies in a segment, whose header is written once before any of its slots is
-    // handed out and never unmapped.
-    let class = unsafe { (*segment::segment_of(p)).plain_class };
-    // An accounted slot and a dedicated cache's (`u32::MAX`) take the general path, which
-    // uncharges or reports. Compared as an index: one instruction, and in bounds by itself.
-    if class as usize >= crate::size_class::NUM_CLASSES {
+    // An accounted slot and a dedicated cache's take the general path, which uncharges or
+    // reports; so do large blocks, foreign pointers and null.
+    let Some(class) = crate::addr_map::plain_class(p) else {
         return false;
-    }
+    };
     let tc = thread_cache::get_if_touched();
     if tc.is_null() {
         return false;
     }
     // SAFETY: tc is this thread's cache, as in `c_malloc_fast`; p is a live plain slot of
-    // class `class` (the caller's contract and its segment header), given up.
-    unsafe { (*tc).bin(class as usize, Kind::Plain).push(p) }
+    // class `class` (the caller's contract and the map), given up.
+    unsafe { (*tc).bin(class, Kind::Plain).push(p) }
 }
 
 /// As [`alloc`], with the block zeroed (a large block comes from a fresh mapping, which is

@@ -147,7 +147,8 @@ impl Segment {
                 },
             );
         }
-        crate::addr_map::insert_segment(seg as usize);
+        // SAFETY: the header was written just above.
+        crate::addr_map::insert_segment(seg as usize, unsafe { (*seg).plain_class });
         seg
     }
 
