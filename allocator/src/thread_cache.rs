@@ -58,8 +58,9 @@ const BIN_BYTES: usize = 128 * 1024;
 
 /// Capacity of the bin of class `c`: 128 KiB, at most 256 slots. 1,024 (as a tagged bin
 /// holds) took a tenth of the allocator instructions off glibc's bench-malloc-simple
-/// (batches of 25 to 1,600 small objects) but made larson and rptest under LD_PRELOAD 1.4x
-/// slower, with more memory held (BENCHMARKS.md section 9).
+/// (batches of 25 to 1,600 small objects); larson and rptest under LD_PRELOAD ran 1.4x
+/// slower in that run, within their spread between rounds: not settled (BENCHMARKS.md
+/// section 9).
 pub fn bin_max(c: usize) -> u32 {
     (BIN_BYTES / class_size(c)).clamp(2, 256) as u32
 }
