@@ -40,6 +40,9 @@ static SEGMAP: [AtomicU64; SEGMAP_WORDS] = [const { AtomicU64::new(0) }; SEGMAP_
 /// bitmap and the segment header took 15 instructions. 32 MiB of zero-filled `.bss`, one
 /// page of it touched per 16 GiB of address space that holds segments. Not under Miri,
 /// which would have to model all of it: there [`plain_class`] reads the bitmap and header.
+// A class + 1 fits the byte, and no class wraps to 0 ("not a plain segment").
+const _: () = assert!(crate::size_class::NUM_CLASSES < 255);
+
 #[cfg(not(miri))]
 static PLAIN_CLASS: [AtomicU8; 1 << (ADDR_BITS - SEGMENT_SHIFT)] =
     [const { AtomicU8::new(0) }; 1 << (ADDR_BITS - SEGMENT_SHIFT)];
