@@ -22,7 +22,9 @@
 //! there, as the rest of the double-free detection.
 
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+#[cfg(not(miri))]
+use core::sync::atomic::AtomicU8;
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use crate::sys::PAGE;
 
@@ -39,7 +41,7 @@ static SEGMAP: [AtomicU64; SEGMAP_WORDS] = [const { AtomicU64::new(0) }; SEGMAP_
 /// a pointer is a plain slot, and its class, from one byte (`raw::c_free_fast`), where the
 /// bitmap and the segment header took 15 instructions. 32 MiB of zero-filled `.bss`, one
 /// page of it touched per 16 GiB of address space that holds segments. Not under Miri,
-/// which would have to model all of it: there [`plain_class`] reads the bitmap and header.
+/// which would have to model all of it.
 // A class + 1 fits the byte, and no class wraps to 0 ("not a plain segment").
 const _: () = assert!(crate::size_class::NUM_CLASSES < 255);
 
@@ -65,26 +67,16 @@ pub fn insert_segment(seg: usize, plain_class: u32) {
 
 /// The size class of `p` when it lies in a plain size-class segment; None for every other
 /// address (accounted and dedicated caches' segments, large blocks, foreign memory, null).
+/// Not under Miri (no map there: `raw::c_free_fast` reads the bitmap and the header).
+#[cfg(not(miri))]
 #[inline(always)]
 pub fn plain_class(p: *const u8) -> Option<usize> {
-    #[cfg(not(miri))]
-    {
-        // Acquire: pairs with the store above, as `is_segment` does. A pointer this thread
-        // was handed came after the segment's creation, so the byte is already set.
-        let v = PLAIN_CLASS
-            .get(p as usize >> SEGMENT_SHIFT)?
-            .load(Ordering::Acquire);
-        (v as usize).checked_sub(1)
-    }
-    #[cfg(miri)]
-    {
-        if !is_segment(p) {
-            return None;
-        }
-        // SAFETY: p lies in a segment, whose header is written before its bit is set.
-        let c = unsafe { (*crate::segment::segment_of(p)).plain_class };
-        (c != u32::MAX).then_some(c as usize)
-    }
+    // Acquire: pairs with the store in `insert_segment`, as `is_segment` does. A pointer this
+    // thread was handed came after the segment's creation, so the byte is already set.
+    let v = PLAIN_CLASS
+        .get(p as usize >> SEGMENT_SHIFT)?
+        .load(Ordering::Acquire);
+    (v as usize).checked_sub(1)
 }
 
 /// True when `p` lies in a segment this allocator mapped.

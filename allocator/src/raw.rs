@@ -64,6 +64,25 @@ pub fn c_malloc_fast(n: usize) -> *mut u8 {
     unsafe { (*tc).bin(c, Kind::Plain).pop() }
 }
 
+/// The class of `p` when it lies in a plain size-class segment, else None: the byte map
+/// (`addr_map::plain_class`).
+#[cfg(not(miri))]
+#[inline(always)]
+fn plain_class(p: *mut u8) -> Option<usize> {
+    crate::addr_map::plain_class(p)
+}
+
+/// [`plain_class`] under Miri, which has no byte map: the bitmap and the segment header.
+#[cfg(miri)]
+fn plain_class(p: *mut u8) -> Option<usize> {
+    if !segment::is_segment(p) {
+        return None;
+    }
+    // SAFETY: p lies in a segment, whose header is written before its bit is set.
+    let c = unsafe { (*segment::segment_of(p)).plain_class };
+    (c != u32::MAX).then_some(c as usize)
+}
+
 /// C `free(p)`'s fast path: true when `p` went into this thread's bin, a plain slot of a
 /// size class with room in its bin; false, with nothing done, for everything else (null,
 /// large blocks, accounted slots, a dedicated cache's, a full or closed bin, every pointer in
@@ -79,7 +98,7 @@ pub unsafe fn c_free_fast(p: *mut u8) -> bool {
     }
     // An accounted slot and a dedicated cache's take the general path, which uncharges or
     // reports; so do large blocks, foreign pointers and null.
-    let Some(class) = crate::addr_map::plain_class(p) else {
+    let Some(class) = plain_class(p) else {
         return false;
     };
     let tc = thread_cache::get_if_touched();
