@@ -92,8 +92,8 @@ pub struct Segment {
     /// The cache every slab in this segment belongs to (its [`CacheId`] field).
     pub cache: *const CacheId,
     /// The size class of a plain size-class cache's segment, `u32::MAX` for an accounted or
-    /// a dedicated cache's: C's `free` puts a slot in the thread's plain bin on one load of
-    /// it (`raw::c_free_fast`), without the cache's id or the thread's `acct_mask`.
+    /// a dedicated cache's: what `addr_map`'s byte map records for C's `free`
+    /// (`raw::c_free_fast`), and what that free reads here under Miri, which has no map.
     pub plain_class: u32,
     /// Offset of slab 0 from the segment start: a multiple of the slab size (`geometry`).
     pub slabs_offset: usize,
