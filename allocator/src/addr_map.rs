@@ -22,7 +22,7 @@
 //! there, as the rest of the double-free detection.
 
 use core::ptr;
-#[cfg(not(miri))]
+#[cfg(not(any(miri, feature = "no-class-map")))]
 use core::sync::atomic::AtomicU8;
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
@@ -41,11 +41,12 @@ static SEGMAP: [AtomicU64; SEGMAP_WORDS] = [const { AtomicU64::new(0) }; SEGMAP_
 /// a pointer is a plain slot, and its class, from one byte (`raw::c_free_fast`), where the
 /// bitmap and the segment header took 15 instructions. 32 MiB of zero-filled `.bss`, one
 /// page of it touched per 16 GiB of address space that holds segments. Not under Miri,
-/// which would have to model all of it.
+/// which would have to model all of it, nor with the feature `no-class-map`, for hosts
+/// where 32 MiB of reserved address space counts (`ulimit -v`, strict overcommit).
 // A class + 1 fits the byte, and no class wraps to 0 ("not a plain segment").
 const _: () = assert!(crate::size_class::NUM_CLASSES < 255);
 
-#[cfg(not(miri))]
+#[cfg(not(any(miri, feature = "no-class-map")))]
 static PLAIN_CLASS: [AtomicU8; 1 << (ADDR_BITS - SEGMENT_SHIFT)] =
     [const { AtomicU8::new(0) }; 1 << (ADDR_BITS - SEGMENT_SHIFT)];
 
@@ -53,12 +54,12 @@ static PLAIN_CLASS: [AtomicU8; 1 << (ADDR_BITS - SEGMENT_SHIFT)] =
 /// (`u32::MAX` for an accounted or dedicated cache's).
 pub fn insert_segment(seg: usize, plain_class: u32) {
     let i = seg >> SEGMENT_SHIFT;
-    #[cfg(not(miri))]
+    #[cfg(not(any(miri, feature = "no-class-map")))]
     if let (Some(b), Ok(c)) = (PLAIN_CLASS.get(i), u8::try_from(plain_class)) {
         // Before the segment's bit: a reader that sees the bit (or any slot of it) sees this.
         b.store(c.wrapping_add(1), Ordering::Release);
     }
-    #[cfg(miri)]
+    #[cfg(any(miri, feature = "no-class-map"))]
     let _ = plain_class;
     if let Some(w) = SEGMAP.get(i >> 6) {
         w.fetch_or(1 << (i & 63), Ordering::Release);
@@ -67,8 +68,9 @@ pub fn insert_segment(seg: usize, plain_class: u32) {
 
 /// The size class of `p` when it lies in a plain size-class segment; None for every other
 /// address (accounted and dedicated caches' segments, large blocks, foreign memory, null).
-/// Not under Miri (no map there: `raw::c_free_fast` reads the bitmap and the header).
-#[cfg(not(miri))]
+/// Not under Miri nor with `no-class-map` (no map there: `raw::c_free_fast` reads the
+/// bitmap and the header).
+#[cfg(not(any(miri, feature = "no-class-map")))]
 #[inline(always)]
 pub fn plain_class(p: *const u8) -> Option<usize> {
     // Acquire: pairs with the store in `insert_segment`, as `is_segment` does. A pointer this

@@ -66,14 +66,16 @@ pub fn c_malloc_fast(n: usize) -> *mut u8 {
 
 /// The class of `p` when it lies in a plain size-class segment, else None: the byte map
 /// (`addr_map::plain_class`).
-#[cfg(not(miri))]
+#[cfg(not(any(miri, feature = "no-class-map")))]
 #[inline(always)]
 fn plain_class(p: *mut u8) -> Option<usize> {
     crate::addr_map::plain_class(p)
 }
 
-/// [`plain_class`] under Miri, which has no byte map: the bitmap and the segment header.
-#[cfg(miri)]
+/// [`plain_class`] under Miri and with `no-class-map`, which have no byte map: the bitmap and
+/// the segment header (15 instructions where the map takes 3, BENCHMARKS.md section 9).
+#[cfg(any(miri, feature = "no-class-map"))]
+#[inline(always)]
 fn plain_class(p: *mut u8) -> Option<usize> {
     if !segment::is_segment(p) {
         return None;

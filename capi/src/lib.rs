@@ -2,13 +2,14 @@
 //!
 //! # Design note
 //!
-//! Two halves:
+//! Three parts:
 //! - [`malloc`]: the C allocation functions (`malloc`, `free`, `calloc`, `realloc`,
 //!   `reallocarray`, `posix_memalign`, `aligned_alloc`, `memalign`, `valloc`, `pvalloc`,
 //!   `malloc_usable_size`, C23's `free_sized` / `free_aligned_sized`), exported under their C
 //!   names so that `LD_PRELOAD=libslabcg.so prog` (or linking `-lslabcg` before libc)
 //!   replaces the C library's allocator for the whole process, the dynamic loader and libc
 //!   included.
+//! - [`introspect`]: glibc's `malloc_stats` and `malloc_trim`, from slabcg's statistics.
 //! - [`tenant`]: the C tenant API of `capi/include/slabcg.h` (create, limit, enter, read,
 //!   drop), a thin layer over `slabcg_accounting::Tenant`.
 //!
@@ -43,6 +44,7 @@
 
 #![warn(missing_docs)]
 
+pub mod introspect;
 pub mod malloc;
 pub mod tenant;
 

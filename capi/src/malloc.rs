@@ -272,13 +272,3 @@ pub unsafe extern "C" fn free_aligned_sized(p: *mut c_void, _align: usize, _size
     // SAFETY: forwarded contract.
     unsafe { raw::free(p.cast()) }
 }
-
-/// glibc `malloc_trim`: gives free memory back to the OS (`slabcg::trim`); returns 1.
-///
-/// # Safety
-/// None: safe to call at any time outside a signal handler.
-#[no_mangle]
-pub unsafe extern "C" fn malloc_trim(_pad: usize) -> c_int {
-    slabcg_allocator::trim();
-    1
-}

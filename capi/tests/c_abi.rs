@@ -150,6 +150,7 @@ const CHECKS: &[&str] = &[
     "ok fork-from-threads\n",
     "ok fork-exec\n",
     "ok dlopen-dlclose\n",
+    "ok malloc_stats-trim\n",
     "ALL OK\n",
 ];
 
@@ -165,6 +166,13 @@ fn c_semantics_preloaded() {
     for c in CHECKS.iter().chain(&["ok free_sized\n"]) {
         assert!(out.contains(c), "missing {c:?}: {}", text(&o));
     }
+    // malloc_stats prints slabcg's statistics, the size classes in use among them.
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("slabcg:\nallocated ") && err.contains("\nclass size objects cached"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// The same program against the C library: its checks hold for glibc's malloc too (all but
