@@ -14,7 +14,7 @@ use slabcg_accounting::hooks;
 
 use crate::cache::SlabCache;
 use crate::size_class::Kind;
-use crate::{class_caches, large, sys, thread_cache};
+use crate::{class_caches, large, sweep, sys, thread_cache};
 
 /// Slow path of an allocation from bin `(c, kind)` of this thread: sets up the process and
 /// the thread on the thread's first one, then refills the bin
@@ -26,7 +26,11 @@ pub fn alloc_slow(c: usize, kind: Kind) -> *mut u8 {
         if thread_cache::is_uninit(tc) {
             init_thread(tc);
         }
-        thread_cache::refill_pop(tc, c, kind)
+        let p = thread_cache::refill_pop(tc, c, kind);
+        if tc.tick_slow() {
+            sweep::maybe();
+        }
+        p
     })
 }
 

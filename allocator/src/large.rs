@@ -295,6 +295,20 @@ impl MappingCache {
     }
 }
 
+/// Unmaps what stayed idle in the mapping cache through a decay interval, the check that
+/// large allocations and frees make, for a program that stopped making them (`sweep.rs`).
+/// Skips when the cache's lock is held: its holder makes the check.
+pub fn decay_idle() {
+    let now = sys::now_ms();
+    let mut gone = Taken::new();
+    let Some(mut c) = MAPPINGS.try_lock() else {
+        return;
+    };
+    c.decay(now, &mut gone);
+    drop(c);
+    gone.unmap_all();
+}
+
 /// A cached extent of exactly `len` bytes (best fit, cut to size; or gathered from several
 /// when `len` is huge and none is big enough), or null.
 fn take_cached(len: usize) -> *mut u8 {
@@ -361,7 +375,7 @@ fn take_cached(len: usize) -> *mut u8 {
 /// The pieces are ours, unused, each a multiple of `HUGE` at a `HUGE`-aligned base, and
 /// together at most `len`.
 unsafe fn gather(pieces: &Taken, len: usize) -> *mut u8 {
-    let dst = map_fresh(len);
+    let dst = map_fresh(len, len);
     if dst.is_null() {
         pieces.unmap_all();
         return dst;
@@ -498,16 +512,21 @@ pub fn extent_for(usable: usize) -> usize {
     }
 }
 
-/// A fresh mapping of `len` bytes; from 2 MiB on it starts on a huge-page boundary and asks
-/// for transparent huge pages, so touching it costs one fault per 2 MiB, not per 4 KiB.
-fn map_fresh(len: usize) -> *mut u8 {
+/// A fresh mapping of `len` bytes for a block whose header, object and guard take its first
+/// `used` bytes; from 2 MiB on it starts on a huge-page boundary and asks for transparent
+/// huge pages on the huge pages that `used` fills, so touching them costs one fault per
+/// 2 MiB, not per 4 KiB. The last, partly used one stays in 4 KiB pages: a table of 2 MiB
+/// (a power of two, as hash tables are) lies 4 KiB into the extent's second huge page, which
+/// as a huge page made the block 4 MiB resident (redis's key table under LD_PRELOAD).
+fn map_fresh(len: usize, used: usize) -> *mut u8 {
     if !is_huge(len) {
         return sys::map(len);
     }
     let p = sys::map_aligned(len, HUGE);
-    if !p.is_null() {
-        // SAFETY: p..p+len was just mapped by us.
-        unsafe { sys::advise_huge(p, len) };
+    let advised = used.min(len) & !(HUGE - 1);
+    if !p.is_null() && advised > 0 {
+        // SAFETY: p..p+advised lies in what was just mapped by us.
+        unsafe { sys::advise_huge(p, advised) };
     }
     p
 }
@@ -526,7 +545,7 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
             take_cached(map_len)
         };
         if base.is_null() {
-            base = map_fresh(map_len);
+            base = map_fresh(map_len, PAGE + usable + GUARD);
         }
         if base.is_null() {
             return base;
@@ -708,7 +727,7 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
         // The block may move: its old address is dead unless it stays (revived below).
         unmapped::bury(p);
         addr_map::remove_large(h.cast());
-        let nb = grow(h as *mut u8, old_len, new_len);
+        let nb = grow(h as *mut u8, old_len, new_len, PAGE + usable + GUARD);
         if nb.is_null() {
             unmapped::revive(p);
             // The leaf of the block's own header page exists: the insert cannot fail.
@@ -739,10 +758,11 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
 /// where the kernel likes. Null when the OS refuses (the extent is then unchanged).
 ///
 /// # Safety
-/// `h..h+old_len` is a live block's extent.
-unsafe fn grow(h: *mut u8, old_len: usize, new_len: usize) -> *mut u8 {
+/// `h..h+old_len` is a live block's extent; the block will take its first `used` bytes
+/// (`map_fresh`).
+unsafe fn grow(h: *mut u8, old_len: usize, new_len: usize, used: usize) -> *mut u8 {
     if is_huge(old_len) && huge_aligned(h as usize, old_len) {
-        let dst = map_fresh(new_len);
+        let dst = map_fresh(new_len, used);
         if !dst.is_null() {
             // SAFETY: the extent is ours; dst is a fresh extent of new_len, disjoint from it.
             if unsafe { sys::remap_to(h, old_len, old_len, dst) } {

@@ -120,6 +120,7 @@ mod segment;
 mod size_class;
 mod slab;
 mod stats;
+mod sweep;
 mod sys;
 mod tenant_alloc;
 mod thread_cache;

@@ -226,3 +226,90 @@ fn empty_slabs_are_kept_up_to_the_peak_then_decay_and_trim_takes_all() {
     assert_eq!(class(&trimmed).empty_slabs, 0, "trim kept empty slabs");
     println!("CHILD-OK");
 }
+
+/// A size class the program stops using still gives its idle memory back: the empty slabs
+/// and the parked batches of a class freed in a burst go back to the OS within a few decay
+/// intervals while the program only allocates from other classes (`sweep.rs`: the parked
+/// batches go back to their slabs after one idle interval, and the slabs they empty after
+/// one more), and so do cached large extents while no large block is allocated or freed.
+#[test]
+fn a_class_no_longer_used_decays_while_others_are_used() {
+    if !is_child("a_class_no_longer_used_decays_while_others_are_used") {
+        return run_child("a_class_no_longer_used_decays_while_others_are_used");
+    }
+    // 2560-byte objects: a class nothing else in this process uses.
+    let c = class_of(2560);
+    let class = |s: &slabcg_allocator::AllocStats| s.classes[c];
+    slabcg_allocator::trim();
+    let v: Vec<Box<[u8; 2560]>> = (0..16 * MIB / 2560)
+        .map(|_| Box::new([7u8; 2560]))
+        .collect();
+    drop(v);
+    let p = touched(8 * MIB, 2);
+    // SAFETY: allocated by `touched` with this layout, freed once.
+    unsafe { dealloc(p, big(8 * MIB)) };
+    let freed = slabcg_allocator::stats();
+    let slab = class(&freed).slab_bytes;
+    assert!(
+        class(&freed).empty_slabs * slab > 8 * MIB && large_cached() >= 8 * MIB,
+        "the burst's memory is kept for reuse at first:\n{freed}"
+    );
+
+    // Only 64-byte objects from here on: a bin of them refills every 128 allocations, and
+    // every 64th refill looks at the clock.
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(6 * DECAY_INTERVAL_MS) {
+        let w: Vec<Box<[u8; 64]>> = (0..20_000).map(|_| Box::new([1u8; 64])).collect();
+        drop(w);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let decayed = slabcg_allocator::stats();
+    assert!(
+        class(&decayed).empty_slabs * slab <= 256 * 1024,
+        "the unused class's empty slabs did not decay:\nfreed {freed}\ndecayed {decayed}"
+    );
+    assert!(
+        class(&decayed).cached * class(&decayed).size <= 256 * 1024,
+        "the unused class's parked batches stayed:\nfreed {freed}\ndecayed {decayed}"
+    );
+    // The loop's own vectors (160 KB, large blocks) keep a small extent cached.
+    assert!(
+        large_cached() < MIB,
+        "the cached extent did not decay: {} bytes cached",
+        large_cached()
+    );
+    println!("CHILD-OK");
+}
+
+/// A bin opens small and grows with use: the first allocation of a class of 4 KiB objects
+/// takes a couple of slots from the slabs, not 64 KiB of them (each slot a refill hands over
+/// gets its link written, so it becomes resident).
+#[test]
+fn a_bin_opens_small_and_grows_with_use() {
+    if !is_child("a_bin_opens_small_and_grows_with_use") {
+        return run_child("a_bin_opens_small_and_grows_with_use");
+    }
+    let c = class_of(4096);
+    let class = |s: &slabcg_allocator::AllocStats| s.classes[c];
+    let one = std::hint::black_box(Box::new([3u8; 4096]));
+    let first = slabcg_allocator::stats();
+    assert!(
+        class(&first).cached * 4096 <= 16 * 1024,
+        "the first refill took {} slots:\n{first}",
+        class(&first).cached
+    );
+    drop(one);
+    // In steady use the bin reaches its full size (128 KiB: 32 slots of 4 KiB), so a batch
+    // of 24 allocations and frees is served by the bin without a trip to the slabs.
+    for _ in 0..8 {
+        let w: Vec<Box<[u8; 4096]>> = (0..24).map(|_| Box::new([1u8; 4096])).collect();
+        drop(std::hint::black_box(w));
+    }
+    let warm = slabcg_allocator::stats();
+    assert!(
+        class(&warm).cached >= 24,
+        "the bin did not grow: {} cached:\n{warm}",
+        class(&warm).cached
+    );
+    println!("CHILD-OK");
+}
