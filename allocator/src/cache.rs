@@ -251,9 +251,8 @@ impl SlabCache {
     ///
     /// Parked batches that no refill took through a whole interval go back to their slabs
     /// first (the oldest, at the bottom of the stack): up to `PARKED_BYTES` per cache of
-    /// slots freed by a burst, which otherwise stayed resident until the cache's next burst
-    /// (2.5-3.8 MB in redis, mostly of the 8-20 KiB classes its connections use). The slabs
-    /// they empty decay like any other.
+    /// slots freed by a burst, which otherwise stayed resident until the cache's next burst.
+    /// The slabs they empty decay like any other, one interval later.
     pub fn decay_idle(&self) {
         let Some(mut l) = self.lists.try_lock() else {
             return;
