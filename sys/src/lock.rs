@@ -85,12 +85,31 @@ impl<T> SpinLock<T> {
     }
 
     /// Takes the lock if it is free (a fork child uses it to leave alone what a thread that
-    /// did not survive the fork was changing).
+    /// did not survive the fork was changing; the decay sweep to skip a cache in use).
+    ///
+    /// A failed attempt leaves the holder's lock held:
+    ///
+    /// ```
+    /// let lock = slabcg_sys::SpinLock::new(0u32);
+    /// let held = lock.lock();
+    /// assert!(lock.try_lock().is_none());
+    /// assert!(lock.try_lock().is_none(), "the failed attempt released the lock");
+    /// drop(held);
+    /// assert!(lock.try_lock().is_some());
+    /// ```
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
-        self.locked
+        // The guard is made only on success: a guard made and dropped on failure (as
+        // `bool::then_some`, which takes its value eagerly, did here) releases the lock that
+        // another thread holds.
+        if self
+            .locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
-            .then_some(SpinGuard { lock: self })
+        {
+            Some(SpinGuard { lock: self })
+        } else {
+            None
+        }
     }
 
     /// Takes the lock and leaks the guard; used by the fork handlers, which lock everything

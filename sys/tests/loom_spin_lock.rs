@@ -45,3 +45,36 @@ fn try_lock_fails_while_held() {
         assert!(lock.try_lock().is_some());
     });
 }
+
+/// A `try_lock` that fails must leave the holder's lock held: a thread that then takes the
+/// lock waits for the holder, so no update is lost. (`try_lock` once built its guard before
+/// knowing whether it had the lock, and dropping that guard on failure released the
+/// holder's lock: two threads were then inside a cache's lists at once.)
+#[test]
+fn a_failed_try_lock_keeps_the_holders_lock() {
+    loom::model(|| {
+        let lock = Arc::new(SpinLock::new(AtomicUsize::new(0)));
+        drop(lock.lock());
+        let other = {
+            let lock = lock.clone();
+            loom::thread::spawn(move || {
+                let took = match lock.try_lock() {
+                    Some(g) => {
+                        g.store(g.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                        1
+                    }
+                    None => 0,
+                };
+                let g = lock.lock();
+                g.store(g.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                took
+            })
+        };
+        {
+            let g = lock.lock();
+            g.store(g.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+        let took = other.join().unwrap();
+        assert_eq!(lock.lock().load(Ordering::Relaxed), 2 + took);
+    });
+}
