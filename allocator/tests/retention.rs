@@ -228,7 +228,8 @@ fn empty_slabs_are_kept_up_to_the_peak_then_decay_and_trim_takes_all() {
 }
 
 /// A size class the program stops using still gives its idle memory back: the empty slabs
-/// and the parked batches of a class freed in a burst go back to the OS within a few decay
+/// and the parked batches of a class freed in a burst (outside every tenant, inside one: the
+/// accounted twin, and a dedicated cache's) go back to the OS within a few decay
 /// intervals while the program only allocates from other classes (`sweep.rs`: the parked
 /// batches go back to their slabs after one idle interval, and the slabs they empty after
 /// one more), and so do cached large extents while no large block is allocated or freed.
@@ -237,14 +238,33 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
     if !is_child("a_class_no_longer_used_decays_while_others_are_used") {
         return run_child("a_class_no_longer_used_decays_while_others_are_used");
     }
-    // 2560-byte objects: a class nothing else in this process uses.
+    // 2560-byte objects, and 3584-byte ones charged to a tenant (the accounted twin's
+    // slabs): classes nothing else in this process uses.
     let c = class_of(2560);
     let class = |s: &slabcg_allocator::AllocStats| s.classes[c];
+    let ca = class_of(3584);
+    assert_ne!(c, ca);
+    let acct = |s: &slabcg_allocator::AllocStats| s.classes[ca];
     slabcg_allocator::trim();
     let v: Vec<Box<[u8; 2560]>> = (0..16 * MIB / 2560)
         .map(|_| Box::new([7u8; 2560]))
         .collect();
     drop(v);
+    let tenant = slabcg_accounting::Tenant::new("burst");
+    {
+        let _scope = tenant.enter();
+        let v: Vec<Box<[u8; 3584]>> = (0..8 * MIB / 3584).map(|_| Box::new([5u8; 3584])).collect();
+        drop(v);
+    }
+    // And a dedicated cache's burst, the handle kept.
+    let cache = slabcg_allocator::Cache::builder("burst", Layout::new::<[u8; 1000]>()).build();
+    let objs: Vec<_> = (0..8 * MIB / 1000)
+        .map(|_| cache.alloc().expect("memory"))
+        .collect();
+    for o in objs {
+        // SAFETY: allocated from `cache` above, freed once.
+        unsafe { cache.free(o) };
+    }
     let p = touched(8 * MIB, 2);
     // SAFETY: allocated by `touched` with this layout, freed once.
     unsafe { dealloc(p, big(8 * MIB)) };
@@ -253,6 +273,15 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
     assert!(
         class(&freed).empty_slabs * slab > 8 * MIB && large_cached() >= 8 * MIB,
         "the burst's memory is kept for reuse at first:\n{freed}"
+    );
+    assert!(
+        freed.dedicated_resident > 4 * MIB,
+        "the dedicated cache's burst is kept for reuse at first:\n{freed}"
+    );
+    let acct_slab = acct(&freed).slab_bytes;
+    assert!(
+        acct(&freed).empty_slabs * acct_slab > 4 * MIB,
+        "the tenant's burst is kept for reuse at first:\n{freed}"
     );
 
     // Only 64-byte objects from here on: a bin of them refills every 128 allocations, and
@@ -272,6 +301,16 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
         class(&decayed).cached * class(&decayed).size <= 256 * 1024,
         "the unused class's parked batches stayed:\nfreed {freed}\ndecayed {decayed}"
     );
+    assert!(
+        acct(&decayed).empty_slabs * acct_slab <= 256 * 1024
+            && acct(&decayed).cached * acct(&decayed).size <= 256 * 1024,
+        "the tenant's class did not decay:\nfreed {freed}\ndecayed {decayed}"
+    );
+    assert!(
+        decayed.dedicated_resident <= MIB,
+        "the dedicated cache did not decay:\nfreed {freed}\ndecayed {decayed}"
+    );
+    drop(cache);
     // The loop's own vectors (160 KB, large blocks) keep a small extent cached.
     assert!(
         large_cached() < MIB,
