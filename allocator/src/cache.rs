@@ -254,11 +254,17 @@ impl SlabCache {
     /// slots freed by a burst, which otherwise stayed resident until the cache's next burst.
     /// The slabs they empty decay like any other, one interval later.
     pub fn decay_idle(&self) {
+        // Most caches hold nothing idle: skip them without touching the lock's line (a racy
+        // read: what it misses, the next sweep sees).
+        if self.counters.transfer.load(Ordering::Relaxed) == 0
+            && self.counters.empty_slabs.load(Ordering::Relaxed) <= self.reserve_slabs()
+        {
+            return;
+        }
         let Some(mut l) = self.lists.try_lock() else {
             return;
         };
-        let mut old: [(*mut FreeObj, usize); PARKED_BATCHES] =
-            [(ptr::null_mut(), 0); PARKED_BATCHES];
+        let mut idle = ptr::null_mut();
         let nparked = l.nparked;
         let nold = l
             .parked_decay
@@ -266,27 +272,29 @@ impl SlabCache {
             .unwrap_or(0)
             .min(nparked);
         if nold > 0 {
-            old[..nold].copy_from_slice(&l.parked[..nold]);
+            // In this critical section, so that `used` and the parked count drop together:
+            // `stats()` and `Cache::live_objects` read them without the lock, and another
+            // thread's sweep must not skew what a cache's own users read.
+            for i in 0..nold {
+                let (head, count) = l.parked[i];
+                l.parked_objects -= count;
+                // SAFETY: a batch parked by try_park, `count` slots of this cache, leaving
+                // the stack below under this lock.
+                unsafe { self.flush_locked(&mut l, head, count, &mut idle) };
+            }
             l.parked.copy_within(nold..nparked, 0);
             l.nparked = nparked - nold;
-            let gone: usize = old[..nold].iter().map(|b| b.1).sum();
-            l.parked_objects -= gone;
             self.counters
                 .transfer
                 .store(l.parked_objects, Ordering::Relaxed);
             l.parked_decay.observe(nparked - nold);
         }
-        let mut idle = ptr::null_mut();
         self.take_idle(&mut l, &mut idle);
         drop(l);
         if !idle.is_null() {
-            // SAFETY: take_idle took these slabs off the empty list: nothing handed out.
+            // SAFETY: the slabs flush_locked emptied beyond the keep, and those take_idle
+            // took off the empty list: nothing handed out, on no list.
             unsafe { self.release_slabs(idle) };
-        }
-        for &(head, count) in &old[..nold] {
-            // SAFETY: batches parked by try_park: `count` slots of this cache each, taken off
-            // the stack above, so nobody else reaches them.
-            unsafe { self.flush_to_slabs(head, count) };
         }
     }
 
@@ -525,6 +533,29 @@ impl SlabCache {
     unsafe fn flush_to_slabs(&self, head: *mut FreeObj, count: usize) {
         let mut to_release: *mut SlabDesc = ptr::null_mut();
         let mut l = self.lists.lock();
+        // SAFETY: caller's contract; under the lock.
+        unsafe { self.flush_locked(&mut l, head, count, &mut to_release) };
+        self.take_idle(&mut l, &mut to_release);
+        drop(l);
+        // SAFETY: the slabs on to_release have nothing handed out and are on no list.
+        unsafe { self.release_slabs(to_release) };
+    }
+
+    /// [`flush_to_slabs`](Self::flush_to_slabs) under the lock `l`: the slots go to their
+    /// slabs and `used` drops by `count` before the lock is released (so a batch leaves the
+    /// parked count and `used` in one critical section, [`decay_idle`](Self::decay_idle));
+    /// slabs emptied beyond what the cache keeps are chained onto `to_release` for
+    /// [`release_slabs`](Self::release_slabs).
+    ///
+    /// # Safety
+    /// As [`flush`](Self::flush).
+    unsafe fn flush_locked(
+        &self,
+        l: &mut Lists,
+        head: *mut FreeObj,
+        count: usize,
+        to_release: &mut *mut SlabDesc,
+    ) {
         let marks = free_mark::fits(&self.layout);
         let mut obj = head;
         let mut n = 0;
@@ -536,7 +567,7 @@ impl SlabCache {
                 let d = self.desc_of_checked(obj as *mut u8);
                 if marks {
                     // A duplicate later in this chain finds the first copy on the slab.
-                    if free_mark::is_set(obj) && self.is_free_in(&l, obj) {
+                    if free_mark::is_set(obj) && self.is_free_in(l, obj) {
                         double_free_in_cache();
                     }
                     free_mark::set(obj);
@@ -551,7 +582,7 @@ impl SlabCache {
                 if (*d).used == 0 {
                     list_remove(&mut l.partial, d);
                     dec(&self.counters.active_slabs);
-                    if l.empty_count < self.keep_slabs(&l) {
+                    if l.empty_count < self.keep_slabs(l) {
                         (*d).state = SlabState::Empty;
                         list_push(&mut l.empty, d);
                         l.empty_count += 1;
@@ -559,24 +590,20 @@ impl SlabCache {
                             .empty_slabs
                             .store(l.empty_count, Ordering::Relaxed);
                     } else {
-                        // On no list while its pages are released below, without the lock.
+                        // On no list while its pages are released, without the lock.
                         (*d).state = SlabState::Released;
-                        (*d).next = to_release;
-                        to_release = d;
+                        (*d).next = *to_release;
+                        *to_release = d;
                     }
                 }
                 obj = next;
             }
             n += 1;
         }
-        self.take_idle(&mut l, &mut to_release);
-        drop(l);
         self.add_used(-(n as isize));
         if n != count {
             sys::fatal("corrupted free chain (count mismatch)");
         }
-        // SAFETY: the slabs on to_release have nothing handed out and are on no list.
-        unsafe { self.release_slabs(to_release) };
     }
 
     /// madvises the slabs linked through `next` (without the lock: the syscall can be slow),

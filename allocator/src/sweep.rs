@@ -21,8 +21,8 @@ static NEXT_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Runs the sweep when one is due. Called from the allocation slow path every so many slow
 /// paths of a thread (`ThreadCache::tick_slow`). Every check takes its cache's lock with
-/// `try_lock` and skips a held one, whose holder makes the same check, so the sweep never
-/// waits.
+/// `try_lock` and skips a held one (the next sweep looks again), so the sweep never waits
+/// for a cache in use; it takes a lock again only to file the slabs it gave back.
 #[cold]
 #[inline(never)]
 pub fn maybe() {

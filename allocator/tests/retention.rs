@@ -9,6 +9,7 @@
 mod child;
 
 use std::alloc::{alloc, dealloc, Layout};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use child::{is_child, run_child};
@@ -244,7 +245,10 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
     let class = |s: &slabcg_allocator::AllocStats| s.classes[c];
     let ca = class_of(3584);
     assert_ne!(c, ca);
-    let acct = |s: &slabcg_allocator::AllocStats| s.classes[ca];
+    // The accounted twin alone (the class's stats add the plain cache's).
+    let twin = &slabcg_allocator::testing::ACCOUNTED[ca];
+    let twin_empty = || twin.counters.empty_slabs.load(Relaxed) * twin.layout.slab_bytes();
+    let twin_parked = || twin.counters.transfer.load(Relaxed);
     slabcg_allocator::trim();
     let v: Vec<Box<[u8; 2560]>> = (0..16 * MIB / 2560)
         .map(|_| Box::new([7u8; 2560]))
@@ -256,14 +260,19 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
         let v: Vec<Box<[u8; 3584]>> = (0..8 * MIB / 3584).map(|_| Box::new([5u8; 3584])).collect();
         drop(v);
     }
-    // And a dedicated cache's burst, the handle kept.
-    let cache = slabcg_allocator::Cache::builder("burst", Layout::new::<[u8; 1000]>()).build();
-    let objs: Vec<_> = (0..8 * MIB / 1000)
-        .map(|_| cache.alloc().expect("memory"))
-        .collect();
-    for o in objs {
-        // SAFETY: allocated from `cache` above, freed once.
-        unsafe { cache.free(o) };
+    // And an accounted dedicated cache's burst in the tenant, the handle kept.
+    let cache = slabcg_allocator::Cache::builder("burst", Layout::new::<[u8; 1000]>())
+        .account(true)
+        .build();
+    {
+        let _scope = tenant.enter();
+        let objs: Vec<_> = (0..8 * MIB / 1000)
+            .map(|_| cache.alloc().expect("memory"))
+            .collect();
+        for o in objs {
+            // SAFETY: allocated from `cache` above, freed once.
+            unsafe { cache.free(o) };
+        }
     }
     let p = touched(8 * MIB, 2);
     // SAFETY: allocated by `touched` with this layout, freed once.
@@ -278,9 +287,8 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
         freed.dedicated_resident > 4 * MIB,
         "the dedicated cache's burst is kept for reuse at first:\n{freed}"
     );
-    let acct_slab = acct(&freed).slab_bytes;
     assert!(
-        acct(&freed).empty_slabs * acct_slab > 4 * MIB,
+        twin_empty() > 4 * MIB,
         "the tenant's burst is kept for reuse at first:\n{freed}"
     );
 
@@ -302,9 +310,10 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
         "the unused class's parked batches stayed:\nfreed {freed}\ndecayed {decayed}"
     );
     assert!(
-        acct(&decayed).empty_slabs * acct_slab <= 256 * 1024
-            && acct(&decayed).cached * acct(&decayed).size <= 256 * 1024,
-        "the tenant's class did not decay:\nfreed {freed}\ndecayed {decayed}"
+        twin_empty() <= 256 * 1024 && twin_parked() == 0,
+        "the tenant's class did not decay: {} bytes of empty slabs, {} slots parked",
+        twin_empty(),
+        twin_parked()
     );
     assert!(
         decayed.dedicated_resident <= MIB,
