@@ -9,23 +9,28 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use slabcg_sys::SpinLock;
 
+/// A counter behind the lock, its flag made before the lock is shared (under loom the flag
+/// is made on first use).
+fn counter() -> Arc<SpinLock<AtomicUsize>> {
+    let lock = Arc::new(SpinLock::new(AtomicUsize::new(0)));
+    drop(lock.lock());
+    lock
+}
+
+/// Adds one with a relaxed load and store: an update is lost unless the holder is alone.
+fn bump(n: &AtomicUsize) {
+    n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
 #[test]
 fn two_holders_never_lose_an_update() {
     loom::model(|| {
-        let lock = Arc::new(SpinLock::new(AtomicUsize::new(0)));
-        // Under loom the flag is made on first use: make it before the lock is shared.
-        drop(lock.lock());
+        let lock = counter();
         let other = {
             let lock = lock.clone();
-            loom::thread::spawn(move || {
-                let g = lock.lock();
-                g.store(g.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            })
+            loom::thread::spawn(move || bump(&lock.lock()))
         };
-        {
-            let g = lock.lock();
-            g.store(g.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
+        bump(&lock.lock());
         other.join().unwrap();
         assert_eq!(lock.lock().load(Ordering::Relaxed), 2);
     });
@@ -53,27 +58,22 @@ fn try_lock_fails_while_held() {
 #[test]
 fn a_failed_try_lock_keeps_the_holders_lock() {
     loom::model(|| {
-        let lock = Arc::new(SpinLock::new(AtomicUsize::new(0)));
-        drop(lock.lock());
+        let lock = counter();
         let other = {
             let lock = lock.clone();
             loom::thread::spawn(move || {
                 let took = match lock.try_lock() {
                     Some(g) => {
-                        g.store(g.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                        bump(&g);
                         1
                     }
                     None => 0,
                 };
-                let g = lock.lock();
-                g.store(g.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                bump(&lock.lock());
                 took
             })
         };
-        {
-            let g = lock.lock();
-            g.store(g.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
+        bump(&lock.lock());
         let took = other.join().unwrap();
         assert_eq!(lock.lock().load(Ordering::Relaxed), 2 + took);
     });
