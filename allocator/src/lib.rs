@@ -166,6 +166,12 @@ pub mod testing {
         large::CACHED.load(core::sync::atomic::Ordering::Relaxed)
     }
 
+    /// `allocator/tests/sweep_races.rs`: one decay sweep now, whatever its pace (every
+    /// cache's `try_lock` against the threads that use it).
+    pub fn sweep_now() {
+        crate::sweep::run();
+    }
+
     /// `tests/common/kept_free.rs`: the calling thread's cache, to count a bin's slots.
     pub mod thread_cache {
         pub use crate::thread_cache::with;

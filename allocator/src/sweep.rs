@@ -44,6 +44,12 @@ pub fn maybe() {
     {
         return;
     }
+    run();
+}
+
+/// One sweep, unpaced: the decay check of every cache and of the mapping cache. Tests run
+/// it back to back (`testing::sweep_now`) against threads using the same caches.
+pub fn run() {
     for c in class_caches::PLAIN.iter().chain(&class_caches::ACCOUNTED) {
         c.decay_idle();
     }
