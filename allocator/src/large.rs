@@ -517,7 +517,10 @@ pub fn extent_for(usable: usize) -> usize {
 /// huge pages on the huge pages that `used` fills, so touching them costs one fault per
 /// 2 MiB, not per 4 KiB. The last, partly used one stays in 4 KiB pages: a table of 2 MiB
 /// (a power of two, as hash tables are) lies 4 KiB into the extent's second huge page, which
-/// as a huge page made the block 4 MiB resident (redis's key table under LD_PRELOAD).
+/// as a huge page made the block 4 MiB resident (redis's key table under LD_PRELOAD). The
+/// price is up to 511 faults of 4 KiB per block: mimalloc-bench's malloc-large takes 7,675
+/// minor faults against 520 with the last huge page advised too, in the same time
+/// (BENCHMARKS.md section 9).
 fn map_fresh(len: usize, used: usize) -> *mut u8 {
     if !is_huge(len) {
         return sys::map(len);

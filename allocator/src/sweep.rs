@@ -4,9 +4,9 @@
 //! good: redis under LD_PRELOAD freed a 100,000-element list (5 MB of 8 KiB nodes) and kept
 //! those slabs through every later phase of its benchmark, where mimalloc's purge gave them
 //! back. So every half decay interval, the first thread whose allocation slow path notices
-//! runs the decay check of every cache and of the mapping cache; memory idle
-//! through a whole interval is then gone one to two intervals after its last use, whatever
-//! the program does meanwhile, as long as it allocates at all.
+//! runs the decay check of every cache and of the mapping cache; memory idle through a whole
+//! interval is then gone one to two intervals after its last use, whatever the program does
+//! meanwhile, as long as it allocates at all.
 //!
 //! The accounted twins and the dedicated caches are swept too: a tenant's burst of
 //! accounted objects, or a dedicated cache's, leaves the same idle slabs behind.
