@@ -254,18 +254,15 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
         .map(|_| Box::new([7u8; 2560]))
         .collect();
     drop(v);
+    // And an accounted dedicated cache's burst in the tenant, the handle kept.
+    let cache = slabcg_allocator::Cache::builder("burst", Layout::new::<[u8; 1000]>())
+        .account(true)
+        .build();
     let tenant = slabcg_accounting::Tenant::new("burst");
     {
         let _scope = tenant.enter();
         let v: Vec<Box<[u8; 3584]>> = (0..8 * MIB / 3584).map(|_| Box::new([5u8; 3584])).collect();
         drop(v);
-    }
-    // And an accounted dedicated cache's burst in the tenant, the handle kept.
-    let cache = slabcg_allocator::Cache::builder("burst", Layout::new::<[u8; 1000]>())
-        .account(true)
-        .build();
-    {
-        let _scope = tenant.enter();
         let objs: Vec<_> = (0..8 * MIB / 1000)
             .map(|_| cache.alloc().expect("memory"))
             .collect();
