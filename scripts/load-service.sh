@@ -7,15 +7,14 @@
 #   scripts/load-service.sh [ROUNDS] [SECONDS] [CONNECTIONS] [KB] [RATE]   (defaults 3 10 32 16 4000)
 #
 # The throughput table runs the load flat out (oha -c CONNECTIONS). The runaway table runs it
-# at a fixed RATE (requests per second, below what the 2-core machine serves) with and
-# without a loop of runaway requests, one after another, each killed at the tenant's limit:
-# flat out, the runaway's own work (it builds 64 MiB before the kill) would take a core and
-# halve everyone's throughput whatever the kill costs.
+# at a fixed RATE (requests per second, below what the 2-core machine serves), alone and
+# beside a loop of runaway requests, each killed at the tenant's limit after it passed its
+# high and moved to the heavy lane (SCHED_IDLE threads); then beside the same runaways in a
+# server without the lane (`--heavy-bytes off`), and beside two CPU-only controls as long as
+# a runaway (`/spin`), on the main workers and on the heavy lane.
 #
-# The runaways come one every GAP seconds (env GAP, default 1): back to back, each builds its
-# 64 MiB for about 0.25 s of CPU, and 4-6 of them a second take more than one of the two
-# cores, which no allocator can give back to the other requests. ONLY_RUNAWAY=1 skips the
-# throughput table and wrk.
+# The loops send one request every GAP seconds (env GAP, default 1) after the last answer.
+# ONLY_RUNAWAY=1 skips the throughput table and wrk.
 #
 # Installs oha (cargo install) and wrk (apt-get) if missing. Traffic goes to 127.0.0.1 only.
 # Raw results: target/load-service/*.json; the summary table is printed at the end.
@@ -65,6 +64,18 @@ load() { # output file, extra oha flags
   oha -z "${DUR}s" -c "$CONC" "$@" --no-tui --output-format json --rand-regex-url "$URL" >"$out"
 }
 
+# The load at a fixed rate, with a loop of one kind of request beside it, one every GAP s.
+beside() { # output file, request path, file for the loop's status codes and times
+  rm -f "$OUT/stop"
+  ( while [ ! -e "$OUT/stop" ]; do
+      curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "http://127.0.0.1:$PORT/$2"
+      sleep "$GAP"
+    done >>"$OUT/$3" ) &
+  local loop=$!
+  load "$OUT/$1" -q "$RATE" --latency-correction
+  touch "$OUT/stop"; wait "$loop"
+}
+
 # name binary args...
 VARIANTS=("slabcg-tenants slabcg" "slabcg-no-tenants slabcg --no-tenants"
           "mimalloc mimalloc --no-tenants" "jemalloc jemalloc --no-tenants")
@@ -81,32 +92,27 @@ for r in $(seq "$ROUNDS"); do
     echo "round $r: $name done" >&2
   done
   # The runaway: slabcg with tenants, the same load, and a loop of requests from tenant
-  # "evil" that each run away (1 GB working set) and are killed at 64 MiB; then the same
-  # load alone in the same server, for the p99 to compare with.
+  # "evil" that each run away (1 GB working set), pass their high (--heavy-bytes, 4 MiB) and
+  # finish on the heavy lane, and are killed at 64 MiB; the same load alone in the same
+  # server, for the p99 to compare with; and the control.
   start slabcg
   oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
   load "$OUT/quiet.$r.json" -q "$RATE" --latency-correction
-  rm -f "$OUT/stop"
-  ( while [ ! -e "$OUT/stop" ]; do
-      curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "http://127.0.0.1:$PORT/work?kb=1000000&tenant=evil"
-      sleep "$GAP"
-    done >>"$OUT/runaway-codes.txt" ) &
-  LOOP=$!
-  load "$OUT/runaway.$r.json" -q "$RATE" --latency-correction
-  touch "$OUT/stop"; wait "$LOOP"
+  beside runaway.$r.json "work?kb=1000000&tenant=evil" runaway-codes.txt
   curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/metrics.$r.txt"
   # The control: requests that take as long as a runaway did (median so far), spinning the
-  # CPU without allocating, at the same pace: what any CPU-bound request costs the others.
+  # CPU without allocating, at the same pace, on the main workers: what any CPU-bound
+  # request costs the others there.
   SPIN_MS=$(awk '{print $2}' "$OUT/runaway-codes.txt" | sort -n | awk '{v[NR]=$1} END {printf "%d", v[int((NR+1)/2)] * 1000}')
-  rm -f "$OUT/stop"
-  ( while [ ! -e "$OUT/stop" ]; do
-      curl -s -o /dev/null "http://127.0.0.1:$PORT/spin?ms=$SPIN_MS"
-      sleep "$GAP"
-    done ) &
-  LOOP=$!
-  load "$OUT/spin.$r.json" -q "$RATE" --latency-correction
-  touch "$OUT/stop"; wait "$LOOP"
   echo "$SPIN_MS" >"$OUT/spin-ms.txt"
+  beside spin.$r.json "spin?ms=$SPIN_MS" spin-codes.txt
+  # The same on the heavy lane: what CPU at the lowest priority costs the others.
+  beside spinheavy.$r.json "spin?ms=$SPIN_MS&lane=heavy" spinheavy-codes.txt
+  stop
+  # The runaways again, in a server without the heavy lane: they build on the main workers.
+  start slabcg --heavy-bytes off
+  oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
+  beside nolane.$r.json "work?kb=1000000&tenant=evil" nolane-codes.txt
   stop
   echo "round $r: runaway done" >&2
 done
@@ -144,18 +150,23 @@ if not only:
     print("|---|---|---|---|---|---|")
     for n, rps, p50, p99, ok in rows:
         print(f"| {n} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {ok} | {rps / mi:.2f}x |")
-q, ra, sp = row("quiet"), row("runaway"), row("spin")
+q, ra, sp, nl, sh = row("quiet"), row("runaway"), row("spin"), row("nolane"), row("spinheavy")
 codes = [l.split()[0] for l in open(f"{out}/runaway-codes.txt") if l.strip()]
 print()
 print(f"| slabcg with tenants, load at a fixed rate | req/s | p50 ms | p99 ms | all 200 |")
 print("|---|---|---|---|---|")
 print(f"| normal load alone | {q[1]:,.0f} | {q[2]:.2f} | {q[3]:.2f} | {q[4]} |")
 print(f"| same load, a runaway killed over and over | {ra[1]:,.0f} | {ra[2]:.2f} | {ra[3]:.2f} | {ra[4]} |")
+print(f"| the same without the heavy lane (`--heavy-bytes off`) | {nl[1]:,.0f} | {nl[2]:.2f} | {nl[3]:.2f} | {nl[4]} |")
 spin_ms = open(f"{out}/spin-ms.txt").read().strip()
 print(f"| same load, a {spin_ms} ms CPU-only request at the same pace (control) | {sp[1]:,.0f} | {sp[2]:.2f} | {sp[3]:.2f} | {sp[4]} |")
+print(f"| the control on the heavy lane | {sh[1]:,.0f} | {sh[2]:.2f} | {sh[3]:.2f} | {sh[4]} |")
 print(f"\nrunaway requests: {len(codes)}, answers: " +
       ", ".join(f"{c} x{codes.count(c)}" for c in sorted(set(codes))))
-print(f"p99 moved by {(ra[3] / q[3] - 1) * 100:+.1f}% by the runaways, {(sp[3] / q[3] - 1) * 100:+.1f}% by the control (medians of {rounds} rounds)")
+nlcodes = [l.split()[0] for l in open(f"{out}/nolane-codes.txt") if l.strip()]
+print(f"runaway requests without the lane: {len(nlcodes)}, answers: " +
+      ", ".join(f"{c} x{nlcodes.count(c)}" for c in sorted(set(nlcodes))))
+print(f"p99 moved by {(ra[3] / q[3] - 1) * 100:+.1f}% by the runaways, {(nl[3] / q[3] - 1) * 100:+.1f}% by them without the heavy lane, {(sp[3] / q[3] - 1) * 100:+.1f}% by the control, {(sh[3] / q[3] - 1) * 100:+.1f}% by the control on the heavy lane (medians of {rounds} rounds)")
 kills = [int(m.group(1)) for r in range(1, rounds + 1) for m in
          [re.search(r'slabcg_memory_events_total\{tenant="tenants/evil",event="oom_kill"\} (\d+)',
                     open(f"{out}/metrics.{r}.txt").read())] if m]

@@ -53,6 +53,8 @@ fn customers_are_served_while_a_runaway_is_killed() {
         tenant_max: 16 << 20,
         total_max: u64::MAX,
         tenants: true,
+        heavy_bytes: 1 << 20,
+        heavy_workers: 2,
     });
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -110,6 +112,12 @@ fn customers_are_served_while_a_runaway_is_killed() {
                 )
             }));
         }
+        // One legitimate request above its 1 MiB `high`: it finishes on the heavy lane.
+        let (c1, b1) = (client.clone(), base.clone());
+        let big =
+            tokio::spawn(
+                async move { get(&c1, format!("{b1}/work?kb=3072"), Some("carol")).await },
+            );
         let (c2, b2) = (client.clone(), base.clone());
         let runaway = tokio::spawn(async move {
             get(&c2, format!("{b2}/work?kb=1000000"), Some("mallory")).await
@@ -134,7 +142,16 @@ fn customers_are_served_while_a_runaway_is_killed() {
             let i = kbs.iter().position(|&k| k == kb).unwrap();
             assert_eq!(v["checksum"], want[i].as_str(), "kb={kb}");
             assert_eq!(v["kb"], kb);
+            assert_eq!(v["lane"], "main", "kb={kb} stays under its high");
         }
+        let (status, body) = big.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v["checksum"],
+            format!("{:016x}", service::checksum(3072)).as_str()
+        );
+        assert_eq!(v["lane"], "heavy", "{body}");
         let (status, body) = tokio::time::timeout(Duration::from_secs(60), runaway)
             .await
             .expect("the runaway request did not end")
@@ -143,6 +160,10 @@ fn customers_are_served_while_a_runaway_is_killed() {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["tenant"], "mallory");
         assert_eq!(v["limit"], 16u64 << 20);
+        assert_eq!(
+            v["lane"], "heavy",
+            "the runaway passed its high before its kill"
+        );
     });
 
     // The service lives and answers; the kill is on mallory's tenant only.

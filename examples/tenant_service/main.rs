@@ -26,12 +26,14 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const USAGE: &str = "\
 usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES]
-                      [--workers N] [--no-tenants]
-  --addr        where to listen (default 127.0.0.1:3000)
-  --tenant-max  each customer's hard limit in bytes (default 67108864, 64 MiB)
-  --total-max   the limit of all customers together (default: unlimited)
-  --workers     tokio worker threads (default: the number of CPUs)
-  --no-tenants  serve without tenants (a baseline for load runs)
+                      [--heavy-bytes BYTES|off] [--workers N] [--no-tenants]
+  --addr         where to listen (default 127.0.0.1:3000)
+  --tenant-max   each customer's hard limit in bytes (default 67108864, 64 MiB)
+  --total-max    the limit of all customers together (default: unlimited)
+  --heavy-bytes  each request's high: past it, the request finishes on the heavy lane,
+                 threads at the lowest CPU priority (default 4194304, 4 MiB; off: no lane)
+  --workers      tokio worker threads, and heavy-lane threads (default: the number of CPUs)
+  --no-tenants   serve without tenants (a baseline for load runs)
 ";
 
 fn allocator() -> &'static str {
@@ -50,6 +52,8 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
         tenant_max: 64 << 20,
         total_max: u64::MAX,
         tenants: true,
+        heavy_bytes: 4 << 20,
+        heavy_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let mut workers = None;
     let mut args = std::env::args().skip(1);
@@ -64,9 +68,17 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
             "--addr" => addr = value("--addr")?,
             "--tenant-max" => cfg.tenant_max = bytes(value("--tenant-max")?, "--tenant-max")?,
             "--total-max" => cfg.total_max = bytes(value("--total-max")?, "--total-max")?,
+            "--heavy-bytes" => {
+                cfg.heavy_bytes = match value("--heavy-bytes")?.as_str() {
+                    "off" => u64::MAX,
+                    v => bytes(v.to_owned(), "--heavy-bytes")?,
+                }
+            }
             "--workers" => {
                 let v = value("--workers")?;
-                workers = Some(v.parse().map_err(|_| format!("--workers: {v}"))?);
+                let n = v.parse().map_err(|_| format!("--workers: {v}"))?;
+                workers = Some(n);
+                cfg.heavy_workers = n;
             }
             "--no-tenants" => cfg.tenants = false,
             other => return Err(format!("unknown argument: {other}")),
@@ -101,11 +113,17 @@ fn main() {
             }
         };
         eprintln!(
-            "tenant_service: listening on {} (allocator {}, tenants {}, tenant max {} bytes)",
+            "tenant_service: listening on {} (allocator {}, tenants {}, tenant max {} bytes, \
+             heavy lane {})",
             listener.local_addr().unwrap(),
             allocator(),
             if cfg.tenants { "on" } else { "off" },
-            cfg.tenant_max
+            cfg.tenant_max,
+            match cfg.heavy_bytes {
+                _ if !cfg.tenants => "off".to_owned(),
+                u64::MAX => "off".to_owned(),
+                b => format!("past {b} bytes"),
+            }
         );
         let app = service::router(service::Service::new(cfg));
         axum::serve(listener, app).await.expect("server");

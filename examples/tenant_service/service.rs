@@ -5,8 +5,16 @@
 //!
 //! - `GET /work?kb=N`: builds a working set of about N KiB (a map of owned strings and
 //!   small structs), serializes it with serde_json, answers 200 with
-//!   `{"tenant":..,"kb":N,"checksum":..}` (the checksum depends only on N); a request whose
-//!   tenant is killed answers 503 with a JSON error naming the tenant and its limit.
+//!   `{"tenant":..,"kb":N,"checksum":..,"lane":..}` (the checksum depends only on N); a
+//!   request whose tenant is killed answers 503 with a JSON error naming the tenant and its
+//!   limit.
+//!
+//! **The heavy lane.** A request's tenant has `high` set to [`Config::heavy_bytes`]. A request
+//! found above it at a yield point finishes on a second runtime whose threads run at the
+//! lowest CPU priority (`SCHED_IDLE`), the way the kernel throttles a cgroup above
+//! `memory.high`: it still runs on idle CPU, but the other customers' requests on the main
+//! workers preempt it. Without the lane, a runaway's build (0.2-0.3 s of CPU for 64 MiB) takes
+//! one of the main workers until its kill.
 //! - `GET /spin?ms=N`: N ms of CPU work that allocates nothing (the load runs' control).
 //! - `GET /metrics`: `slabcg::prometheus::render()`.
 //! - `GET /tenants/NAME/stat`: the customer's memory.stat-like text.
@@ -32,12 +40,62 @@ pub struct Config {
     /// Run requests in tenants (false: the same service with no tenant at all, for the
     /// load runs' "slabcg without tenants" row).
     pub tenants: bool,
+    /// Each request's `high` (bytes): past it, the request finishes on the heavy lane
+    /// (`u64::MAX`: no lane; ignored without tenants).
+    pub heavy_bytes: u64,
+    /// The heavy lane's threads.
+    pub heavy_workers: usize,
 }
 
 pub struct Service {
     cfg: Config,
     parent: Tenant,
     customers: Mutex<HashMap<String, Tenant>>,
+    heavy: Option<HeavyLane>,
+}
+
+/// The low-priority runtime that requests above their `high` finish on.
+struct HeavyLane(Option<tokio::runtime::Runtime>);
+
+impl HeavyLane {
+    fn new(workers: usize) -> HeavyLane {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers.max(1))
+            .thread_name("heavy-lane")
+            .on_thread_start(lowest_cpu_priority)
+            .build()
+            .expect("heavy lane runtime");
+        HeavyLane(Some(rt))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0
+            .as_ref()
+            .expect("the lane lives until dropped")
+            .handle()
+    }
+}
+
+impl Drop for HeavyLane {
+    /// The service may be dropped inside the main runtime (the tests do), where dropping a
+    /// runtime would block.
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Puts the calling thread in `SCHED_IDLE`: it runs when nothing else wants the CPU, and any
+/// other thread that wakes preempts it. An unprivileged thread may always lower itself; if
+/// the kernel refuses anyway, the thread falls back to nice 19, then runs as it is.
+fn lowest_cpu_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid `sched_param`; pid 0 is the calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        // SAFETY: plain syscall on the calling thread (who 0).
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    }
 }
 
 impl Service {
@@ -45,10 +103,12 @@ impl Service {
         let parent = Tenant::new("tenants");
         parent.set_max(cfg.total_max);
         parent.set_oom_policy(OomPolicy::Kill);
+        let lane = cfg.tenants && cfg.heavy_bytes != u64::MAX;
         Arc::new(Service {
             cfg,
             parent,
             customers: Mutex::new(HashMap::new()),
+            heavy: lane.then(|| HeavyLane::new(cfg.heavy_workers)),
         })
     }
 
@@ -137,20 +197,44 @@ async fn yield_now() {
 /// A request's working set.
 pub type WorkingSet = BTreeMap<String, Record>;
 
-/// The working set, built into `set` with a yield every 256 records (a safe point, where a
-/// kill takes effect; about 0.2 ms of work), then serialized and freed; returns the checksum of the JSON. A build
-/// cut short by a kill leaves what it built in `set`, for [`release`].
-pub async fn build(kb: u64, set: &mut WorkingSet) -> u64 {
-    for i in 0..records(kb) {
-        let (k, r) = record(i);
-        set.insert(k, r);
-        if i % 256 == 255 {
+/// A `/work` request's build: its size, how far it got, and what it built so far. It lives
+/// outside the future that builds it, so that a kill (which drops that future at once)
+/// leaves the working set to [`release`].
+pub struct Work {
+    kb: u64,
+    next: u64,
+    pub set: WorkingSet,
+}
+
+impl Work {
+    pub fn new(kb: u64) -> Work {
+        Work {
+            kb,
+            next: 0,
+            set: WorkingSet::new(),
+        }
+    }
+}
+
+/// Builds `w`'s working set with a yield every 256 records (a safe point, where a kill takes
+/// effect; about 0.2 ms of work), then serializes and frees it and returns the checksum of
+/// the JSON. Returns `None` at a yield point where `stop()` is true, to be called again
+/// (on the heavy lane) to go on.
+pub async fn build(w: &mut Work, mut stop: impl FnMut() -> bool) -> Option<u64> {
+    while w.next < records(w.kb) {
+        let (k, r) = record(w.next);
+        w.set.insert(k, r);
+        w.next += 1;
+        if w.next.is_multiple_of(256) {
+            if stop() {
+                return None;
+            }
             yield_now().await;
         }
     }
-    let json = serde_json::to_vec(&*set).expect("serializable");
-    set.clear();
-    fnv(&json)
+    let json = serde_json::to_vec(&w.set).expect("serializable");
+    w.set.clear();
+    Some(fnv(&json))
 }
 
 /// Frees what a killed build left, 1,024 records at a time with a yield in between: a
@@ -202,58 +286,99 @@ async fn work(
         return json(StatusCode::BAD_REQUEST, err);
     }
     if !svc.cfg.tenants {
-        let sum = build(q.kb, &mut WorkingSet::new()).await;
-        let ok = serde_json::json!({"tenant": name, "kb": q.kb, "checksum": format!("{sum:016x}")});
-        return json(StatusCode::OK, ok);
+        let sum = build(&mut Work::new(q.kb), || false).await;
+        let sum = sum.expect("a build that never stops finishes");
+        return json(StatusCode::OK, done(&name, q.kb, sum, "main"));
     }
     let customer = svc.customer(&name);
     // A tenant per request: the OOM killer picks the request with the most memory of its
     // own, so a runaway request dies and the customer's other requests go on.
     let request = customer.child("request");
-    // The working set lives here, outside the request's future, so that a kill (which drops
-    // that future at once) leaves it to be freed in slices; the request counts as work in
-    // flight until then, so the OOM killer waits for those frees before it kills again.
-    let mut set = WorkingSet::new();
+    request.set_high(svc.cfg.heavy_bytes);
+    // The request counts as work in flight until its working set is freed, so the OOM
+    // killer waits for those frees before it kills again.
     let in_flight = request.work_in_flight();
-    let outcome = build(q.kb, &mut set).in_tenant(&request).await;
-    release(set).await;
-    drop(in_flight);
+    let mut work = Work::new(q.kb);
+    let heavy = svc.heavy.as_ref();
+    let over_high = || heavy.is_some() && request.under_pressure();
+    let (outcome, lane) = match build(&mut work, over_high).in_tenant(&request).await {
+        Ok(Some(sum)) => (Ok(sum), "main"),
+        Err(killed) => {
+            release(work.set).await;
+            (Err(killed), "main")
+        }
+        Ok(None) => {
+            let lane = heavy.expect("stops only with a lane").handle();
+            let req = request.clone();
+            let rest = lane.spawn(async move {
+                let out = build(&mut work, || false).in_tenant(&req).await;
+                release(work.set).await;
+                drop(in_flight);
+                out.map(|sum| sum.expect("a build that never stops finishes"))
+            });
+            match rest.await {
+                Ok(outcome) => (outcome, "heavy"),
+                Err(e) => {
+                    let err = serde_json::json!({"error": e.to_string(), "tenant": name});
+                    return json(StatusCode::INTERNAL_SERVER_ERROR, err);
+                }
+            }
+        }
+    };
     match outcome {
-        Ok(sum) => json(
-            StatusCode::OK,
-            serde_json::json!({"tenant": name, "kb": q.kb, "checksum": format!("{sum:016x}")}),
-        ),
+        Ok(sum) => json(StatusCode::OK, done(&name, q.kb, sum, lane)),
         Err(killed) => json(
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({
                 "error": "request killed: out of memory",
                 "tenant": name,
                 "limit": customer.max(),
+                "lane": lane,
                 "detail": killed.to_string(),
             }),
         ),
     }
 }
 
+/// The body of a `/work` that finished.
+fn done(tenant: &str, kb: u64, sum: u64, lane: &str) -> serde_json::Value {
+    serde_json::json!({"tenant": tenant, "kb": kb, "checksum": format!("{sum:016x}"), "lane": lane})
+}
+
 #[derive(Deserialize)]
 struct SpinQuery {
     ms: u64,
+    lane: Option<String>,
 }
 
 /// `GET /spin?ms=N`: N ms of CPU-bound work that allocates nothing, in slices of about 50 us
 /// with a yield between, as `build` yields: the load runs' control for a runaway request,
 /// to tell the runaway's own CPU from what its kill costs.
-async fn spin(Query(q): Query<SpinQuery>) -> Response {
+/// With `lane=heavy`, the spin runs on the heavy lane (where there is one).
+async fn spin(State(svc): State<Arc<Service>>, Query(q): Query<SpinQuery>) -> Response {
+    let ms = q.ms.min(10_000);
+    let x = match svc
+        .heavy
+        .as_ref()
+        .filter(|_| q.lane.as_deref() == Some("heavy"))
+    {
+        Some(lane) => lane.handle().spawn(spin_for(ms)).await.unwrap_or(0),
+        None => spin_for(ms).await,
+    };
+    (StatusCode::OK, format!("{x}\n")).into_response()
+}
+
+async fn spin_for(ms: u64) -> u64 {
     let t0 = std::time::Instant::now();
     let mut x = 0u64;
-    while t0.elapsed().as_millis() < u128::from(q.ms.min(10_000)) {
+    while t0.elapsed().as_millis() < u128::from(ms) {
         let s = std::time::Instant::now();
         while s.elapsed().as_micros() < 50 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
         yield_now().await;
     }
-    (StatusCode::OK, format!("{x}\n")).into_response()
+    x
 }
 
 async fn metrics() -> Response {
