@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Load runs of examples/tenant_service with oha (wrk as a cross-check): requests per second
-# and p50/p99 latency of slabcg with tenants, slabcg without tenants, mimalloc and jemalloc
-# (the same service built with each allocator), runs alternated; then slabcg with tenants
-# while a runaway tenant is killed over and over, against the same load without it.
+# and p50/p99 latency of slabcg with tenants (with and without the heavy lane), slabcg
+# without tenants, mimalloc and jemalloc (the same service built with each allocator), runs
+# alternated; then slabcg with tenants while a runaway tenant is killed over and over,
+# against the same load without it.
 #
 #   scripts/load-service.sh [ROUNDS] [SECONDS] [CONNECTIONS] [KB] [RATE]   (defaults 3 10 32 16 4000)
 #
@@ -65,10 +66,12 @@ load() { # output file, extra oha flags
 }
 
 # The load at a fixed rate, with a loop of one kind of request beside it, one every GAP s.
+# The loop's codes and times go to a file, and the last answer's body beside it.
 beside() { # output file, request path, file for the loop's status codes and times
   rm -f "$OUT/stop"
   ( while [ ! -e "$OUT/stop" ]; do
-      curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "http://127.0.0.1:$PORT/$2"
+      curl -s --max-time 60 -o "$OUT/$3.body" -w '%{http_code} %{time_total}\n' \
+        "http://127.0.0.1:$PORT/$2" || true
       sleep "$GAP"
     done >>"$OUT/$3" ) &
   local loop=$!
@@ -76,12 +79,41 @@ beside() { # output file, request path, file for the loop's status codes and tim
   touch "$OUT/stop"; wait "$loop"
 }
 
+# The runaways: the same load at a fixed rate, alone and then beside a loop of requests from
+# tenant "evil" that each run away (1 GB working set) and are killed at 64 MiB; in a server
+# with the heavy lane (they pass their 4 MiB high and finish there), then the controls; and
+# in one without it (`--heavy-bytes off`); each against the load alone in its own server.
+lane_server() { # round
+  start slabcg
+  oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
+  load "$OUT/quiet.$1.json" -q "$RATE" --latency-correction
+  beside "runaway.$1.json" "work?kb=1000000&tenant=evil" runaway-codes.txt
+  curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/metrics.$1.txt"
+  # The controls: requests that take as long as a runaway did (median so far), spinning the
+  # CPU without allocating, at the same pace: on the main workers (what any CPU-bound
+  # request costs the others there) and on the heavy lane (what CPU at the lowest priority
+  # costs them).
+  SPIN_MS=$(awk '{print $2}' "$OUT/runaway-codes.txt" | sort -n | awk '{v[NR]=$1} END {printf "%d", v[int((NR+1)/2)] * 1000}')
+  echo "$SPIN_MS" >"$OUT/spin-ms.txt"
+  beside "spin.$1.json" "spin?ms=$SPIN_MS" spin-codes.txt
+  beside "spinheavy.$1.json" "spin?ms=$SPIN_MS&lane=heavy" spinheavy-codes.txt
+  stop
+}
+nolane_server() { # round
+  start slabcg --heavy-bytes off
+  oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
+  load "$OUT/quiet-nolane.$1.json" -q "$RATE" --latency-correction
+  beside "nolane.$1.json" "work?kb=1000000&tenant=evil" nolane-codes.txt
+  stop
+}
+
 # name binary args...
-VARIANTS=("slabcg-tenants slabcg" "slabcg-no-tenants slabcg --no-tenants"
-          "mimalloc mimalloc --no-tenants" "jemalloc jemalloc --no-tenants")
+VARIANTS=("slabcg-tenants slabcg" "slabcg-tenants-nolane slabcg --heavy-bytes off"
+          "slabcg-no-tenants slabcg --no-tenants" "mimalloc mimalloc --no-tenants"
+          "jemalloc jemalloc --no-tenants")
 for r in $(seq "$ROUNDS"); do
   # Alternate the order from round to round.
-  if (( r % 2 )); then order=(0 1 2 3); else order=(3 2 1 0); fi
+  if (( r % 2 )); then order=(0 1 2 3 4); else order=(4 3 2 1 0); fi
   (( ONLY_RUNAWAY )) && order=()
   for i in "${order[@]}"; do
     read -r name bin args <<<"${VARIANTS[$i]}"
@@ -91,29 +123,7 @@ for r in $(seq "$ROUNDS"); do
     stop
     echo "round $r: $name done" >&2
   done
-  # The runaway: slabcg with tenants, the same load, and a loop of requests from tenant
-  # "evil" that each run away (1 GB working set), pass their high (--heavy-bytes, 4 MiB) and
-  # finish on the heavy lane, and are killed at 64 MiB; the same load alone in the same
-  # server, for the p99 to compare with; and the control.
-  start slabcg
-  oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
-  load "$OUT/quiet.$r.json" -q "$RATE" --latency-correction
-  beside runaway.$r.json "work?kb=1000000&tenant=evil" runaway-codes.txt
-  curl -s "http://127.0.0.1:$PORT/metrics" >"$OUT/metrics.$r.txt"
-  # The control: requests that take as long as a runaway did (median so far), spinning the
-  # CPU without allocating, at the same pace, on the main workers: what any CPU-bound
-  # request costs the others there.
-  SPIN_MS=$(awk '{print $2}' "$OUT/runaway-codes.txt" | sort -n | awk '{v[NR]=$1} END {printf "%d", v[int((NR+1)/2)] * 1000}')
-  echo "$SPIN_MS" >"$OUT/spin-ms.txt"
-  beside spin.$r.json "spin?ms=$SPIN_MS" spin-codes.txt
-  # The same on the heavy lane: what CPU at the lowest priority costs the others.
-  beside spinheavy.$r.json "spin?ms=$SPIN_MS&lane=heavy" spinheavy-codes.txt
-  stop
-  # The runaways again, in a server without the heavy lane: they build on the main workers.
-  start slabcg --heavy-bytes off
-  oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
-  beside nolane.$r.json "work?kb=1000000&tenant=evil" nolane-codes.txt
-  stop
+  if (( r % 2 )); then lane_server "$r"; nolane_server "$r"; else nolane_server "$r"; lane_server "$r"; fi
   echo "round $r: runaway done" >&2
 done
 
@@ -144,20 +154,22 @@ def row(name, label=None):
 import os
 only = os.path.exists(f"{out}/only-runaway")
 if not only:
-    rows = [row(n) for n in ["slabcg-tenants", "slabcg-no-tenants", "mimalloc", "jemalloc"]]
-    mi = rows[2][1]
+    rows = [row(n) for n in ["slabcg-tenants", "slabcg-tenants-nolane", "slabcg-no-tenants", "mimalloc", "jemalloc"]]
+    mi = rows[3][1]
     print("| service built with | req/s (median) | p50 ms | p99 ms | all 200 | req/s / mimalloc |")
     print("|---|---|---|---|---|---|")
     for n, rps, p50, p99, ok in rows:
         print(f"| {n} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {ok} | {rps / mi:.2f}x |")
 q, ra, sp, nl, sh = row("quiet"), row("runaway"), row("spin"), row("nolane"), row("spinheavy")
+qn = row("quiet-nolane")
 codes = [l.split()[0] for l in open(f"{out}/runaway-codes.txt") if l.strip()]
 print()
 print(f"| slabcg with tenants, load at a fixed rate | req/s | p50 ms | p99 ms | all 200 |")
 print("|---|---|---|---|---|")
 print(f"| normal load alone | {q[1]:,.0f} | {q[2]:.2f} | {q[3]:.2f} | {q[4]} |")
 print(f"| same load, a runaway killed over and over | {ra[1]:,.0f} | {ra[2]:.2f} | {ra[3]:.2f} | {ra[4]} |")
-print(f"| the same without the heavy lane (`--heavy-bytes off`) | {nl[1]:,.0f} | {nl[2]:.2f} | {nl[3]:.2f} | {nl[4]} |")
+print(f"| normal load alone, server without the heavy lane (`--heavy-bytes off`) | {qn[1]:,.0f} | {qn[2]:.2f} | {qn[3]:.2f} | {qn[4]} |")
+print(f"| same load, the runaways in that server | {nl[1]:,.0f} | {nl[2]:.2f} | {nl[3]:.2f} | {nl[4]} |")
 spin_ms = open(f"{out}/spin-ms.txt").read().strip()
 print(f"| same load, a {spin_ms} ms CPU-only request at the same pace (control) | {sp[1]:,.0f} | {sp[2]:.2f} | {sp[3]:.2f} | {sp[4]} |")
 print(f"| the control on the heavy lane | {sh[1]:,.0f} | {sh[2]:.2f} | {sh[3]:.2f} | {sh[4]} |")
@@ -166,13 +178,24 @@ print(f"\nrunaway requests: {len(codes)}, answers: " +
 nlcodes = [l.split()[0] for l in open(f"{out}/nolane-codes.txt") if l.strip()]
 print(f"runaway requests without the lane: {len(nlcodes)}, answers: " +
       ", ".join(f"{c} x{nlcodes.count(c)}" for c in sorted(set(nlcodes))))
-print(f"p99 moved by {(ra[3] / q[3] - 1) * 100:+.1f}% by the runaways, {(nl[3] / q[3] - 1) * 100:+.1f}% by them without the heavy lane, {(sp[3] / q[3] - 1) * 100:+.1f}% by the control, {(sh[3] / q[3] - 1) * 100:+.1f}% by the control on the heavy lane (medians of {rounds} rounds)")
+def per_round(a, b):
+    return [json.load(open(f"{out}/{a}.{r}.json"))["latencyPercentiles"]["p99"] /
+            json.load(open(f"{out}/{b}.{r}.json"))["latencyPercentiles"]["p99"] - 1 for r in range(1, rounds + 1)]
+def pct(xs): return ", ".join(f"{x * 100:+.1f}%" for x in xs)
+print(f"p99 moved by {(ra[3] / q[3] - 1) * 100:+.1f}% by the runaways, {(nl[3] / qn[3] - 1) * 100:+.1f}% by them without the heavy lane, {(sp[3] / q[3] - 1) * 100:+.1f}% by the control, {(sh[3] / q[3] - 1) * 100:+.1f}% by the control on the heavy lane (medians of {rounds} rounds)")
+print(f"per round, against the same server alone: runaways {pct(per_round('runaway', 'quiet'))}; without the lane {pct(per_round('nolane', 'quiet-nolane'))}")
+for f, want in [("runaway-codes.txt", "503"), ("nolane-codes.txt", "503"), ("spin-codes.txt", "200"), ("spinheavy-codes.txt", "200")]:
+    got = [l.split()[0] for l in open(f"{out}/{f}") if l.strip()]
+    bad = [c for c in got if c != want]
+    print(f"{f}: {len(got)} answers, {len(bad)} not {want}" + (f": {sorted(set(bad))}" if bad else ""))
+body = open(f"{out}/runaway-codes.txt.body").read()
+print("last runaway's answer:", body.strip()[:200])
 kills = [int(m.group(1)) for r in range(1, rounds + 1) for m in
          [re.search(r'slabcg_memory_events_total\{tenant="tenants/evil",event="oom_kill"\} (\d+)',
                     open(f"{out}/metrics.{r}.txt").read())] if m]
 print(f"oom_kill of tenants/evil per round: {kills}")
 print("\nwrk cross-check (one run each, x-tenant: customer-1):")
-for n in ([] if only else ["slabcg-tenants", "slabcg-no-tenants", "mimalloc", "jemalloc"]):
+for n in ([] if only else ["slabcg-tenants", "slabcg-tenants-nolane", "slabcg-no-tenants", "mimalloc", "jemalloc"]):
     t = open(f"{out}/wrk.{n}.txt").read()
     rps = re.search(r"Requests/sec:\s+([\d.]+)", t).group(1)
     p99 = re.search(r"99%\s+(\S+)", t).group(1)

@@ -55,6 +55,7 @@ fn customers_are_served_while_a_runaway_is_killed() {
         tenants: true,
         heavy_bytes: 1 << 20,
         heavy_workers: 2,
+        heavy_queue: 64,
     });
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -196,5 +197,58 @@ fn customers_are_served_while_a_runaway_is_killed() {
     assert_eq!(status, 404);
     let (status, _) = rt.block_on(get(&client, format!("{base}/work?kb=1"), Some("bad name!")));
     assert_eq!(status, 400);
+    server.abort();
+}
+
+/// With no room on the heavy lane, a request that passes its high answers 503 with
+/// `Retry-After` (load shed, the process lives), its memory is given back, and requests under
+/// their high are served as before.
+#[test]
+fn a_full_heavy_lane_sheds_the_heavy_request() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let svc = service::Service::new(service::Config {
+        tenant_max: 16 << 20,
+        total_max: u64::MAX,
+        tenants: true,
+        heavy_bytes: 1 << 20,
+        heavy_workers: 1,
+        heavy_queue: 0,
+    });
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = rt.spawn(async move {
+        let _ = axum::serve(listener, service::router(svc.clone())).await;
+    });
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    rt.block_on(async {
+        let (s, body) = get(&client, format!("{base}/work?kb=16"), Some("dave")).await;
+        assert_eq!(s, 200, "{body}");
+        let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
+        let series = "slabcg_memory_current_bytes{tenant=\"tenants/dave\"}";
+        let idle = sample(&metrics, series).unwrap();
+        let (s, body) = get(&client, format!("{base}/work?kb=3072"), Some("dave")).await;
+        assert_eq!(s, 503, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"], "heavy lane full: retry later");
+        assert_eq!(v["high"], 1u64 << 20);
+        let (s, body) = get(&client, format!("{base}/work?kb=200"), Some("dave")).await;
+        assert_eq!(s, 200, "{body}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).unwrap()["lane"],
+            "main"
+        );
+        let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
+        assert_eq!(
+            sample(&metrics, series),
+            Some(idle),
+            "dave's memory given back"
+        );
+    });
     server.abort();
 }

@@ -26,14 +26,17 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const USAGE: &str = "\
 usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES]
-                      [--heavy-bytes BYTES|off] [--workers N] [--no-tenants]
-  --addr         where to listen (default 127.0.0.1:3000)
-  --tenant-max   each customer's hard limit in bytes (default 67108864, 64 MiB)
-  --total-max    the limit of all customers together (default: unlimited)
-  --heavy-bytes  each request's high: past it, the request finishes on the heavy lane,
-                 threads at the lowest CPU priority (default 4194304, 4 MiB; off: no lane)
-  --workers      tokio worker threads, and heavy-lane threads (default: the number of CPUs)
-  --no-tenants   serve without tenants (a baseline for load runs)
+                      [--heavy-bytes BYTES|off] [--heavy-workers N] [--heavy-queue N]
+                      [--workers N] [--no-tenants]
+  --addr           where to listen (default 127.0.0.1:3000)
+  --tenant-max     each customer's hard limit in bytes (default 67108864, 64 MiB)
+  --total-max      the limit of all customers together (default: unlimited)
+  --heavy-bytes    each request's high: past it, the request finishes on the heavy lane,
+                   threads at the lowest CPU priority (default 4194304, 4 MiB; off: no lane)
+  --heavy-workers  the heavy lane's threads (default 1)
+  --heavy-queue    requests on the heavy lane at once, at most; past it, 503 (default 64)
+  --workers        tokio worker threads (default: the number of CPUs)
+  --no-tenants     serve without tenants (a baseline for load runs)
 ";
 
 fn allocator() -> &'static str {
@@ -53,7 +56,8 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
         total_max: u64::MAX,
         tenants: true,
         heavy_bytes: 4 << 20,
-        heavy_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        heavy_workers: 1,
+        heavy_queue: 64,
     };
     let mut workers = None;
     let mut args = std::env::args().skip(1);
@@ -76,9 +80,15 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
             }
             "--workers" => {
                 let v = value("--workers")?;
-                let n = v.parse().map_err(|_| format!("--workers: {v}"))?;
-                workers = Some(n);
-                cfg.heavy_workers = n;
+                workers = Some(v.parse().map_err(|_| format!("--workers: {v}"))?);
+            }
+            "--heavy-workers" => {
+                let v = value("--heavy-workers")?;
+                cfg.heavy_workers = v.parse().map_err(|_| format!("--heavy-workers: {v}"))?;
+            }
+            "--heavy-queue" => {
+                let v = value("--heavy-queue")?;
+                cfg.heavy_queue = v.parse().map_err(|_| format!("--heavy-queue: {v}"))?;
             }
             "--no-tenants" => cfg.tenants = false,
             other => return Err(format!("unknown argument: {other}")),

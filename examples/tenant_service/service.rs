@@ -7,19 +7,30 @@
 //!   small structs), serializes it with serde_json, answers 200 with
 //!   `{"tenant":..,"kb":N,"checksum":..,"lane":..}` (the checksum depends only on N); a
 //!   request whose tenant is killed answers 503 with a JSON error naming the tenant and its
-//!   limit.
-//!
-//! **The heavy lane.** A request's tenant has `high` set to [`Config::heavy_bytes`]. A request
-//! found above it at a yield point finishes on a second runtime whose threads run at the
-//! lowest CPU priority (`SCHED_IDLE`), the way the kernel throttles a cgroup above
-//! `memory.high`: it still runs on idle CPU, but the other customers' requests on the main
-//! workers preempt it. Without the lane, a runaway's build (0.2-0.3 s of CPU for 64 MiB) takes
-//! one of the main workers until its kill.
-//! - `GET /spin?ms=N`: N ms of CPU work that allocates nothing (the load runs' control).
+//!   limit; 503 too, with `Retry-After`, when the heavy lane is full.
+//! - `GET /spin?ms=N[&lane=heavy]`: N ms of CPU work that allocates nothing (the load runs'
+//!   control), on the main workers or on the heavy lane.
 //! - `GET /metrics`: `slabcg::prometheus::render()`.
 //! - `GET /tenants/NAME/stat`: the customer's memory.stat-like text.
+//!
+//! **The heavy lane.** A request's tenant has `high` set to [`Config::heavy_bytes`]. A request
+//! found above it at a yield point finishes its build on a second runtime whose threads run
+//! at the lowest CPU priority (`SCHED_IDLE`): it still runs on idle CPU, and any other thread
+//! that wakes preempts it. (The kernel slows a cgroup above `memory.high` by reclaim and a
+//! sleep penalty; here the service slows a request above its high by CPU priority.) Without
+//! the lane, a runaway's build (about 0.15 s of CPU for 64 MiB on the 2-vCPU VM of
+//! BENCHMARKS.md) holds a main worker, between yields, until its kill. What the lane costs:
+//! - under full load a request on it gets almost no CPU, and keeps its memory meanwhile; at
+//!   most [`Config::heavy_queue`] requests are on it at once, the next ones answer 503;
+//! - a killed request's working set is freed on the main workers, at normal priority (the
+//!   OOM killer waits for it, within a grace period, before it picks another victim);
+//! - priority inversion: a lane thread preempted inside the allocator's or the accounting's
+//!   short critical sections (a stock, a size class's lock, the OOM walk) makes a main
+//!   worker that needs the same one wait until the lane thread runs again.
+//! - each charge above high counts an `events.high` on the request and its ancestors.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, Query, State};
@@ -43,8 +54,13 @@ pub struct Config {
     /// Each request's `high` (bytes): past it, the request finishes on the heavy lane
     /// (`u64::MAX`: no lane; ignored without tenants).
     pub heavy_bytes: u64,
-    /// The heavy lane's threads.
+    /// The heavy lane's threads. One is the default: the lane lives on idle CPU, and with a
+    /// second thread every yield of a heavy request wakes it to look for work (a futex wake
+    /// and an IPI to a CPU that may be serving a normal request).
     pub heavy_workers: usize,
+    /// Requests on the heavy lane at once, at most; past it, a request that passes its high
+    /// answers 503.
+    pub heavy_queue: usize,
 }
 
 pub struct Service {
@@ -54,25 +70,62 @@ pub struct Service {
     heavy: Option<HeavyLane>,
 }
 
-/// The low-priority runtime that requests above their `high` finish on.
-struct HeavyLane(Option<tokio::runtime::Runtime>);
+/// The low-priority runtime that requests above their `high` finish on, and how many are
+/// on it.
+struct HeavyLane {
+    rt: Option<tokio::runtime::Runtime>,
+    queued: Arc<AtomicUsize>,
+    max_queued: usize,
+}
 
 impl HeavyLane {
-    fn new(workers: usize) -> HeavyLane {
+    fn new(workers: usize, max_queued: usize) -> HeavyLane {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers.max(1))
             .thread_name("heavy-lane")
             .on_thread_start(lowest_cpu_priority)
             .build()
             .expect("heavy lane runtime");
-        HeavyLane(Some(rt))
+        HeavyLane {
+            rt: Some(rt),
+            queued: Arc::new(AtomicUsize::new(0)),
+            max_queued,
+        }
     }
 
     fn handle(&self) -> &tokio::runtime::Handle {
-        self.0
+        self.rt
             .as_ref()
             .expect("the lane lives until dropped")
             .handle()
+    }
+
+    /// A place on the lane, held until the guard drops; None when the lane is full.
+    fn enter(&self) -> Option<LaneSlot> {
+        if self.queued.fetch_add(1, Relaxed) >= self.max_queued {
+            self.queued.fetch_sub(1, Relaxed);
+            return None;
+        }
+        Some(LaneSlot(self.queued.clone()))
+    }
+}
+
+/// A request's place on the heavy lane.
+struct LaneSlot(Arc<AtomicUsize>);
+
+impl Drop for LaneSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Set when the handler of a request on the heavy lane is dropped (its client went away):
+/// the lane stops building for nobody at its next yield.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Relaxed);
     }
 }
 
@@ -80,7 +133,7 @@ impl Drop for HeavyLane {
     /// The service may be dropped inside the main runtime (the tests do), where dropping a
     /// runtime would block.
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
+        if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
     }
@@ -88,14 +141,26 @@ impl Drop for HeavyLane {
 
 /// Puts the calling thread in `SCHED_IDLE`: it runs when nothing else wants the CPU, and any
 /// other thread that wakes preempts it. An unprivileged thread may always lower itself; if
-/// the kernel refuses anyway, the thread falls back to nice 19, then runs as it is.
+/// the kernel refuses anyway, the thread falls back to nice 19, and says so.
 fn lowest_cpu_priority() {
     let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid `sched_param`; pid 0 is the calling thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        // SAFETY: plain syscall on the calling thread (who 0).
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    // SAFETY: `param` is a valid `sched_param` that the call only reads; pid 0 is the
+    // calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
+        return;
     }
+    let err = std::io::Error::last_os_error();
+    // SAFETY: no pointer is passed; on Linux, PRIO_PROCESS with who 0 is the calling thread
+    // only.
+    let nice = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    eprintln!(
+        "tenant_service: heavy lane: SCHED_IDLE refused ({err}); {}",
+        if nice == 0 {
+            "nice 19 instead"
+        } else {
+            "normal priority"
+        }
+    );
 }
 
 impl Service {
@@ -108,7 +173,7 @@ impl Service {
             cfg,
             parent,
             customers: Mutex::new(HashMap::new()),
-            heavy: lane.then(|| HeavyLane::new(cfg.heavy_workers)),
+            heavy: lane.then(|| HeavyLane::new(cfg.heavy_workers, cfg.heavy_queue)),
         })
     }
 
@@ -201,15 +266,15 @@ pub type WorkingSet = BTreeMap<String, Record>;
 /// outside the future that builds it, so that a kill (which drops that future at once)
 /// leaves the working set to [`release`].
 pub struct Work {
-    kb: u64,
+    records: u64,
     next: u64,
-    pub set: WorkingSet,
+    set: WorkingSet,
 }
 
 impl Work {
     pub fn new(kb: u64) -> Work {
         Work {
-            kb,
+            records: records(kb),
             next: 0,
             set: WorkingSet::new(),
         }
@@ -221,7 +286,7 @@ impl Work {
 /// the JSON. Returns `None` at a yield point where `stop()` is true, to be called again
 /// (on the heavy lane) to go on.
 pub async fn build(w: &mut Work, mut stop: impl FnMut() -> bool) -> Option<u64> {
-    while w.next < records(w.kb) {
+    while w.next < w.records {
         let (k, r) = record(w.next);
         w.set.insert(k, r);
         w.next += 1;
@@ -308,18 +373,47 @@ async fn work(
             (Err(killed), "main")
         }
         Ok(None) => {
-            let lane = heavy.expect("stops only with a lane").handle();
-            let req = request.clone();
-            let rest = lane.spawn(async move {
-                let out = build(&mut work, || false).in_tenant(&req).await;
+            let lane = heavy.expect("stops only with a lane");
+            let Some(slot) = lane.enter() else {
                 release(work.set).await;
-                drop(in_flight);
-                out.map(|sum| sum.expect("a build that never stops finishes"))
+                let err = serde_json::json!({
+                    "error": "heavy lane full: retry later",
+                    "tenant": name,
+                    "high": svc.cfg.heavy_bytes,
+                });
+                let mut resp = json(StatusCode::SERVICE_UNAVAILABLE, err);
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+                return resp;
+            };
+            let main = tokio::runtime::Handle::current();
+            let cancelled = Arc::new(AtomicBool::new(false));
+            let _cancel = CancelOnDrop(cancelled.clone());
+            let req = request.clone();
+            let rest = lane.handle().spawn(async move {
+                let _slot = slot;
+                let out = build(&mut work, || cancelled.load(Relaxed))
+                    .in_tenant(&req)
+                    .await;
+                // What a killed or cancelled build left is freed on the main workers: at the
+                // lane's priority it could wait for idle CPU while the OOM killer waits for it.
+                let set = std::mem::take(&mut work.set);
+                main.spawn(async move {
+                    release(set).await;
+                    drop(in_flight);
+                });
+                out
             });
             match rest.await {
-                Ok(outcome) => (outcome, "heavy"),
-                Err(e) => {
-                    let err = serde_json::json!({"error": e.to_string(), "tenant": name});
+                Ok(Ok(Some(sum))) => (Ok(sum), "heavy"),
+                Ok(Err(killed)) => (Err(killed), "heavy"),
+                // Cancelled: only by this handler's drop, so never seen here.
+                Ok(Ok(None)) | Err(_) => {
+                    let err = serde_json::json!({
+                        "error": "the heavy lane lost the request",
+                        "tenant": name,
+                        "lane": "heavy",
+                    });
                     return json(StatusCode::INTERNAL_SERVER_ERROR, err);
                 }
             }
@@ -362,7 +456,10 @@ async fn spin(State(svc): State<Arc<Service>>, Query(q): Query<SpinQuery>) -> Re
         .as_ref()
         .filter(|_| q.lane.as_deref() == Some("heavy"))
     {
-        Some(lane) => lane.handle().spawn(spin_for(ms)).await.unwrap_or(0),
+        Some(lane) => match lane.handle().spawn(spin_for(ms)).await {
+            Ok(x) => x,
+            Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        },
         None => spin_for(ms).await,
     };
     (StatusCode::OK, format!("{x}\n")).into_response()
