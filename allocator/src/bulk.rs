@@ -39,7 +39,7 @@ use crate::bin::Bin;
 use crate::cache::SlabCache;
 use crate::dedicated::Cache;
 use crate::object_stock::ObjectStock;
-use crate::owner::{is_accounted, owner_word};
+use crate::owner::{class_owner_word, is_accounted, owner_word};
 use crate::size_class::{class_for, class_size, Kind};
 use crate::slab::FreeObj;
 use crate::thread_cache::ThreadCache;
@@ -297,6 +297,55 @@ impl<'a> Keep<'a> {
         true
     }
 
+    /// [`keep`](Self::keep) over `ptrs` from the start, for as long as each is kept: the
+    /// bulk free's common case (every slot charged to the tag) as a loop whose state lives in
+    /// registers. `owner` reads a slot's owner word, or says None for a slot that is not one
+    /// the bin can hold (null, another kind, not a slot start of the cache), which ends the
+    /// run as a refused `keep` does. Returns how many were kept; the caller takes the next one
+    /// through its one-by-one path. Hardened builds keep one by one (`check_not_chained`).
+    ///
+    /// # Safety
+    /// As [`keep`](Self::keep) for each pointer for which `owner` answers.
+    #[inline(always)]
+    unsafe fn keep_prefix(
+        &mut self,
+        ptrs: &[*mut u8],
+        owner: impl Fn(*mut u8) -> Option<ObjCgId>,
+    ) -> usize {
+        let Some(bin) = self.bin.filter(|_| !cfg!(feature = "hardened")) else {
+            return 0;
+        };
+        let (tag, first) = (self.tag, self.first);
+        // `keep`'s room check, made once: n < room holds for every slot kept.
+        let end = ptrs.len().min((self.room - self.n) as usize);
+        let (mut head, mut i) = (self.head, 0);
+        while i < end {
+            let p = ptrs[i];
+            let o = p as *mut FreeObj;
+            // `keep`'s checks: the tag, the bin's head, the chain's head (room: `end`).
+            match owner(p) {
+                Some(w) if u64::from(w) == tag && o != head && o != first => {}
+                _ => break,
+            }
+            // SAFETY: the caller's slot, given up; its first word becomes the chain's link.
+            unsafe {
+                bin.check_free(p);
+                FreeObj::set_next(o, head);
+            }
+            head = o;
+            i += 1;
+        }
+        if i > 0 {
+            if self.head.is_null() {
+                self.tail = ptrs[0] as *mut FreeObj;
+            }
+            self.head = head;
+            // i <= room - n, a u32.
+            self.n += i as u32;
+        }
+        i
+    }
+
     /// Whether `p` heads the chain (a second free of it in this call).
     fn is_head(&self, p: *mut u8) -> bool {
         p as *mut FreeObj == self.head
@@ -541,7 +590,25 @@ impl Cache {
         let mut owners = Owners::new(self.core.layout.object_size, self.stat_idx());
         let front = tc.front(self.front);
         let mut keep = Keep::new(tc, (live && front.is_of(self.core)).then_some(&front.kept));
-        for &p in ptrs.iter().filter(|p| !p.is_null()) {
+        let mut rest = ptrs;
+        loop {
+            // The common case first: a run of slots kept in the front's kept bin.
+            // SAFETY: caller's contract: each is a live slot of this cache, given up; a
+            // pointer `owner_word_if_slot` does not see as a slot start of this cache ends
+            // the run and is reported below.
+            let k = unsafe {
+                keep.keep_prefix(rest, |p| {
+                    let w = self.core.owner_word_if_slot(p)?;
+                    Some((*w).load(Ordering::Relaxed))
+                })
+            };
+            let Some((&p, tail)) = rest[k..].split_first() else {
+                break;
+            };
+            rest = tail;
+            if p.is_null() {
+                continue;
+            }
             // Kept, as the single free keeps it, once p is seen to be a slot start in a
             // segment of this cache (`owner_word_if_slot`).
             // SAFETY: caller's contract: p is a live slot of this cache; its word lives as
@@ -744,7 +811,26 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
         let mut acct = Sink::new(accounted, live.then(|| tc.bin(c, Kind::Accounted)));
         let mut owners = Owners::new(class_size(c), StatIdx::slab(c));
         let mut keep = Keep::new(tc, live.then(|| &tc.line(c).tagged));
-        for &p in ptrs.iter().filter(|p| !p.is_null()) {
+        let geom = tc.line(c).owner;
+        let mut rest = ptrs;
+        loop {
+            // The common case first: a run of accounted slots kept in the tagged bin.
+            // SAFETY: caller's contract: each is a live block of class c, given up; an
+            // accounted one is a slot of its accounted cache (a null or plain one ends the
+            // run), whose word says who it is charged to.
+            let k = unsafe {
+                keep.keep_prefix(rest, |p| {
+                    let acct = !p.is_null() && is_accounted(p);
+                    acct.then(|| (*class_owner_word(p, c, &geom)).load(Ordering::Relaxed))
+                })
+            };
+            let Some((&p, tail)) = rest[k..].split_first() else {
+                break;
+            };
+            rest = tail;
+            if p.is_null() {
+                continue;
+            }
             if !is_accounted(p) {
                 // SAFETY: caller's contract; the flush validates that p is a slot of the
                 // plain cache of class c.

@@ -20,6 +20,7 @@ use crate::slab::SlabLayout;
 /// is the u32 at `(p & !slab_mask) + meta_offset + 4 * ((p & slab_mask) * recip >> 40)`
 /// (slabs are aligned to their size; size classes have no padding, so their owner words
 /// always form a 4-byte array).
+#[derive(Clone, Copy)]
 pub(crate) struct OwnerGeom {
     pub(crate) slab_mask: usize,
     pub(crate) recip: u64,
