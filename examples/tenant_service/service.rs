@@ -22,8 +22,9 @@
 //! BENCHMARKS.md) holds a main worker, between yields, until its kill. What the lane costs:
 //! - under full load a request on it gets almost no CPU, and keeps its memory meanwhile; at
 //!   most [`Config::heavy_queue`] requests are on it at once, the next ones answer 503;
-//! - a killed request's working set is freed on the main workers, at normal priority (the
-//!   OOM killer waits for it, within a grace period, before it picks another victim);
+//! - a killed request's working set is freed on the lane too, unless that takes more than
+//!   0.2 s (the lane is starved): then the rest is freed on the main workers, since the OOM
+//!   killer waits for it only within a grace period (1 s) before it picks another victim;
 //! - priority inversion: a lane thread preempted inside the allocator's or the accounting's
 //!   short critical sections (a stock, a size class's lock, the OOM walk) makes a main
 //!   worker that needs the same one wait until the lane thread runs again.
@@ -317,6 +318,30 @@ pub async fn release(mut set: WorkingSet) {
     }
 }
 
+/// How long a release may take on the heavy lane before the rest moves to the main workers.
+const LANE_RELEASE_BUDGET: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// [`release`] on the heavy lane, which has idle CPU unless the service is saturated; if the
+/// release is still going after [`LANE_RELEASE_BUDGET`], the lane is starved, and the rest is
+/// freed on the main workers (`main`): the OOM killer waits for a victim's frees only within
+/// a grace period (1 s) before it picks another one.
+async fn release_on_lane(mut set: WorkingSet, main: &tokio::runtime::Handle) {
+    let t0 = std::time::Instant::now();
+    while !set.is_empty() {
+        if t0.elapsed() > LANE_RELEASE_BUDGET {
+            // A JoinError means the main runtime is shutting down: nothing left to serve.
+            let _ = main.spawn(release(set)).await;
+            return;
+        }
+        for _ in 0..1024 {
+            if set.pop_first().is_none() {
+                break;
+            }
+        }
+        yield_now().await;
+    }
+}
+
 /// What `build(kb)` answers, computed without a runtime (the tests' oracle).
 #[allow(dead_code)] // the example does not call it; tests/tenant_service.rs does
 pub fn checksum(kb: u64) -> u64 {
@@ -395,13 +420,8 @@ async fn work(
                 let out = build(&mut work, || cancelled.load(Relaxed))
                     .in_tenant(&req)
                     .await;
-                // What a killed or cancelled build left is freed on the main workers: at the
-                // lane's priority it could wait for idle CPU while the OOM killer waits for it.
-                let set = std::mem::take(&mut work.set);
-                main.spawn(async move {
-                    release(set).await;
-                    drop(in_flight);
-                });
+                release_on_lane(std::mem::take(&mut work.set), &main).await;
+                drop(in_flight);
                 out
             });
             match rest.await {
