@@ -38,6 +38,7 @@ use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 use crate::bin::Bin;
 use crate::cache::SlabCache;
 use crate::dedicated::Cache;
+use crate::global;
 use crate::object_stock::ObjectStock;
 use crate::owner::{class_owner_word, is_accounted, owner_word};
 use crate::size_class::{class_for, class_size, Kind};
@@ -473,6 +474,14 @@ impl Cache {
         if n == 0 {
             return 0;
         }
+        if n == 1 {
+            // A bulk of one is a single allocation: the bulk's setup (the runs, the kept
+            // pass, the owner words' pass) costs more than the one object.
+            return self.alloc().map_or(0, |p| {
+                out[0] = p.as_ptr();
+                1
+            });
+        }
         let accounted = self.core.id.accounted;
         let cg = if accounted { hooks::current_objcg() } else { 0 };
         let runs = Runs {
@@ -556,6 +565,15 @@ impl Cache {
     /// # Safety
     /// Every pointer must come from this cache, be live, and appear once.
     pub unsafe fn free_bulk(&self, ptrs: &[*mut u8]) {
+        if let [p] = *ptrs {
+            // One object: a single free, which keeps or uncharges it and reclaims as this
+            // would.
+            if let Some(p) = NonNull::new(p) {
+                // SAFETY: caller's contract.
+                unsafe { self.free(p) };
+            }
+            return;
+        }
         // SAFETY: caller's contract.
         thread_cache::with(|tc| unsafe { self.free_bulk_through(tc, ptrs) });
         // A drainer may be why slots were not kept: give back what it left in the bins, as a
@@ -685,6 +703,15 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
     if n == 0 {
         return 0;
     }
+    if n == 1 {
+        // A bulk of one is a single allocation of the class (module docs of `Cache::alloc_bulk`).
+        let p = global::alloc_class(c);
+        if p.is_null() {
+            return 0;
+        }
+        out[0] = p;
+        return 1;
+    }
     // The class sizes must be registered with the accounting before anything is charged
     // (done by a thread's first slow path, which this may come before).
     init::init_once();
@@ -801,6 +828,15 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
         }
         return;
     };
+    if let [p] = *ptrs {
+        // One block: a single free of its class, which keeps or uncharges it and reclaims as
+        // this would.
+        if !p.is_null() {
+            // SAFETY: caller's contract: a live block of class c.
+            unsafe { global::free_class(p, c) };
+        }
+        return;
+    }
     let accounted = class_caches::cache(c, Kind::Accounted);
     thread_cache::with(|tc| {
         let live = thread_cache::is_live(tc);

@@ -78,7 +78,7 @@ fn fast_class(size: usize, align: usize) -> Option<usize> {
 
 /// Allocates a slot of class `c`, charged to the current tenant when there is one.
 #[inline(always)]
-fn alloc_class(c: usize) -> *mut u8 {
+pub(crate) fn alloc_class(c: usize) -> *mut u8 {
     let cg = hooks::current_objcg();
     if cg != 0 {
         return charge::alloc_small(c, cg);
