@@ -458,6 +458,36 @@ fn bulk_takes_and_keeps_kept_slots_all_or_nothing() {
     assert_all_freed(&t, &c);
 }
 
+/// Null entries in a bulk free are skipped, also in the middle of a run of slots being kept
+/// (the kept bin has room): the others are kept, and nothing stays charged after the drain.
+#[test]
+fn a_bulk_free_with_nulls_keeps_the_rest() {
+    let _one = one_at_a_time();
+    let c = cache("kept-bulk-nulls", 256);
+    let t = Tenant::new("kept-bulk-nulls");
+    let mut v = Vec::with_capacity(64);
+    let mut out = vec![std::ptr::null_mut(); 16];
+    {
+        let _g = t.enter();
+        fill_kept(&c, 16, &mut v);
+        let kept = c.kept_in_my_front();
+        assert_eq!(c.alloc_bulk(&mut out), 16);
+        // Nulls at the start, in the middle and at the end, between kept slots.
+        let mut with_nulls = vec![std::ptr::null_mut()];
+        for (i, &p) in out.iter().enumerate() {
+            with_nulls.push(p);
+            if i % 5 == 2 {
+                with_nulls.push(std::ptr::null_mut());
+            }
+        }
+        with_nulls.push(std::ptr::null_mut());
+        // SAFETY: every non-null pointer came from this cache's alloc_bulk, each freed once.
+        unsafe { c.free_bulk(&with_nulls) };
+        assert_eq!(c.kept_in_my_front(), kept, "every object kept again");
+    }
+    assert_all_freed(&t, &c);
+}
+
 /// A request's tenant that finds the kept slots of a request that ended takes them with
 /// their charge in place (`transfer_on_miss`, as a size class's first allocation does),
 /// instead of giving them back and charging afresh.

@@ -300,13 +300,16 @@ impl<'a> Keep<'a> {
 
     /// [`keep`](Self::keep) over `ptrs` from the start, for as long as each is kept: the
     /// bulk free's common case (every slot charged to the tag) as a loop whose state lives in
-    /// registers. `owner` reads a slot's owner word, or says None for a slot that is not one
-    /// the bin can hold (null, another kind, not a slot start of the cache), which ends the
-    /// run as a refused `keep` does. Returns how many were kept; the caller takes the next one
-    /// through its one-by-one path. Hardened builds keep one by one (`check_not_chained`).
+    /// registers. A null entry ends the run before `owner` sees it; `owner` reads a non-null
+    /// slot's owner word, or says None for one the bin cannot hold (another kind, not a slot
+    /// start of the cache), which ends the run as a refused `keep` does. Returns how many were
+    /// kept; the caller takes the next one through its one-by-one path. Hardened builds keep
+    /// one by one (`check_not_chained`).
     ///
     /// # Safety
-    /// As [`keep`](Self::keep) for each pointer for which `owner` answers.
+    /// `owner` is called on non-null entries of `ptrs` in order, up to the bin's room; each
+    /// must be what `owner` may be called on, and, when it answers, as [`keep`](Self::keep)
+    /// requires.
     #[inline(always)]
     unsafe fn keep_prefix(
         &mut self,
@@ -322,6 +325,9 @@ impl<'a> Keep<'a> {
         let (mut head, mut i) = (self.head, 0);
         while i < end {
             let p = ptrs[i];
+            if p.is_null() {
+                break;
+            }
             let o = p as *mut FreeObj;
             // `keep`'s checks: the tag, the bin's head, the chain's head (room: `end`).
             match owner(p) {
@@ -611,9 +617,9 @@ impl Cache {
         let mut rest = ptrs;
         loop {
             // The common case first: a run of slots kept in the front's kept bin.
-            // SAFETY: caller's contract: each is a live slot of this cache, given up; a
-            // pointer `owner_word_if_slot` does not see as a slot start of this cache ends
-            // the run and is reported below.
+            // SAFETY: caller's contract: each non-null entry is a live slot of this cache,
+            // given up; a pointer `owner_word_if_slot` does not see as a slot start of this
+            // cache ends the run and is reported below (nulls end it before the closure).
             let k = unsafe {
                 keep.keep_prefix(rest, |p| {
                     let w = self.core.owner_word_if_slot(p)?;
@@ -703,8 +709,12 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
     if n == 0 {
         return 0;
     }
+    // The class sizes must be registered with the accounting before anything is charged
+    // (done by a thread's first slow path, which this may come before).
+    init::init_once();
     if n == 1 {
-        // A bulk of one is a single allocation of the class (module docs of `Cache::alloc_bulk`).
+        // A bulk of one is a single allocation of the class: the bulk's setup (the runs, the
+        // object-stock pass, the owner words' pass) costs more than the one block.
         let p = global::alloc_class(c);
         if p.is_null() {
             return 0;
@@ -712,9 +722,6 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
         out[0] = p;
         return 1;
     }
-    // The class sizes must be registered with the accounting before anything is charged
-    // (done by a thread's first slow path, which this may come before).
-    init::init_once();
     let cg = hooks::current_objcg();
     let kind = if cg != 0 {
         Kind::Accounted
@@ -851,13 +858,13 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
         let mut rest = ptrs;
         loop {
             // The common case first: a run of accounted slots kept in the tagged bin.
-            // SAFETY: caller's contract: each is a live block of class c, given up; an
-            // accounted one is a slot of its accounted cache (a null or plain one ends the
-            // run), whose word says who it is charged to.
+            // SAFETY: caller's contract: each non-null entry is a live block of class c,
+            // given up; an accounted one is a slot of its accounted cache (a plain one ends
+            // the run), whose word says who it is charged to.
             let k = unsafe {
                 keep.keep_prefix(rest, |p| {
-                    let acct = !p.is_null() && is_accounted(p);
-                    acct.then(|| (*class_owner_word(p, c, &geom)).load(Ordering::Relaxed))
+                    is_accounted(p)
+                        .then(|| (*class_owner_word(p, c, &geom)).load(Ordering::Relaxed))
                 })
             };
             let Some((&p, tail)) = rest[k..].split_first() else {
