@@ -56,6 +56,7 @@ fn customers_are_served_while_a_runaway_is_killed() {
         heavy_bytes: 1 << 20,
         heavy_workers: 2,
         heavy_queue: 64,
+        heavy_release_budget: Duration::from_millis(200),
     });
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -217,6 +218,7 @@ fn a_full_heavy_lane_sheds_the_heavy_request() {
         heavy_bytes: 1 << 20,
         heavy_workers: 1,
         heavy_queue: 0,
+        heavy_release_budget: Duration::from_millis(200),
     });
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -248,6 +250,63 @@ fn a_full_heavy_lane_sheds_the_heavy_request() {
             sample(&metrics, series),
             Some(idle),
             "dave's memory given back"
+        );
+    });
+    server.abort();
+}
+
+/// With no time on the heavy lane for frees (a budget of 0: the watchdog on the main workers
+/// starts at once), the watchdog frees what a killed runaway left, racing the lane's own
+/// slices: each record is freed once, the runaway answers 503, and its customer's memory
+/// returns to its idle value.
+#[test]
+fn the_main_workers_free_what_a_starved_lane_left() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let svc = service::Service::new(service::Config {
+        tenant_max: 8 << 20,
+        total_max: u64::MAX,
+        tenants: true,
+        heavy_bytes: 1 << 20,
+        heavy_workers: 1,
+        heavy_queue: 4,
+        heavy_release_budget: Duration::ZERO,
+    });
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = rt.spawn(async move {
+        let _ = axum::serve(listener, service::router(svc.clone())).await;
+    });
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    rt.block_on(async {
+        let (s, body) = get(&client, format!("{base}/work?kb=16"), Some("erin")).await;
+        assert_eq!(s, 200, "{body}");
+        let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
+        let series = "slabcg_memory_current_bytes{tenant=\"tenants/erin\"}";
+        let idle = sample(&metrics, series).unwrap();
+        for _ in 0..3 {
+            let (s, body) = get(&client, format!("{base}/work?kb=1000000"), Some("erin")).await;
+            assert_eq!(s, 503, "{body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["lane"], "heavy", "{body}");
+            let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
+            assert_eq!(
+                sample(&metrics, series),
+                Some(idle),
+                "erin's memory given back"
+            );
+        }
+        let (s, body) = get(&client, format!("{base}/work?kb=3072"), Some("erin")).await;
+        assert_eq!(s, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v["checksum"],
+            format!("{:016x}", service::checksum(3072)).as_str()
         );
     });
     server.abort();

@@ -37,6 +37,7 @@ usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES
   --heavy-queue    requests on the heavy lane at once, at most; past it, 503 (default 64)
   --workers        tokio worker threads (default: the number of CPUs)
   --no-tenants     serve without tenants (a baseline for load runs)
+  -h, --help       this text
 ";
 
 fn allocator() -> &'static str {
@@ -58,6 +59,7 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
         heavy_bytes: 4 << 20,
         heavy_workers: 1,
         heavy_queue: 64,
+        heavy_release_budget: std::time::Duration::from_millis(200),
     };
     let mut workers = None;
     let mut args = std::env::args().skip(1);

@@ -22,9 +22,11 @@
 //! BENCHMARKS.md) holds a main worker, between yields, until its kill. What the lane costs:
 //! - under full load a request on it gets almost no CPU, and keeps its memory meanwhile; at
 //!   most [`Config::heavy_queue`] requests are on it at once, the next ones answer 503;
-//! - a killed request's working set is freed on the lane too, unless that takes more than
-//!   0.2 s (the lane is starved): then the rest is freed on the main workers, since the OOM
-//!   killer waits for it only within a grace period (1 s) before it picks another victim;
+//! - a killed request's working set is freed on the lane too; a watchdog on the main workers
+//!   frees what is left after 0.2 s (a starved lane), since the OOM killer waits for it only
+//!   within a grace period (1 s) before it picks another victim. The kill itself takes
+//!   effect at the request's next yield on the lane: under full load that may be later than
+//!   the grace, and then the killer may pick another victim;
 //! - priority inversion: a lane thread preempted inside the allocator's or the accounting's
 //!   short critical sections (a stock, a size class's lock, the OOM walk) makes a main
 //!   worker that needs the same one wait until the lane thread runs again.
@@ -62,6 +64,9 @@ pub struct Config {
     /// Requests on the heavy lane at once, at most; past it, a request that passes its high
     /// answers 503.
     pub heavy_queue: usize,
+    /// How long a killed or cancelled request's frees may take on the heavy lane before a
+    /// watchdog on the main workers frees the rest (`release_on_lane`).
+    pub heavy_release_budget: std::time::Duration,
 }
 
 pub struct Service {
@@ -318,28 +323,75 @@ pub async fn release(mut set: WorkingSet) {
     }
 }
 
-/// How long a release may take on the heavy lane before the rest moves to the main workers.
-const LANE_RELEASE_BUDGET: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// [`release`] on the heavy lane, which has idle CPU unless the service is saturated; if the
-/// release is still going after [`LANE_RELEASE_BUDGET`], the lane is starved, and the rest is
-/// freed on the main workers (`main`): the OOM killer waits for a victim's frees only within
-/// a grace period (1 s) before it picks another one.
-async fn release_on_lane(mut set: WorkingSet, main: &tokio::runtime::Handle) {
-    let t0 = std::time::Instant::now();
-    while !set.is_empty() {
-        if t0.elapsed() > LANE_RELEASE_BUDGET {
-            // A JoinError means the main runtime is shutting down: nothing left to serve.
-            let _ = main.spawn(release(set)).await;
-            return;
-        }
-        for _ in 0..1024 {
-            if set.pop_first().is_none() {
-                break;
+/// [`release`] on the heavy lane, which has idle CPU unless the service is saturated. A
+/// watchdog on the main workers (`main`) takes over what is left after `budget`
+/// ([`Config::heavy_release_budget`]): a starved lane could not even notice that its time is up, and the
+/// OOM killer waits for a victim's frees only within a grace period (1 s) before it picks
+/// another one. Returns when every record is freed, by either side.
+async fn release_on_lane(
+    set: WorkingSet,
+    main: &tokio::runtime::Handle,
+    budget: std::time::Duration,
+) {
+    if set.is_empty() {
+        return;
+    }
+    // The lane frees a slice under the lock, the watchdog takes the rest under it: each
+    // record is freed once, by one of them.
+    let shared = Arc::new(Mutex::new(Some(set)));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let watchdog = main.spawn({
+        let shared = shared.clone();
+        async move {
+            if !budget.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(budget) => {}
+                    _ = done_rx => return,
+                }
             }
+            loop {
+                // try_lock: a main worker must not block on a lane thread that the scheduler
+                // preempted inside its slice.
+                let taken = match shared.try_lock() {
+                    Ok(mut rest) => Ok(rest.take()),
+                    Err(std::sync::TryLockError::WouldBlock) => Err(()),
+                    Err(std::sync::TryLockError::Poisoned(_)) => return,
+                };
+                match taken {
+                    Ok(Some(rest)) => return release(rest).await,
+                    Ok(None) => return,
+                    Err(()) => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
+                }
+            }
+        }
+    });
+    loop {
+        let left = {
+            let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
+            match g.as_mut() {
+                Some(set) => {
+                    for _ in 0..1024 {
+                        if set.pop_first().is_none() {
+                            break;
+                        }
+                    }
+                    if set.is_empty() {
+                        *g = None;
+                    }
+                    g.is_some()
+                }
+                None => false,
+            }
+        };
+        if !left {
+            break;
         }
         yield_now().await;
     }
+    // Wakes a sleeping watchdog (it finds nothing and returns), or waits for the one that took
+    // over to finish its frees. A JoinError means the main runtime is shutting down.
+    let _ = done_tx.send(());
+    let _ = watchdog.await;
 }
 
 /// What `build(kb)` answers, computed without a runtime (the tests' oracle).
@@ -405,6 +457,7 @@ async fn work(
                     "error": "heavy lane full: retry later",
                     "tenant": name,
                     "high": svc.cfg.heavy_bytes,
+                    "lane": "main",
                 });
                 let mut resp = json(StatusCode::SERVICE_UNAVAILABLE, err);
                 resp.headers_mut()
@@ -412,6 +465,7 @@ async fn work(
                 return resp;
             };
             let main = tokio::runtime::Handle::current();
+            let budget = svc.cfg.heavy_release_budget;
             let cancelled = Arc::new(AtomicBool::new(false));
             let _cancel = CancelOnDrop(cancelled.clone());
             let req = request.clone();
@@ -420,7 +474,7 @@ async fn work(
                 let out = build(&mut work, || cancelled.load(Relaxed))
                     .in_tenant(&req)
                     .await;
-                release_on_lane(std::mem::take(&mut work.set), &main).await;
+                release_on_lane(std::mem::take(&mut work.set), &main, budget).await;
                 drop(in_flight);
                 out
             });
@@ -428,11 +482,16 @@ async fn work(
                 Ok(Ok(Some(sum))) => (Ok(sum), "heavy"),
                 Ok(Err(killed)) => (Err(killed), "heavy"),
                 // Cancelled: only by this handler's drop, so never seen here.
-                Ok(Ok(None)) | Err(_) => {
+                lost => {
+                    let detail = match lost {
+                        Err(e) => e.to_string(),
+                        _ => "cancelled".to_owned(),
+                    };
                     let err = serde_json::json!({
                         "error": "the heavy lane lost the request",
                         "tenant": name,
                         "lane": "heavy",
+                        "detail": detail,
                     });
                     return json(StatusCode::INTERNAL_SERVER_ERROR, err);
                 }
@@ -476,10 +535,21 @@ async fn spin(State(svc): State<Arc<Service>>, Query(q): Query<SpinQuery>) -> Re
         .as_ref()
         .filter(|_| q.lane.as_deref() == Some("heavy"))
     {
-        Some(lane) => match lane.handle().spawn(spin_for(ms)).await {
-            Ok(x) => x,
-            Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-        },
+        Some(lane) => {
+            let Some(slot) = lane.enter() else {
+                return (StatusCode::SERVICE_UNAVAILABLE, "heavy lane full\n").into_response();
+            };
+            let spun = lane.handle().spawn(async move {
+                let _slot = slot;
+                spin_for(ms).await
+            });
+            match spun.await {
+                Ok(x) => x,
+                Err(e) => {
+                    return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()
+                }
+            }
+        }
         None => spin_for(ms).await,
     };
     (StatusCode::OK, format!("{x}\n")).into_response()
