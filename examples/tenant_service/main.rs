@@ -33,7 +33,7 @@ usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES
   --total-max      the limit of all customers together (default: unlimited)
   --heavy-bytes    each request's high: past it, the request finishes on the heavy lane,
                    threads at the lowest CPU priority (default 4194304, 4 MiB; off: no lane)
-  --heavy-workers  the heavy lane's threads (default 1)
+  --heavy-workers  the heavy lane's threads (default: the number of CPUs)
   --heavy-queue    requests on the heavy lane at once, at most; past it, 503 (default 64)
   --workers        tokio worker threads (default: the number of CPUs)
   --no-tenants     serve without tenants (a baseline for load runs)
@@ -57,7 +57,7 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
         total_max: u64::MAX,
         tenants: true,
         heavy_bytes: 4 << 20,
-        heavy_workers: 1,
+        heavy_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
         heavy_queue: 64,
         heavy_release_budget: std::time::Duration::from_millis(200),
     };

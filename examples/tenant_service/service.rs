@@ -57,9 +57,10 @@ pub struct Config {
     /// Each request's `high` (bytes): past it, the request finishes on the heavy lane
     /// (`u64::MAX`: no lane; ignored without tenants).
     pub heavy_bytes: u64,
-    /// The heavy lane's threads. One is the default: the lane lives on idle CPU, and with a
-    /// second thread every yield of a heavy request wakes it to look for work (a futex wake
-    /// and an IPI to a CPU that may be serving a normal request).
+    /// The heavy lane's threads (the example's default: one per CPU). In an A/B on the
+    /// 2-vCPU VM of BENCHMARKS.md, two moved the others' p99 by +11% where one moved it by
+    /// +47% (6 alternated rounds; why is not established: two keep both CPUs from going idle
+    /// between requests, which may spare the normal requests' wake-ups a halted vCPU).
     pub heavy_workers: usize,
     /// Requests on the heavy lane at once, at most; past it, a request that passes its high
     /// answers 503.
