@@ -42,22 +42,23 @@ fn sample(metrics: &str, series: &str) -> Option<u64> {
 
 const CUSTOMERS: [&str; 3] = ["alice", "bob", "carol"];
 
-#[test]
-fn customers_are_served_while_a_runaway_is_killed() {
+/// A service with `cfg` on an ephemeral port, in a runtime of `workers` threads: the
+/// runtime, the base URL, the server's task and a client.
+fn serve(
+    workers: usize,
+    cfg: service::Config,
+) -> (
+    tokio::runtime::Runtime,
+    String,
+    tokio::task::JoinHandle<()>,
+    HttpClient,
+) {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .unwrap();
-    let svc = service::Service::new(service::Config {
-        tenant_max: 16 << 20,
-        total_max: u64::MAX,
-        tenants: true,
-        heavy_bytes: 1 << 20,
-        heavy_workers: 2,
-        heavy_queue: 64,
-        heavy_release_budget: Duration::from_millis(200),
-    });
+    let svc = service::Service::new(cfg);
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
@@ -66,6 +67,31 @@ fn customers_are_served_while_a_runaway_is_killed() {
         let _ = axum::serve(listener, service::router(svc.clone())).await;
     });
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    (rt, base, server, client)
+}
+
+/// The tests' service: customers limited to `tenant_max`, requests above 1 MiB on a lane of
+/// `heavy_workers` threads that takes `heavy_queue` requests at once.
+fn config(
+    tenant_max: u64,
+    heavy_workers: usize,
+    heavy_queue: usize,
+    heavy_release_budget: Duration,
+) -> service::Config {
+    service::Config {
+        tenant_max,
+        total_max: u64::MAX,
+        tenants: true,
+        heavy_bytes: 1 << 20,
+        heavy_workers,
+        heavy_queue,
+        heavy_release_budget,
+    }
+}
+
+#[test]
+fn customers_are_served_while_a_runaway_is_killed() {
+    let (rt, base, server, client) = serve(4, config(16 << 20, 2, 64, Duration::from_millis(200)));
     let kbs = [16u64, 64, 200];
     let want: Vec<String> = kbs
         .iter()
@@ -201,39 +227,26 @@ fn customers_are_served_while_a_runaway_is_killed() {
     server.abort();
 }
 
+/// Serves one small request for `customer` (making its tenant) and returns the series of its
+/// current memory in `/metrics` and the value there now, its idle value.
+async fn idle_after_one_request(client: &HttpClient, base: &str, customer: &str) -> (String, u64) {
+    let (s, body) = get(client, format!("{base}/work?kb=16"), Some(customer)).await;
+    assert_eq!(s, 200, "{body}");
+    let (_, metrics) = get(client, format!("{base}/metrics"), None).await;
+    let series = format!("slabcg_memory_current_bytes{{tenant=\"tenants/{customer}\"}}");
+    let idle = sample(&metrics, &series).unwrap();
+    (series, idle)
+}
+
 /// With no room on the heavy lane, a request that passes its high answers 503 with
 /// `Retry-After` (load shed, the process lives), its memory is given back, and requests under
 /// their high are served as before.
 #[test]
 fn a_full_heavy_lane_sheds_the_heavy_request() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let svc = service::Service::new(service::Config {
-        tenant_max: 16 << 20,
-        total_max: u64::MAX,
-        tenants: true,
-        heavy_bytes: 1 << 20,
-        heavy_workers: 1,
-        heavy_queue: 0,
-        heavy_release_budget: Duration::from_millis(200),
-    });
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let server = rt.spawn(async move {
-        let _ = axum::serve(listener, service::router(svc.clone())).await;
-    });
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let (rt, base, server, client) = serve(2, config(16 << 20, 1, 0, Duration::from_millis(200)));
     rt.block_on(async {
-        let (s, body) = get(&client, format!("{base}/work?kb=16"), Some("dave")).await;
-        assert_eq!(s, 200, "{body}");
-        let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
-        let series = "slabcg_memory_current_bytes{tenant=\"tenants/dave\"}";
-        let idle = sample(&metrics, series).unwrap();
+        let (series, idle) = idle_after_one_request(&client, &base, "dave").await;
+        let series = series.as_str();
         let (s, body) = get(&client, format!("{base}/work?kb=3072"), Some("dave")).await;
         assert_eq!(s, 503, "{body}");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -261,34 +274,10 @@ fn a_full_heavy_lane_sheds_the_heavy_request() {
 /// returns to its idle value.
 #[test]
 fn the_main_workers_free_what_a_starved_lane_left() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let svc = service::Service::new(service::Config {
-        tenant_max: 8 << 20,
-        total_max: u64::MAX,
-        tenants: true,
-        heavy_bytes: 1 << 20,
-        heavy_workers: 1,
-        heavy_queue: 4,
-        heavy_release_budget: Duration::ZERO,
-    });
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let server = rt.spawn(async move {
-        let _ = axum::serve(listener, service::router(svc.clone())).await;
-    });
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let (rt, base, server, client) = serve(2, config(8 << 20, 1, 4, Duration::ZERO));
     rt.block_on(async {
-        let (s, body) = get(&client, format!("{base}/work?kb=16"), Some("erin")).await;
-        assert_eq!(s, 200, "{body}");
-        let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
-        let series = "slabcg_memory_current_bytes{tenant=\"tenants/erin\"}";
-        let idle = sample(&metrics, series).unwrap();
+        let (series, idle) = idle_after_one_request(&client, &base, "erin").await;
+        let series = series.as_str();
         for _ in 0..3 {
             let (s, body) = get(&client, format!("{base}/work?kb=1000000"), Some("erin")).await;
             assert_eq!(s, 503, "{body}");
