@@ -475,18 +475,24 @@ impl Cache {
     /// // SAFETY: every pointer came from this cache's alloc_bulk, each freed once.
     /// unsafe { cache.free_bulk(&objs) };
     /// ```
+    #[inline]
     pub fn alloc_bulk(&self, out: &mut [*mut u8]) -> usize {
+        if let [slot] = out {
+            // A bulk of one is a single allocation, inlined as `alloc` is: the bulk's setup
+            // (the runs, the kept pass, the owner words' pass) costs more than the one object.
+            return self.alloc().map_or(0, |p| {
+                *slot = p.as_ptr();
+                1
+            });
+        }
+        self.alloc_bulk_many(out)
+    }
+
+    /// [`alloc_bulk`](Self::alloc_bulk) of any count but one.
+    fn alloc_bulk_many(&self, out: &mut [*mut u8]) -> usize {
         let n = out.len();
         if n == 0 {
             return 0;
-        }
-        if n == 1 {
-            // A bulk of one is a single allocation: the bulk's setup (the runs, the kept
-            // pass, the owner words' pass) costs more than the one object.
-            return self.alloc().map_or(0, |p| {
-                out[0] = p.as_ptr();
-                1
-            });
         }
         let accounted = self.core.id.accounted;
         let cg = if accounted { hooks::current_objcg() } else { 0 };
@@ -570,16 +576,26 @@ impl Cache {
     ///
     /// # Safety
     /// Every pointer must come from this cache, be live, and appear once.
+    #[inline]
     pub unsafe fn free_bulk(&self, ptrs: &[*mut u8]) {
         if let [p] = *ptrs {
-            // One object: a single free, which keeps or uncharges it and reclaims as this
-            // would.
+            // One object: a single free, inlined as `free` is; it keeps or uncharges the
+            // object and reclaims as the bulk would.
             if let Some(p) = NonNull::new(p) {
                 // SAFETY: caller's contract.
                 unsafe { self.free(p) };
             }
             return;
         }
+        // SAFETY: caller's contract.
+        unsafe { self.free_bulk_many(ptrs) }
+    }
+
+    /// [`free_bulk`](Self::free_bulk) of any count but one.
+    ///
+    /// # Safety
+    /// As [`free_bulk`](Self::free_bulk).
+    unsafe fn free_bulk_many(&self, ptrs: &[*mut u8]) {
         // SAFETY: caller's contract.
         thread_cache::with(|tc| unsafe { self.free_bulk_through(tc, ptrs) });
         // A drainer may be why slots were not kept: give back what it left in the bins, as a
@@ -701,7 +717,30 @@ impl Cache {
 /// // SAFETY: every block came from alloc_bulk with layout l, each freed once.
 /// unsafe { slabcg_allocator::free_bulk(l, &blocks) };
 /// ```
+#[inline]
 pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
+    if let [slot] = out {
+        // A bulk of one is a single allocation of the class, inlined as `GlobalAlloc::alloc`
+        // is: the bulk's setup (the runs, the object-stock pass, the owner words' pass) costs
+        // more than the one block.
+        let Some(c) = class_for(layout.size(), layout.align()) else {
+            return 0;
+        };
+        // The class sizes must be registered with the accounting before anything is charged
+        // (done by a thread's first slow path, which this may come before).
+        init::init_once();
+        let p = global::alloc_class(c);
+        if p.is_null() {
+            return 0;
+        }
+        *slot = p;
+        return 1;
+    }
+    alloc_bulk_many(layout, out)
+}
+
+/// [`alloc_bulk`] of any count but one.
+fn alloc_bulk_many(layout: Layout, out: &mut [*mut u8]) -> usize {
     let n = out.len();
     let Some(c) = class_for(layout.size(), layout.align()) else {
         return 0;
@@ -709,19 +748,7 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
     if n == 0 {
         return 0;
     }
-    // The class sizes must be registered with the accounting before anything is charged
-    // (done by a thread's first slow path, which this may come before).
     init::init_once();
-    if n == 1 {
-        // A bulk of one is a single allocation of the class: the bulk's setup (the runs, the
-        // object-stock pass, the owner words' pass) costs more than the one block.
-        let p = global::alloc_class(c);
-        if p.is_null() {
-            return 0;
-        }
-        out[0] = p;
-        return 1;
-    }
     let cg = hooks::current_objcg();
     let kind = if cg != 0 {
         Kind::Accounted
@@ -826,7 +853,25 @@ unsafe fn give_back_kept(c: usize, kept: &mut [*mut u8]) {
 /// # Safety
 /// Every pointer must be a live block allocated by slabcg with `layout` (by [`alloc_bulk`],
 /// or by [`SlabAlloc`](crate::SlabAlloc)), and appear once.
+#[inline]
 pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
+    if let [p] = *ptrs {
+        // One block: a single free of its class, inlined as `GlobalAlloc::dealloc` is; it
+        // keeps or uncharges the block and reclaims as the bulk would.
+        if let Some(c) = class_for(layout.size(), layout.align()).filter(|_| !p.is_null()) {
+            // SAFETY: caller's contract: a live block of class c.
+            return unsafe { global::free_class(p, c) };
+        }
+    }
+    // SAFETY: caller's contract.
+    unsafe { free_bulk_many(layout, ptrs) }
+}
+
+/// [`free_bulk`] of any count but one (and of one null or large block).
+///
+/// # Safety
+/// As [`free_bulk`].
+unsafe fn free_bulk_many(layout: Layout, ptrs: &[*mut u8]) {
     let Some(c) = class_for(layout.size(), layout.align()) else {
         for &p in ptrs.iter().filter(|p| !p.is_null()) {
             // SAFETY: caller's contract: a layout without a class was allocated by the
@@ -835,15 +880,6 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
         }
         return;
     };
-    if let [p] = *ptrs {
-        // One block: a single free of its class, which keeps or uncharges it and reclaims as
-        // this would.
-        if !p.is_null() {
-            // SAFETY: caller's contract: a live block of class c.
-            unsafe { global::free_class(p, c) };
-        }
-        return;
-    }
     let accounted = class_caches::cache(c, Kind::Accounted);
     thread_cache::with(|tc| {
         let live = thread_cache::is_live(tc);
