@@ -723,7 +723,8 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
         // A bulk of one is a single allocation of the class, inlined as `GlobalAlloc::alloc`
         // is: the bulk's setup (the runs, the object-stock pass, the owner words' pass) costs
         // more than the one block.
-        let Some(c) = class_for(layout.size(), layout.align()) else {
+        let (size, align) = (layout.size(), layout.align());
+        let Some(c) = global::fast_class(size, align).or_else(|| class_for(size, align)) else {
             return 0;
         };
         // The class sizes must be registered with the accounting before anything is charged
@@ -858,7 +859,9 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
     if let [p] = *ptrs {
         // One block: a single free of its class, inlined as `GlobalAlloc::dealloc` is; it
         // keeps or uncharges the block and reclaims as the bulk would.
-        if let Some(c) = class_for(layout.size(), layout.align()).filter(|_| !p.is_null()) {
+        let (size, align) = (layout.size(), layout.align());
+        let class = global::fast_class(size, align).or_else(|| class_for(size, align));
+        if let Some(c) = class.filter(|_| !p.is_null()) {
             // SAFETY: caller's contract: a live block of class c.
             return unsafe { global::free_class(p, c) };
         }

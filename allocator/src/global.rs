@@ -63,7 +63,7 @@ impl Default for SlabAlloc {
 /// so no rounding is needed here; 16-byte and larger alignments are rarer in Rust programs
 /// and pay one call.
 #[inline(always)]
-fn fast_class(size: usize, align: usize) -> Option<usize> {
+pub(crate) fn fast_class(size: usize, align: usize) -> Option<usize> {
     // The table case first, so the commonest requests pay two compares, not three.
     if align > 8 {
         None

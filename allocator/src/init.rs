@@ -95,10 +95,17 @@ static INIT: AtomicU8 = AtomicU8::new(0);
 /// Process-wide setup, run by the first thread that takes a slow path ([`alloc_slow`],
 /// [`free_slow`]): fork handlers, and the allocator's side of the accounting (class sizes,
 /// root usage, the object-stock drain, activation).
+#[inline]
 pub fn init_once() {
-    if INIT.load(Ordering::Acquire) == 2 {
-        return;
+    if INIT.load(Ordering::Acquire) != 2 {
+        init_slow();
     }
+}
+
+/// [`init_once`] before the setup is done: runs it, or waits for the thread running it.
+#[cold]
+#[inline(never)]
+fn init_slow() {
     if INIT
         .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
