@@ -10,7 +10,7 @@
 # The throughput table runs the load flat out (oha -c CONNECTIONS). The runaway table runs it
 # at a fixed RATE (requests per second, below what the 2-core machine serves), alone and
 # beside a loop of runaway requests, each killed at the tenant's limit after it passed its
-# high and moved to the heavy lane (SCHED_IDLE threads); then beside the same runaways in a
+# high and moved to the heavy lane (threads at nice 19); then beside the same runaways in a
 # server without the lane (`--heavy-bytes off`), and beside two CPU-only controls as long as
 # a runaway (`/spin`), on the main workers and on the heavy lane.
 #

@@ -32,7 +32,7 @@ usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES
   --tenant-max     each customer's hard limit in bytes (default 67108864, 64 MiB)
   --total-max      the limit of all customers together (default: unlimited)
   --heavy-bytes    each request's high: past it, the request finishes on the heavy lane,
-                   threads at the lowest CPU priority (default 4194304, 4 MiB; off: no lane)
+                   threads at nice 19 (default 4194304, 4 MiB; off: no lane)
   --heavy-workers  the heavy lane's threads (default: the number of CPUs)
   --heavy-queue    requests on the heavy lane at once, at most; past it, 503 (default 64)
   --workers        tokio worker threads (default: the number of CPUs)

@@ -15,13 +15,17 @@
 //!
 //! **The heavy lane.** A request's tenant has `high` set to [`Config::heavy_bytes`]. A request
 //! found above it at a yield point finishes its build on a second runtime whose threads run
-//! at the lowest CPU priority (`SCHED_IDLE`): it still runs on idle CPU, and any other thread
-//! that wakes preempts it. (The kernel slows a cgroup above `memory.high` by reclaim and a
-//! sleep penalty; here the service slows a request above its high by CPU priority.) Without
-//! the lane, a runaway's build (about 0.15 s of CPU for 64 MiB on the 2-vCPU VM of
-//! BENCHMARKS.md) holds a main worker, between yields, until its kill. What the lane costs:
-//! - under full load a request on it gets almost no CPU, and keeps its memory meanwhile; at
-//!   most [`Config::heavy_queue`] requests are on it at once, the next ones answer 503;
+//! at nice 19, the lowest nice level: the scheduler gives them about 1.5% of a CPU's weight
+//! against each busy main worker, and they use what idle CPU there is. (The kernel slows a
+//! cgroup above `memory.high` by reclaim and a sleep penalty; here the service slows a
+//! request above its high by CPU priority.) Without the lane, a runaway's build (about 0.14 s
+//! for 64 MiB on the 2-vCPU VM of BENCHMARKS.md) holds a main worker, between yields, until
+//! its kill. `SCHED_IDLE`, tried first, starved the lane more at full load: a runaway took up
+//! to 4.7 s to reach its kill (2.1 s at nice 19), and a `/metrics` scrape, which waits for
+//! every thread's stock, up to 512 ms (74 ms at nice 19, as without the lane). What the lane
+//! costs:
+//! - under full load a request on it gets little CPU, and keeps its memory meanwhile; at most
+//!   [`Config::heavy_queue`] requests are on it at once, the next ones answer 503;
 //! - a killed request's working set is freed on the lane too; a watchdog on the main workers
 //!   frees what is left after 0.2 s (a starved lane), since the OOM killer waits for it only
 //!   within a grace period (1 s) before it picks another victim. The kill itself takes
@@ -29,7 +33,8 @@
 //!   the grace, and then the killer may pick another victim;
 //! - priority inversion: a lane thread preempted inside the allocator's or the accounting's
 //!   short critical sections (a stock, a size class's lock, the OOM walk) makes a main
-//!   worker that needs the same one wait until the lane thread runs again.
+//!   worker that needs the same one wait until the lane thread runs again (at nice 19, a
+//!   scheduler slice at most);
 //! - each charge above high counts an `events.high` on the request and its ancestors.
 
 use std::collections::{BTreeMap, HashMap};
@@ -90,7 +95,7 @@ impl HeavyLane {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers.max(1))
             .thread_name("heavy-lane")
-            .on_thread_start(lowest_cpu_priority)
+            .on_thread_start(low_cpu_priority)
             .build()
             .expect("heavy lane runtime");
         HeavyLane {
@@ -146,28 +151,16 @@ impl Drop for HeavyLane {
     }
 }
 
-/// Puts the calling thread in `SCHED_IDLE`: it runs when nothing else wants the CPU, and any
-/// other thread that wakes preempts it. An unprivileged thread may always lower itself; if
-/// the kernel refuses anyway, the thread falls back to nice 19, and says so.
-fn lowest_cpu_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid `sched_param` that the call only reads; pid 0 is the
-    // calling thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
-        return;
-    }
-    let err = std::io::Error::last_os_error();
+/// Lowers the calling thread to nice 19 (on Linux, nice is per thread). An unprivileged
+/// thread may always lower itself; if the kernel refuses anyway, the thread says so and runs
+/// at its priority.
+fn low_cpu_priority() {
     // SAFETY: no pointer is passed; on Linux, PRIO_PROCESS with who 0 is the calling thread
     // only.
-    let nice = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
-    eprintln!(
-        "tenant_service: heavy lane: SCHED_IDLE refused ({err}); {}",
-        if nice == 0 {
-            "nice 19 instead"
-        } else {
-            "normal priority"
-        }
-    );
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) } != 0 {
+        let err = std::io::Error::last_os_error();
+        eprintln!("tenant_service: heavy lane: nice 19 refused ({err}); normal priority");
+    }
 }
 
 impl Service {
