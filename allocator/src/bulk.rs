@@ -16,7 +16,9 @@
 //!   run; either way the call returns 0 with nothing allocated or charged;
 //! - `free_bulk` reads and clears each object's owner word and uncharges each stretch of
 //!   consecutive objects with the same owner in runs the same way (a bulk allocated under
-//!   one tenant comes back as one stretch).
+//!   one tenant comes back as one stretch);
+//! - a bulk of one object is the single allocation or free (`Cache::alloc`/`free`, a size
+//!   class's `alloc_class`/`free_class`), inlined: it charges, keeps and reports as those do.
 //!
 //! Where the objects come from, inside a tenant scope: first the object stock's slots kept
 //! charged to the tenant, taken without charging as the single allocation takes them (a
@@ -306,10 +308,14 @@ impl<'a> Keep<'a> {
     /// kept; the caller takes the next one through its one-by-one path. Hardened builds keep
     /// one by one (`check_not_chained`).
     ///
+    /// The checks are `keep`'s, repeated here so that the loop keeps its state in registers:
+    /// a change to one is a change to both.
+    ///
     /// # Safety
-    /// `owner` is called on non-null entries of `ptrs` in order, up to the bin's room; each
-    /// must be what `owner` may be called on, and, when it answers, as [`keep`](Self::keep)
-    /// requires.
+    /// `owner` is called on the non-null entries of `ptrs` in order, up to the first it
+    /// refuses or the bin's room: each must be a live slot of the bin's cache (or class),
+    /// given up, and when `owner` answers, that answer must be the tenant the slot is charged
+    /// to (what [`keep`](Self::keep) requires).
     #[inline(always)]
     unsafe fn keep_prefix(
         &mut self,
@@ -650,14 +656,17 @@ impl Cache {
                 continue;
             }
             // Kept, as the single free keeps it, once p is seen to be a slot start in a
-            // segment of this cache (`owner_word_if_slot`).
+            // segment of this cache (`owner_word_if_slot`). Only hardened builds try here:
+            // elsewhere `keep_prefix` just refused p on the same checks.
             // SAFETY: caller's contract: p is a live slot of this cache; its word lives as
             // long as the cache's segments; if kept, it is charged to `owner`, given up.
-            if unsafe {
-                self.core
-                    .owner_word_if_slot(p)
-                    .is_some_and(|w| keep.keep((*w).load(Ordering::Relaxed), p))
-            } {
+            if cfg!(feature = "hardened")
+                && unsafe {
+                    self.core
+                        .owner_word_if_slot(p)
+                        .is_some_and(|w| keep.keep((*w).load(Ordering::Relaxed), p))
+                }
+            {
                 continue;
             }
             if keep.is_head(p) || (live && tc.front_kept_is_head(self.front, p)) {
@@ -749,6 +758,7 @@ fn alloc_bulk_many(layout: Layout, out: &mut [*mut u8]) -> usize {
     if n == 0 {
         return 0;
     }
+    // As in `alloc_bulk`: the classes are registered before anything is charged.
     init::init_once();
     let cg = hooks::current_objcg();
     let kind = if cg != 0 {
@@ -923,9 +933,14 @@ unsafe fn free_bulk_many(layout: Layout, ptrs: &[*mut u8]) {
             // single free keeps it (the owner word stays, and nothing is written through an
             // address computed from p: the slot is validated when it leaves the tagged bin
             // for its slab, as the single free's is).
+            // Only hardened builds try here: elsewhere `keep_prefix` just refused p on the
+            // same checks.
             // SAFETY: caller's contract: p is a live accounted slot of class c, whose owner
             // word says who it is charged to; it is given up.
-            if live && unsafe { keep.keep((*tc.owner_word(p, c)).load(Ordering::Relaxed), p) } {
+            if cfg!(feature = "hardened")
+                && live
+                && unsafe { keep.keep((*class_owner_word(p, c, &geom)).load(Ordering::Relaxed), p) }
+            {
                 continue;
             }
             // Checked before anything is written through the owner address computed from p.
