@@ -254,7 +254,8 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
         .map(|_| Box::new([7u8; 2560]))
         .collect();
     drop(v);
-    // And an accounted dedicated cache's burst in the tenant, the handle kept.
+    // In one tenant scope: a burst in a size class's accounted twin (3,584 B) and one in an
+    // accounted dedicated cache, whose handle is kept (its slabs must decay while it lives).
     let cache = slabcg_allocator::Cache::builder("burst", Layout::new::<[u8; 1000]>())
         .account(true)
         .build();
@@ -290,8 +291,7 @@ fn a_class_no_longer_used_decays_while_others_are_used() {
     );
 
     // Only 64-byte objects from here on: a bin of them refills every 128 allocations, and
-    // every 64th refill looks at the clock.
-    // Naps of 10 ms adding up to six decay intervals at least (the decay runs on the clock).
+    // every 64th refill looks at the clock; naps of 10 ms add up to six decay intervals.
     for _ in 0..6 * DECAY_INTERVAL_MS / 10 {
         let w: Vec<Box<[u8; 64]>> = (0..20_000).map(|_| Box::new([1u8; 64])).collect();
         drop(w);

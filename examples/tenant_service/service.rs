@@ -307,21 +307,26 @@ pub async fn build(w: &mut Work, mut stop: impl FnMut() -> bool) -> Option<u64> 
 /// would hold a worker for milliseconds while other customers' requests wait behind it.
 /// A free needs no scope: each object is uncharged from the tenant that owns it.
 pub async fn release(mut set: WorkingSet) {
-    while !set.is_empty() {
-        for _ in 0..1024 {
-            if set.pop_first().is_none() {
-                break;
-            }
-        }
+    while free_slice(&mut set) {
         yield_now().await;
     }
 }
 
+/// Frees up to 1,024 records of `set`; whether any are left.
+fn free_slice(set: &mut WorkingSet) -> bool {
+    for _ in 0..1024 {
+        if set.pop_first().is_none() {
+            break;
+        }
+    }
+    !set.is_empty()
+}
+
 /// [`release`] on the heavy lane, which has idle CPU unless the service is saturated. A
 /// watchdog on the main workers (`main`) takes over what is left after `budget`
-/// ([`Config::heavy_release_budget`]): a starved lane could not even notice that its time is up, and the
-/// OOM killer waits for a victim's frees only within a grace period (1 s) before it picks
-/// another one. Returns when every record is freed, by either side.
+/// ([`Config::heavy_release_budget`]): a starved lane could not even notice that its time
+/// is up, and the OOM killer waits for a victim's frees only within a grace period (1 s)
+/// before it picks another one. Returns when every record is freed, by either side.
 async fn release_on_lane(
     set: WorkingSet,
     main: &tokio::runtime::Handle,
@@ -349,7 +354,7 @@ async fn release_on_lane(
                 let taken = match shared.try_lock() {
                     Ok(mut rest) => Ok(rest.take()),
                     Err(std::sync::TryLockError::WouldBlock) => Err(()),
-                    Err(std::sync::TryLockError::Poisoned(_)) => return,
+                    Err(std::sync::TryLockError::Poisoned(e)) => Ok(e.into_inner().take()),
                 };
                 match taken {
                     Ok(Some(rest)) => return release(rest).await,
@@ -362,20 +367,11 @@ async fn release_on_lane(
     loop {
         let left = {
             let mut g = shared.lock().unwrap_or_else(|e| e.into_inner());
-            match g.as_mut() {
-                Some(set) => {
-                    for _ in 0..1024 {
-                        if set.pop_first().is_none() {
-                            break;
-                        }
-                    }
-                    if set.is_empty() {
-                        *g = None;
-                    }
-                    g.is_some()
-                }
-                None => false,
+            let left = g.as_mut().is_some_and(free_slice);
+            if !left {
+                *g = None;
             }
+            left
         };
         if !left {
             break;
@@ -475,7 +471,8 @@ async fn work(
             match rest.await {
                 Ok(Ok(Some(sum))) => (Ok(sum), "heavy"),
                 Ok(Err(killed)) => (Err(killed), "heavy"),
-                // Cancelled: only by this handler's drop, so never seen here.
+                // Ok(Ok(None)): cancelled, which only this handler's drop does, so not seen
+                // here; Err: the lane task panicked or the lane shut down (`HeavyLane::drop`).
                 lost => {
                     let detail = match lost {
                         Err(e) => e.to_string(),
