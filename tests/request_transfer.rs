@@ -98,6 +98,95 @@ fn requests_in_turn_stay_exact() {
     assert_eq!(s.slab, 0, "no slab bytes left in the stats");
 }
 
+/// The slots a request receives keep the previous request's owner words until it takes
+/// them (`ClassBins::stale`): each one it takes must become its own, so that freeing it
+/// uncharges this request, not the one before. Checked where it shows: the request's own
+/// exact count while it runs, after it freed half of what it took.
+#[test]
+fn a_request_owns_exactly_the_objects_it_takes_over() {
+    let _one = one_at_a_time();
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let customer = Tenant::new("transfer-take-over");
+    for round in 0..60usize {
+        // The request before frees 64 objects of each size into this thread's object stock.
+        {
+            let before = customer.child("before");
+            let _in = before.enter();
+            drop(working_set(64, 1));
+        }
+        // Outside the request, so that its count is the objects alone.
+        let mut held: Vec<Vec<u8>> = Vec::with_capacity(SIZES.len() * 64);
+        let req = customer.child("request");
+        {
+            let _in = req.enter();
+            let k = 1 + round % 48;
+            for _ in 0..k {
+                for &s in &SIZES {
+                    held.push(vec![round as u8; s]);
+                }
+            }
+            // Frees the later half: objects taken over, freed by the request that took them.
+            held.truncate(held.len() / 2);
+            let live: u64 = held.iter().map(|o| o.len() as u64).sum();
+            assert_eq!(
+                req.current_exact(),
+                live,
+                "round {round}: the request counts exactly the objects it holds"
+            );
+        }
+        drop(req);
+        drop(held);
+        assert_eq!(customer.current_exact(), 0, "round {round}: all given back");
+    }
+}
+
+/// As above, with the objects taken over by a bulk allocation (`slabcg::alloc_bulk`, which
+/// pops many slots at once) and given back by a bulk free and by single frees.
+#[test]
+fn a_bulk_takes_over_objects_as_its_own() {
+    let _one = one_at_a_time();
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let customer = Tenant::new("transfer-bulk");
+    let l = Layout::from_size_align(64, 8).unwrap();
+    for round in 0..60usize {
+        {
+            let before = customer.child("before");
+            let _in = before.enter();
+            drop(working_set(64, 1));
+        }
+        let mut out = vec![std::ptr::null_mut(); 1 + round % 64];
+        let req = customer.child("request");
+        {
+            let _in = req.enter();
+            // The request's first allocation takes the objects over (a bulk that misses the
+            // object stock charges instead, and the transfer comes after it).
+            let first = std::hint::black_box(vec![1u8; 64]);
+            let n = slabcg::alloc_bulk(l, &mut out);
+            assert_eq!(n, out.len(), "round {round}: the bulk is served");
+            let half = n / 2;
+            // SAFETY: the blocks came from alloc_bulk with l; each is freed once, the first
+            // half in bulk, the next one singly.
+            unsafe {
+                slabcg::free_bulk(l, &out[..half]);
+                if half < n {
+                    dealloc(out[half], l);
+                }
+            }
+            let live = n.saturating_sub(half + 1) as u64 * 64 + 64;
+            assert_eq!(
+                req.current_exact(),
+                live,
+                "round {round}: the request counts exactly the objects it holds"
+            );
+            // SAFETY: the rest, each freed once.
+            unsafe { slabcg::free_bulk(l, &out[(half + 1).min(n)..]) };
+            drop(first);
+        }
+        drop(req);
+        assert_eq!(customer.current_exact(), 0, "round {round}: all given back");
+    }
+}
+
 #[test]
 fn a_requests_limit_still_refuses() {
     let _one = one_at_a_time();

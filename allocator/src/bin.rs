@@ -12,6 +12,8 @@
 use core::cell::Cell;
 use core::ptr;
 
+use slabcg_accounting::hooks::ObjCgId;
+
 use crate::class_caches;
 use crate::owner::OwnerGeom;
 use crate::size_class::{Kind, NUM_CLASSES};
@@ -316,6 +318,13 @@ pub struct ClassBins {
     pub(crate) tagged: Bin,
     /// Immutable copy of the accounted twin's geometry (`class_caches::class_layout`).
     pub(crate) owner: OwnerGeom,
+    /// How many of the tagged bin's slots, counted from the end of its list, may still hold
+    /// a previous tenant's owner word: a transfer hands the bin to a new tenant without
+    /// rewriting them (`ObjectStock::transfer_bins`), and the allocation that pops one of
+    /// them writes it ([`claim`](Self::claim)). A slot pushed since sits above the mark, so
+    /// the word of every slot above `min(stale, count)` is the tag. A mark above the count
+    /// only costs a redundant owner write. Only the owner thread touches it.
+    pub(crate) stale: Cell<u32>,
 }
 
 // The fast paths count on one line per class (the `class * 64` offset). (Loom's atomics are
@@ -329,7 +338,60 @@ impl ClassBins {
             plain: Bin::new(),
             tagged: Bin::new(),
             owner: OwnerGeom::of_layout(&class_caches::class_layout(c, Kind::Accounted)),
+            stale: Cell::new(0),
         }
+    }
+
+    /// Makes slot `p` of class `c`, just popped from the tagged bin for the tag's tenant `cg`,
+    /// `cg`'s in its owner word if it was one of the slots a transfer left with a previous
+    /// tenant's word ([`stale`](Self::stale)).
+    ///
+    /// # Safety
+    /// `p` must be the slot the last pop of `tagged` returned, a slot of class `c`'s accounted
+    /// cache charged to `cg`.
+    #[inline(always)]
+    pub(crate) unsafe fn claim(&self, p: *mut u8, c: usize, cg: ObjCgId) {
+        let n = self.tagged.count();
+        if n < self.stale.get() {
+            // Inline: a request that reuses what the last one left pops many stale slots in a
+            // row, and the write is shorter than a call.
+            // SAFETY: p is a slot of class c's accounted cache (caller's contract), and
+            // `self.owner` is that cache's geometry.
+            unsafe {
+                (*crate::owner::class_owner_word(p, c, &self.owner)).store(cg, Ordering::Relaxed)
+            };
+            self.stale.set(n);
+        }
+    }
+
+    /// [`claim`](Self::claim) for the `ps` slots one pop of many just took (`ObjectStock::pop_many`).
+    ///
+    /// # Safety
+    /// As [`claim`](Self::claim), for each of `ps`.
+    #[inline]
+    pub(crate) unsafe fn claim_many(&self, ps: &[*mut u8], c: usize, cg: ObjCgId) {
+        let n = self.tagged.count();
+        if n < self.stale.get() {
+            // SAFETY: caller's contract.
+            unsafe { self.claim_stale(ps, c, cg, n) };
+        }
+    }
+
+    /// Writes `cg` into the owner words of `ps` (some were below the stale mark: writing the
+    /// others' again changes nothing) and lowers the mark to the bin's count `n`.
+    ///
+    /// # Safety
+    /// As [`claim_many`](Self::claim_many).
+    #[inline(never)]
+    unsafe fn claim_stale(&self, ps: &[*mut u8], c: usize, cg: ObjCgId, n: u32) {
+        for &p in ps {
+            // SAFETY: p is a slot of class c's accounted cache (caller's contract), and
+            // `self.owner` is that cache's geometry.
+            unsafe {
+                (*crate::owner::class_owner_word(p, c, &self.owner)).store(cg, Ordering::Relaxed)
+            };
+        }
+        self.stale.set(n);
     }
 }
 

@@ -38,8 +38,14 @@
 //! work) happens under the thread's `stock` lock. A retag either gives the tagged objects
 //! back (uncharged, to the owner's accounted bins or their slabs) or hands them to the new
 //! tenant in place ([`transfer_bins`]: their charge moves below the two tenants' common
-//! ancestor, and their owner words are rewritten before the lock is released; inside that
-//! critical section the owner words lag the charge, which nobody else reads).
+//! ancestor). A class's slots keep the previous tenant's owner words until an allocation
+//! pops them and writes its own (`ClassBins::stale` marks how many, from the bottom of the
+//! bin), so a request pays for the slots it takes, not for all it was handed; a front's kept
+//! slots are rewritten before the lock is released. Nothing reads the owner word of a free
+//! slot in a tagged bin but the owner's give-back, which only clears it, and a double free:
+//! of a stale slot, it uncharges the previous tenant rather than pushing the slot twice
+//! (neither is caught on the default fast path; hardened builds rewrite the words at the
+//! transfer, `LAZY_OWNERS`, so their push check still sees it).
 //!
 //! A drainer never touches another thread's bins and never waits for their owner, who may be
 //! idle or preempted. It only uncharges what the bins hold and writes down how much. Per
@@ -88,8 +94,10 @@
 //! Invariants (under `stock`):
 //! - `tag == NO_TAG  =>  every tagged bin is empty`;
 //! - `tag == T` or `T | STEAL  =>  every slot in a tagged bin is charged to T with its class
-//!   size, and its owner word is T`;
-//! - `tag == T | DRAINED  =>  the bin of class c holds count slots whose owner word is T, of
+//!   size, and its owner word is T, except the `min(stale, count)` slots at the bottom of a
+//!   class's bin, whose words are a previous tenant's (nonzero)`;
+//! - `tag == T | DRAINED  =>  the bin of class c holds count slots whose owner word is T (but
+//!   for the stale ones, as above), of
 //!   which count - rec[c] are still charged to T`.
 
 use core::cell::Cell;
@@ -116,6 +124,13 @@ pub(crate) type Fronts = [FrontBin; FRONTS + 1];
 /// A walk of every registered thread's object stock, calling the function it is given on
 /// each ([`drain`]'s `all`).
 pub(crate) type EveryStock<'a> = dyn Fn(&mut dyn FnMut(&ObjectStock)) + 'a;
+
+/// Whether a transfer leaves the owner words of the classes' tagged slots for the pops to
+/// write (`ClassBins::stale`). Hardened builds rewrite them all at the transfer, so that the
+/// owner word of every free slot in a tagged bin stays the tag: a double free of one then
+/// goes to the tagged push, whose check (`Bin::push`) reports it, instead of uncharging a
+/// previous tenant.
+const LAZY_OWNERS: bool = !cfg!(feature = "hardened");
 
 /// `tag` when the tagged bins hold nothing. Above every u32, so no owner word (a real objcg
 /// id, or garbage read for an invalid free) ever equals it and gets kept in an untagged bin.
@@ -449,18 +464,27 @@ impl ObjectStock {
             }
             if t & NO_TAG == 0 {
                 let tenant = (t & TENANT) as ObjCgId;
+                // Above the stale mark the owner words are the tag; below it, a transfer left
+                // a previous tenant's (never 0: every slot here was charged).
+                let fresh = n.saturating_sub(line.stale.get());
                 let mut o = bin.head();
+                let mut i = 0;
                 while !o.is_null() {
                     // SAFETY: o is a free slot of class c's accounted cache on this thread's
                     // own tagged bin (Bin::check just walked the list), and `line.owner` is
                     // that cache's geometry.
                     unsafe {
-                        let w = class_owner_word(o as *mut u8, c, &line.owner);
-                        if (*w).load(Ordering::Relaxed) != tenant {
+                        let w = (*class_owner_word(o as *mut u8, c, &line.owner))
+                            .load(Ordering::Relaxed);
+                        if i < fresh && w != tenant {
                             broken("object stock: a kept slot's owner word is not the tag");
+                        }
+                        if w == 0 {
+                            broken("object stock: a kept slot's owner word is cleared");
                         }
                         o = FreeObj::next(o);
                     }
+                    i += 1;
                 }
             }
         }
@@ -689,7 +713,8 @@ impl ObjectStock {
 
     /// Hands the tagged objects to `cg` in place (`hooks::transfer_charge`): their charge moves
     /// from the tag's tenant (for a dead request, the customer it was reparented to) to `cg`'s
-    /// below the two's common ancestor, their owner words become `cg`, and they stay in the
+    /// below the two's common ancestor, their owner words become `cg` (a class's lazily, as
+    /// they are popped: `LAZY_OWNERS`), and they stay in the
     /// tagged bins, so `cg`'s allocations take them without charging: a tenant per request pays
     /// one transfer per request instead of a charge per object. False, with nothing changed,
     /// when a drainer has been here, the bins hold too many slots, or a limit on `cg`'s side
@@ -722,8 +747,8 @@ impl ObjectStock {
             };
             (k, nf, slots) = (k + kf, kf, slots + ks);
         }
-        // The owner words are rewritten one by one: past this many slots (objects the tenants
-        // before did not reuse pile up), give them all back instead, which empties the bins.
+        // Past this many slots (objects the tenants before did not reuse pile up), give them
+        // all back instead, which empties the bins: each bin's stale part only grows.
         // Below TRANSFER_MIN, the transfer's fixed cost is more than charging the few objects.
         if !(TRANSFER_MIN..=TRANSFER_MAX).contains(&slots) {
             return false;
@@ -732,12 +757,19 @@ impl ObjectStock {
         // of the tagged bins is charged to the tag's objcg with its class size (a kept slot:
         // its front core's object size, under that core's stat; module invariants), holding
         // those bytes' refs; `cg` is the current scope. On success the
-        // owner words are rewritten to `cg` below, before anything reads them.
+        // owner words become `cg` below, or as they are popped (the stale marks), before
+        // anything but a give-back (which only clears them) reads them.
         if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
             return false;
         }
         for &c in &classes[..nc] {
             let b = &lines[c as usize];
+            if LAZY_OWNERS {
+                // The words are written by the pops that take the slots (`ClassBins::claim`):
+                // a request that takes few of the slots handed to it pays for few.
+                b.stale.set(b.tagged.count());
+                continue;
+            }
             let mut o = b.tagged.head();
             // Counted, not to null (as cheap, run at every request's first allocation): a
             // chain that outlasts its count is looped (`Steps`), and reported below. One that
@@ -814,6 +846,7 @@ impl ObjectStock {
         let tag = self.tag.load(Ordering::Relaxed);
         let chains = core::array::from_fn(|c| {
             let bin = &lines[c].tagged;
+            lines[c].stale.set(0);
             match walked {
                 Count::Walked => bin.take_all_walked(),
                 Count::Trusted => bin.take_all(),

@@ -163,14 +163,24 @@ impl ThreadCache {
     /// Pops a slot of class `c` already charged to `cg` from the object stock.
     #[inline(always)]
     pub fn tagged_pop(&self, c: usize, cg: ObjCgId) -> Pop {
-        self.stock.pop(&self.line(c).tagged, cg)
+        let line = self.line(c);
+        let r = self.stock.pop(&line.tagged, cg);
+        if let Pop::Hit(p) = r {
+            // SAFETY: p was just popped from class c's tagged bin for its tag's tenant cg.
+            unsafe { line.claim(p, c, cg) };
+        }
+        r
     }
 
     /// Pops up to `out.len()` slots of class `c` already charged to `cg` from the object
     /// stock (`ObjectStock::pop_many`); how many.
     #[inline]
     pub fn tagged_pop_many(&self, c: usize, cg: ObjCgId, out: &mut [*mut u8]) -> usize {
-        self.stock.pop_many(&self.line(c).tagged, cg, out)
+        let line = self.line(c);
+        let k = self.stock.pop_many(&line.tagged, cg, out);
+        // SAFETY: out[..k] were just popped from class c's tagged bin for its tag's tenant cg.
+        unsafe { line.claim_many(&out[..k], c, cg) };
+        k
     }
 
     /// Pops up to `out.len()` slots of dedicated cache `core` already charged to `cg` from
