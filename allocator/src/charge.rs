@@ -61,7 +61,23 @@ pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
         Pop::Hit(p) => p,
         Pop::Empty => alloc_small_charging(c, cg),
         // SAFETY: p is what tagged_pop(c, cg) just returned as Foreign.
-        Pop::Foreign(p) => unsafe { alloc_small_put_back(c, cg, p) },
+        Pop::Foreign(p) => unsafe { alloc_small_refused(c, cg, p) },
+    }
+}
+
+/// The tagged bin's slot was refused: one of `cg`'s own whose owner word a transfer left
+/// (`ClassBins::stale`) is claimed and returned here, in a leaf that saves no register;
+/// anything else goes on to [`alloc_small_put_back`].
+///
+/// # Safety
+/// As [`ThreadCache::put_back`].
+#[inline(never)]
+unsafe fn alloc_small_refused(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
+    // SAFETY: caller's contract.
+    match thread_cache::with(|tc| unsafe { tc.claim_stale(c, cg, p) }) {
+        Some(p) => p,
+        // SAFETY: caller's contract.
+        None => unsafe { alloc_small_put_back(c, cg, p) },
     }
 }
 
@@ -82,7 +98,14 @@ unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
             Pop::Hit(q) => return q,
             Pop::Empty => {}
             // SAFETY: q is what tagged_pop(c, cg) just returned as Foreign.
-            Pop::Foreign(q) => thread_cache::with(|tc| unsafe { tc.put_back(c, q) }),
+            Pop::Foreign(q) => {
+                // After a transfer, the popped slot is one of those it left stale.
+                if let Some(q) = thread_cache::with(|tc| unsafe { tc.claim_stale(c, cg, q) }) {
+                    return q;
+                }
+                // SAFETY: as above.
+                thread_cache::with(|tc| unsafe { tc.put_back(c, q) })
+            }
         }
     }
     alloc_small_charging(c, cg)

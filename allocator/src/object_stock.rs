@@ -351,6 +351,25 @@ impl ObjectStock {
         Pop::Hit(p)
     }
 
+    /// [`pop`](Self::pop) from a class's tagged bin, whose stale mark is `stale`
+    /// (`ClassBins::stale`): a slot below the mark, whose owner word a transfer left, comes
+    /// back as `Pop::Foreign` too, so that the allocation's fast path stays one compare and
+    /// one out-of-line call (inlined, the word's write made it too big for LTO to inline into
+    /// callers with a constant layout); the caller's slow path claims it
+    /// (`ThreadCache::claim_stale`).
+    #[inline(always)]
+    pub(crate) fn pop_class(&self, bin: &Bin, stale: &Cell<u32>, cg: ObjCgId) -> Pop {
+        let p = bin.pop();
+        if p.is_null() {
+            return Pop::Empty;
+        }
+        hooks::light_barrier();
+        if self.tag.load(Ordering::Relaxed) != u64::from(cg) || bin.count() < stale.get() {
+            return Pop::Foreign(p);
+        }
+        Pop::Hit(p)
+    }
+
     /// Pops up to `out.len()` slots already charged to `cg` from `bin` (one of this stock's
     /// tagged bins) with one check after them all: [`pop`](Self::pop)'s check covers any
     /// number of pops before it (a drainer that counted the bin before some of them is seen
@@ -534,7 +553,9 @@ pub enum Pop {
     /// The tagged bin of the class was empty.
     Empty,
     /// The bin held a slot but the tag is not the tenant (or a drainer has been here): the
-    /// caller must put the slot back (`Bin::unpop`, `ThreadCache::put_back`).
+    /// caller must put the slot back (`Bin::unpop`, `ThreadCache::put_back`). From a class's
+    /// bin ([`ObjectStock::pop_class`]), also a slot of the tenant's below the stale mark,
+    /// which `ThreadCache::claim_stale` takes instead.
     Foreign(*mut u8),
 }
 
@@ -764,10 +785,12 @@ impl ObjectStock {
         }
         for &c in &classes[..nc] {
             let b = &lines[c as usize];
+            let n = b.tagged.count();
             if LAZY_OWNERS {
-                // The words are written by the pops that take the slots (`ClassBins::claim`):
-                // a request that takes few of the slots handed to it pays for few.
-                b.stale.set(b.tagged.count());
+                // The words are written by the allocations that pop the slots
+                // (`ClassBins::claim`): a request pays for the slots it takes, not, again and
+                // again, for every leftover of the requests before.
+                b.stale.set(n);
                 continue;
             }
             let mut o = b.tagged.head();
@@ -775,7 +798,7 @@ impl ObjectStock {
             // chain that outlasts its count is looped (`Steps`), and reported below. One that
             // ends before its count (a double free in a bulk free, `bin::list_too_short`)
             // faults on the null link here: a check per slot cost this walk 4%.
-            for _ in 0..b.tagged.count() {
+            for _ in 0..n {
                 // SAFETY: o is a free slot of this class's accounted cache on this thread's own
                 // tagged bin, whose links the owner alone follows and writes (count == |list|).
                 unsafe {

@@ -164,12 +164,28 @@ impl ThreadCache {
     #[inline(always)]
     pub fn tagged_pop(&self, c: usize, cg: ObjCgId) -> Pop {
         let line = self.line(c);
-        let r = self.stock.pop(&line.tagged, cg);
-        if let Pop::Hit(p) = r {
-            // SAFETY: p was just popped from class c's tagged bin for its tag's tenant cg.
-            unsafe { line.claim(p, c, cg) };
+        self.stock.pop_class(&line.tagged, &line.stale, cg)
+    }
+
+    /// Takes slot `p`, which `tagged_pop(c, cg)` just returned as [`Pop::Foreign`], as `cg`'s
+    /// when it was `cg`'s all along but one whose owner word a transfer left
+    /// (`ClassBins::stale`): writes the word and returns the slot. None when the slot was
+    /// refused for the tag (another tenant's, or a drainer's bit): the caller puts it back.
+    ///
+    /// # Safety
+    /// `p` must be what `tagged_pop(c, cg)` just returned as `Pop::Foreign`.
+    #[inline]
+    pub unsafe fn claim_stale(&self, c: usize, cg: ObjCgId, p: *mut u8) -> Option<*mut u8> {
+        // Only the owner changes the tenant bits of the tag, and a drainer's bits stay until
+        // the owner settles: this equals `cg` only if the check after the pop read `cg` too,
+        // so the slot was refused for its mark alone (and putting back one that was not is
+        // always allowed, `ObjectStock::pop`).
+        if self.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
+            return None;
         }
-        r
+        // SAFETY: p was just popped from class c's tagged bin for its tag's tenant cg.
+        unsafe { self.line(c).claim(p, c, cg) };
+        Some(p)
     }
 
     /// Pops up to `out.len()` slots of class `c` already charged to `cg` from the object
