@@ -7,6 +7,7 @@
 //! refuses.
 
 use std::alloc::{alloc, dealloc, Layout};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use slabcg::accounting::{hooks, testing};
 use slabcg::{SlabAlloc, Tenant};
@@ -107,6 +108,27 @@ fn a_request_owns_exactly_the_objects_it_takes_over() {
     let _one = one_at_a_time();
     slabcg::accounting::hooks::set_idle_decay(false);
     let customer = Tenant::new("transfer-take-over");
+    // A drainer thread, started outside every tenant: a thread spawned inside the request
+    // would charge it for its handle, which the thread frees only as it exits.
+    let (meet, stop) = (std::sync::Barrier::new(2), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        s.spawn(|| loop {
+            meet.wait();
+            if stop.load(Relaxed) {
+                return;
+            }
+            customer.current_exact();
+            meet.wait();
+        });
+        take_over_rounds(&customer, &meet);
+        stop.store(true, Relaxed);
+        meet.wait();
+    });
+}
+
+/// [`a_request_owns_exactly_the_objects_it_takes_over`]'s rounds; every fourth has the
+/// thread waiting at `meet` drain every stock meanwhile.
+fn take_over_rounds(customer: &Tenant, meet: &std::sync::Barrier) {
     for round in 0..60usize {
         // The request before frees 64 objects of each size into this thread's object stock.
         {
@@ -119,6 +141,20 @@ fn a_request_owns_exactly_the_objects_it_takes_over() {
         let req = customer.child("request");
         {
             let _in = req.enter();
+            // The first allocation takes the objects over (not a 64 KiB byte-stock batch).
+            held.push(vec![round as u8; SIZES[0]]);
+            assert!(
+                req.current() > 2 * (64 << 10),
+                "round {round}: the request took the objects over ({} B)",
+                req.current()
+            );
+            if round % 4 == 0 {
+                // A drain from another thread while the slots wait below their mark: it
+                // uncharges them where they lie, and this thread gives them back at its next
+                // slow path.
+                meet.wait();
+                meet.wait();
+            }
             let k = 1 + round % 48;
             for _ in 0..k {
                 for &s in &SIZES {
@@ -161,6 +197,14 @@ fn a_bulk_takes_over_objects_as_its_own() {
             // The request's first allocation takes the objects over (a bulk that misses the
             // object stock charges instead, and the transfer comes after it).
             let first = std::hint::black_box(vec![1u8; 64]);
+            assert!(
+                req.current() > 2 * (64 << 10),
+                "round {round}: the request took the objects over ({} B)",
+                req.current()
+            );
+            // Two slots freed above the mark: the bulk pops them and then slots below it.
+            drop(std::hint::black_box(vec![2u8; 64]));
+            drop(std::hint::black_box(vec![3u8; 64]));
             let n = slabcg::alloc_bulk(l, &mut out);
             assert_eq!(n, out.len(), "round {round}: the bulk is served");
             let half = n / 2;

@@ -323,7 +323,8 @@ pub struct ClassBins {
     /// rewriting them (`ObjectStock::transfer_bins`), and the allocation that pops one of
     /// them writes it ([`claim`](Self::claim)). A slot pushed since sits above the mark, so
     /// the word of every slot above `min(stale, count)` is the tag. A mark above the count
-    /// only costs a redundant owner write. Only the owner thread touches it.
+    /// only costs a redundant owner write. Only the owner thread touches it (and a fork
+    /// child's `take_bins`, for a thread that did not survive, which resets it).
     pub(crate) stale: Cell<u32>,
 }
 
@@ -353,13 +354,8 @@ impl ClassBins {
     pub(crate) unsafe fn claim(&self, p: *mut u8, c: usize, cg: ObjCgId) {
         let n = self.tagged.count();
         if n < self.stale.get() {
-            // Inline: a request that reuses what the last one left pops many stale slots in a
-            // row, and the write is shorter than a call.
-            // SAFETY: p is a slot of class c's accounted cache (caller's contract), and
-            // `self.owner` is that cache's geometry.
-            unsafe {
-                (*crate::owner::class_owner_word(p, c, &self.owner)).store(cg, Ordering::Relaxed)
-            };
+            // SAFETY: caller's contract.
+            unsafe { self.write_owner(p, c, cg) };
             self.stale.set(n);
         }
     }
@@ -373,7 +369,7 @@ impl ClassBins {
         let n = self.tagged.count();
         if n < self.stale.get() {
             // SAFETY: caller's contract.
-            unsafe { self.claim_stale(ps, c, cg, n) };
+            unsafe { self.write_owners(ps, c, cg, n) };
         }
     }
 
@@ -383,15 +379,30 @@ impl ClassBins {
     /// # Safety
     /// As [`claim_many`](Self::claim_many).
     #[inline(never)]
-    unsafe fn claim_stale(&self, ps: &[*mut u8], c: usize, cg: ObjCgId, n: u32) {
+    unsafe fn write_owners(&self, ps: &[*mut u8], c: usize, cg: ObjCgId, n: u32) {
         for &p in ps {
-            // SAFETY: p is a slot of class c's accounted cache (caller's contract), and
-            // `self.owner` is that cache's geometry.
-            unsafe {
-                (*crate::owner::class_owner_word(p, c, &self.owner)).store(cg, Ordering::Relaxed)
-            };
+            // SAFETY: caller's contract.
+            unsafe { self.write_owner(p, c, cg) };
         }
         self.stale.set(n);
+    }
+
+    /// Writes `cg` into the owner word of `p`, a slot just popped from the tagged bin. Every
+    /// slot there was charged, so its word is not 0: a 0 means a double free cleared it
+    /// (while the slot waited in the bin), and is reported.
+    ///
+    /// # Safety
+    /// `p` must be a slot of class `c`'s accounted cache.
+    #[inline(always)]
+    unsafe fn write_owner(&self, p: *mut u8, c: usize, cg: ObjCgId) {
+        // SAFETY: caller's contract; `self.owner` is that cache's geometry.
+        let w = unsafe { &*crate::owner::class_owner_word(p, c, &self.owner) };
+        if w.load(Ordering::Relaxed) == 0 {
+            crate::sys::fatal(
+                "double free of an accounted object (a slot kept for the next tenant had its owner cleared)",
+            );
+        }
+        w.store(cg, Ordering::Relaxed);
     }
 }
 

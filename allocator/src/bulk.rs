@@ -772,7 +772,8 @@ fn alloc_bulk_many(layout: Layout, out: &mut [*mut u8]) -> usize {
         idx: StatIdx::slab(c),
     };
     // Inside a tenant, the object stock first: slots kept charged to `cg` (their owner word
-    // already says `cg`), as the single allocation takes them; only the rest is charged.
+    // says `cg` once `tagged_pop_many` claimed those a transfer left), as the single
+    // allocation takes them; only the rest is charged.
     let kept = if cg != 0 { take_kept(c, cg, out) } else { 0 };
     if kept == n {
         return n;

@@ -13,7 +13,8 @@
 //! GlobalAlloc::alloc   → global::alloc_impl → fast_class (size ≤ 128 KiB, align ≤ 8)
 //!                        → no tenant:  ThreadCache::bin(c, Kind::Plain).pop()
 //!                        → in a tenant: charge::alloc_small → ThreadCache::tagged_pop
-//!                                       (ObjectStock::pop)
+//!                                       (ObjectStock::pop_class; a slot a transfer left
+//!                                       with another owner word: alloc_small_refused)
 //! GlobalAlloc::dealloc → global::dealloc_impl → fast_class
 //!                        → accounting never used, or plain segment: bin(c, Kind::Plain).push()
 //!                        → accounted segment: charge::free_small → owner word (owner.rs,

@@ -239,11 +239,25 @@ impl Owner {
     }
 
     /// `alloc_small` under `cg`: a tagged slot when the check after the pop agrees
-    /// (`ObjectStock::pop`), else the pop put back (`Bin::unpop`), a fresh slot charged, and
-    /// the miss noted.
+    /// (`ObjectStock::pop`; a class's bin: `pop_class`, whose refused slot is kept when the
+    /// tag, read again, is `cg`, as `ThreadCache::claim_stale` keeps a slot below the stale
+    /// mark), else the pop put back (`Bin::unpop`), a fresh slot charged, and the miss noted.
     fn alloc(&mut self, cg: ObjCgId) {
         let w = self.w.clone();
-        let p = match w.stock.pop(w.bin(), cg) {
+        let popped = match w.at {
+            Where::Class => {
+                let line = &w.lines[C];
+                match w.stock.pop_class(&line.tagged, &line.stale, cg) {
+                    Pop::Foreign(p) if w.stock.tag.load(Relaxed) == u64::from(cg) => {
+                        line.stale.set(line.tagged.count());
+                        Pop::Hit(p)
+                    }
+                    other => other,
+                }
+            }
+            Where::Front => w.stock.pop(w.bin(), cg),
+        };
+        let p = match popped {
             Pop::Hit(p) => p,
             other => {
                 if let Pop::Foreign(p) = other {
@@ -454,6 +468,27 @@ fn drain_races_frees(at: Where) {
 }
 
 both!(drain_races_frees: loom_object_stock_drain_races_frees, loom_front_kept_drain_races_frees);
+
+/// Two frees under A, the slots then marked stale (as a transfer to A leaves them), and two
+/// allocations under A while a drainer drains: each pop is refused for the mark and the slot
+/// claimed after a second read of the tag, which must not take a slot the drainer uncharged.
+fn drain_races_stale_claims() {
+    let mut o = World::build(2, 0, Where::Class);
+    o.free(0);
+    o.free(0);
+    let line = &o.w.lines[C];
+    line.stale.set(line.tagged.count());
+    o.race(1, |o| {
+        o.alloc(A);
+        o.alloc(A);
+    });
+    o.check_quiescent();
+}
+
+#[test]
+fn loom_object_stock_drain_races_stale_claims() {
+    model(drain_races_stale_claims);
+}
 
 /// Two frees then a bulk allocation of both under A while a drainer drains: the bulk's one
 /// check after its two pops must not take an object the drainer uncharged, and puts both

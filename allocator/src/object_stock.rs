@@ -2,7 +2,8 @@
 //!
 //! A thread that frees an accounted object whose owner is the thread's current `tag` keeps
 //! it, still charged, in a per-class `tagged` bin; the thread's next allocation in the same
-//! tenant takes it back without charging (no stock update, no owner write). This is seed
+//! tenant takes it back without charging (no stock update, and no owner write unless a
+//! transfer handed the slot over, below). This is seed
 //! 003's object stock taken one step further: the kernel caches charged bytes per CPU; we
 //! cache the charged objects themselves, so what the same-tenant alloc/free pair adds to the
 //! unaccounted pair is the owner-word read on free and one load and compare of the tag word
@@ -42,10 +43,17 @@
 //! pops them and writes its own (`ClassBins::stale` marks how many, from the bottom of the
 //! bin), so a request pays for the slots it takes, not for all it was handed; a front's kept
 //! slots are rewritten before the lock is released. Nothing reads the owner word of a free
-//! slot in a tagged bin but the owner's give-back, which only clears it, and a double free:
-//! of a stale slot, it uncharges the previous tenant rather than pushing the slot twice
-//! (neither is caught on the default fast path; hardened builds rewrite the words at the
-//! transfer, `LAZY_OWNERS`, so their push check still sees it).
+//! slot in a tagged bin but the owner's give-back (which checks it is not 0 and clears it),
+//! the invariant walk ([`ObjectStock::check`]), the claim (which reports a 0 word as a double
+//! free) and a double free itself. A double free of a stale slot uncharges the previous
+//! tenant, giving back refs the transfer already moved to the new one (the objcg may be
+//! freed by then, its id another tenant's: a debug build's refcount assertion stops there),
+//! and files the slot in the uncharged bin too. It is reported when an allocation or a
+//! give-back reaches the slot in the tagged bin and finds its word 0, unless the uncharged
+//! bin hands the slot out first. Before lazy words, the loop such a free makes was reported
+//! at the next transfer's walk. Hardened builds still rewrite the words at the transfer
+//! (`LAZY_OWNERS`), so their push check reports the double free at once
+//! (`allocator/tests/invalid_free.rs`).
 //!
 //! A drainer never touches another thread's bins and never waits for their owner, who may be
 //! idle or preempted. It only uncharges what the bins hold and writes down how much. Per
@@ -81,7 +89,8 @@
 //!
 //! Model-checked: `loom_tests.rs` (`RUSTFLAGS="--cfg loom"`, `.ci/run`) runs this very code
 //! under loom, whose atomics the stock and the bins use then (`slabcg_sys::sync`): the
-//! owner's [`push`](ObjectStock::push) and [`pop`](ObjectStock::pop), its
+//! owner's [`push`](ObjectStock::push), [`pop`](ObjectStock::pop) and
+//! [`pop_class`](ObjectStock::pop_class) with the claim of a stale slot, its
 //! [`reclaim_take`](ObjectStock::reclaim_take), retag ([`take_bins`](ObjectStock::take_bins),
 //! [`set_tag`](ObjectStock::set_tag)) and [`take_own`](ObjectStock::take_own), against a
 //! drainer's passes on the stock ([`request_steal`](ObjectStock::request_steal),
@@ -149,8 +158,9 @@ const TENANT: u64 = u32::MAX as u64;
 /// back, and starts caching for it.
 const RETAG_AFTER: u32 = 64;
 
-/// Most slots a retag hands to the next tenant in place ([`transfer_bins`]): their owner
-/// words are rewritten under the `stock` lock, which a drainer may be waiting for.
+/// Most slots a retag hands to the next tenant in place ([`transfer_bins`]): their bins are
+/// scanned (and in hardened builds, and for the fronts' kept slots, their owner words
+/// rewritten) under the `stock` lock, which a drainer may be waiting for.
 const TRANSFER_MAX: u32 = 1024;
 /// Fewest: a tenant that frees a few objects (a query's scratch buffer) leaves them for the
 /// usual retag after `RETAG_AFTER` misses, which costs less than a transfer per tenant.
@@ -198,7 +208,8 @@ impl Drained {
 /// - `tag & DRAINED == 0  =>  rec[c] == 0` for every class;
 /// - `tag & DRAINED != 0  =>  rec[c] <= |tagged[c]|` (the owner has not reclaimed yet);
 /// - `tag` names a tenant `T` (no `NO_TAG`)  `=>`  every slot of every tagged bin has owner
-///   word `T`;
+///   word `T`, but the bottom `min(stale, count)` slots of a class's bin, whose word is a
+///   previous tenant's (nonzero; `ClassBins::stale`);
 /// - `|tagged[c]| <= tagged_max(c)` while `caching`.
 pub struct ObjectStock {
     /// The tenant the tagged bins hold objects of (low 32 bits) and the drainer's state bits
@@ -353,7 +364,7 @@ impl ObjectStock {
 
     /// [`pop`](Self::pop) from a class's tagged bin, whose stale mark is `stale`
     /// (`ClassBins::stale`): a slot below the mark, whose owner word a transfer left, comes
-    /// back as `Pop::Foreign` too, so that the allocation's fast path stays one compare and
+    /// back as `Pop::Foreign` too, so that the allocation's fast path stays two compares and
     /// one out-of-line call (inlined, the word's write made it too big for LTO to inline into
     /// callers with a constant layout); the caller's slow path claims it
     /// (`ThreadCache::claim_stale`).
@@ -779,7 +790,7 @@ impl ObjectStock {
         // its front core's object size, under that core's stat; module invariants), holding
         // those bytes' refs; `cg` is the current scope. On success the
         // owner words become `cg` below, or as they are popped (the stale marks), before
-        // anything but a give-back (which only clears them) reads them.
+        // anything but a give-back or the invariant walk reads them (module docs).
         if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
             return false;
         }

@@ -176,10 +176,12 @@ impl ThreadCache {
     /// `p` must be what `tagged_pop(c, cg)` just returned as `Pop::Foreign`.
     #[inline]
     pub unsafe fn claim_stale(&self, c: usize, cg: ObjCgId, p: *mut u8) -> Option<*mut u8> {
-        // Only the owner changes the tenant bits of the tag, and a drainer's bits stay until
-        // the owner settles: this equals `cg` only if the check after the pop read `cg` too,
-        // so the slot was refused for its mark alone (and putting back one that was not is
-        // always allowed, `ObjectStock::pop`).
+        // Only the owner changes the tenant bits of the tag. If this reads `cg` while the
+        // check after the pop read `cg | STEAL`, the drainer took its request back
+        // (`ObjectStock::record` when the barrier failed), having uncharged nothing: the slot
+        // is `cg`'s, charged, as on a hit. If the check read `cg` and a drainer came since,
+        // the slot goes back, which is always allowed (a drainer's count is at most what the
+        // bin holds, module docs of `object_stock.rs`).
         if self.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
             return None;
         }

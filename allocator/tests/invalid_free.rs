@@ -113,6 +113,57 @@ fn double_free_on_another_thread_is_reported() {
     println!("not detected: {neighbour:?}");
 }
 
+/// A double free of a slot a request left in the object stock, after the next request took
+/// the stock over in place: the slot keeps the first request's owner word until an
+/// allocation takes it (`ClassBins::stale`), so the second free uncharges that request and
+/// clears the word, and the allocation that reaches the slot reports it. Hardened builds,
+/// which rewrite the words at the transfer, report it at the free. Debug builds stop
+/// earlier, at the accounting's assertion on the first request's refs, which the transfer
+/// moved away and the second free's uncharge gives back again (in a release build that
+/// uncharge goes unnoticed: documented in `object_stock.rs`).
+#[test]
+fn double_free_of_a_slot_handed_to_the_next_request_is_reported() {
+    const NAME: &str = "double_free_of_a_slot_handed_to_the_next_request_is_reported";
+    if !is_child(NAME) {
+        let message = if cfg!(feature = "hardened") {
+            "slabcg: fatal: double free (the slot is already free in this thread's bin)"
+        } else if cfg!(debug_assertions) {
+            "refs underflow"
+        } else {
+            "slabcg: fatal: double free of an accounted object (a slot kept for the next tenant"
+        };
+        return run_child_expect_fatal(NAME, message);
+    }
+    let l = Layout::from_size_align(48, 8).unwrap();
+    let customer = slabcg_accounting::Tenant::new("customer");
+    let mut ptrs = Vec::with_capacity(32);
+    {
+        let first = customer.child("first");
+        let _in = first.enter();
+        // SAFETY: valid layout; each block freed once here.
+        unsafe {
+            for _ in 0..32 {
+                ptrs.push(GLOBAL.alloc(l));
+            }
+            for &p in &ptrs {
+                GLOBAL.dealloc(p, l);
+            }
+        }
+    }
+    let next = customer.child("next");
+    let _in = next.enter();
+    // SAFETY: the first allocation takes the stock over; then deliberately invalid: the
+    // slot freed first (the bottom of the bin) freed again, and the bin emptied.
+    unsafe {
+        let _ = GLOBAL.alloc(l);
+        GLOBAL.dealloc(ptrs[0], l);
+        for _ in 0..64 {
+            let _ = std::hint::black_box(GLOBAL.alloc(l));
+        }
+    }
+    println!("not detected");
+}
+
 /// A dedicated cache has no thread bins: a double free with live neighbours used to put the
 /// slot on its slab's free list twice, and the cache then handed it out twice.
 #[test]
