@@ -120,10 +120,22 @@ fn a_request_owns_exactly_the_objects_it_takes_over() {
             customer.current_exact();
             meet.wait();
         });
+        // Stops the drainer however the rounds end: a failed assertion must fail the test,
+        // not leave the scope waiting for a thread parked at the barrier.
+        let _stop = StopAt(&meet, &stop);
         take_over_rounds(&customer, &meet);
-        stop.store(true, Relaxed);
-        meet.wait();
     });
+}
+
+/// On drop, tells the drainer thread to return and lets it through the barrier it waits at
+/// (between rounds it always waits at the first of its two).
+struct StopAt<'a>(&'a std::sync::Barrier, &'a AtomicBool);
+
+impl Drop for StopAt<'_> {
+    fn drop(&mut self) {
+        self.1.store(true, Relaxed);
+        self.0.wait();
+    }
 }
 
 /// [`a_request_owns_exactly_the_objects_it_takes_over`]'s rounds; every fourth has the
