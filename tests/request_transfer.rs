@@ -138,28 +138,37 @@ impl Drop for StopAt<'_> {
     }
 }
 
+/// The request before: frees 64 objects of each size into this thread's object stock, and
+/// dies.
+fn free_as_the_request_before(customer: &Tenant) {
+    let before = customer.child("before");
+    let _in = before.enter();
+    drop(working_set(64, 1));
+}
+
+/// After its first allocation, `req` carries what the request before left (a transfer), not
+/// a 64 KiB byte-stock batch.
+fn assert_took_over(req: &Tenant, round: usize) {
+    assert!(
+        req.current() > 2 * (64 << 10),
+        "round {round}: the request took the objects over ({} B)",
+        req.current()
+    );
+}
+
 /// [`a_request_owns_exactly_the_objects_it_takes_over`]'s rounds; every fourth has the
 /// thread waiting at `meet` drain every stock meanwhile.
 fn take_over_rounds(customer: &Tenant, meet: &std::sync::Barrier) {
     for round in 0..60usize {
-        // The request before frees 64 objects of each size into this thread's object stock.
-        {
-            let before = customer.child("before");
-            let _in = before.enter();
-            drop(working_set(64, 1));
-        }
+        free_as_the_request_before(customer);
         // Outside the request, so that its count is the objects alone.
         let mut held: Vec<Vec<u8>> = Vec::with_capacity(SIZES.len() * 64);
         let req = customer.child("request");
         {
             let _in = req.enter();
-            // The first allocation takes the objects over (not a 64 KiB byte-stock batch).
+            // The first allocation takes the objects over.
             held.push(vec![round as u8; SIZES[0]]);
-            assert!(
-                req.current() > 2 * (64 << 10),
-                "round {round}: the request took the objects over ({} B)",
-                req.current()
-            );
+            assert_took_over(&req, round);
             if round % 4 == 0 {
                 // A drain from another thread while the slots wait below their mark: it
                 // uncharges them where they lie, and this thread gives them back at its next
@@ -197,11 +206,7 @@ fn a_bulk_takes_over_objects_as_its_own() {
     let customer = Tenant::new("transfer-bulk");
     let l = Layout::from_size_align(64, 8).unwrap();
     for round in 0..60usize {
-        {
-            let before = customer.child("before");
-            let _in = before.enter();
-            drop(working_set(64, 1));
-        }
+        free_as_the_request_before(&customer);
         let mut out = vec![std::ptr::null_mut(); 1 + round % 64];
         let req = customer.child("request");
         {
@@ -209,11 +214,7 @@ fn a_bulk_takes_over_objects_as_its_own() {
             // The request's first allocation takes the objects over (a bulk that misses the
             // object stock charges instead, and the transfer comes after it).
             let first = std::hint::black_box(vec![1u8; 64]);
-            assert!(
-                req.current() > 2 * (64 << 10),
-                "round {round}: the request took the objects over ({} B)",
-                req.current()
-            );
+            assert_took_over(&req, round);
             // Two slots freed above the mark: the bulk pops them and then slots below it.
             drop(std::hint::black_box(vec![2u8; 64]));
             drop(std::hint::black_box(vec![3u8; 64]));

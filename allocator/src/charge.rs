@@ -97,13 +97,13 @@ unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
         match thread_cache::with(|tc| tc.tagged_pop(c, cg)) {
             Pop::Hit(q) => return q,
             Pop::Empty => {}
-            // SAFETY: q is what tagged_pop(c, cg) just returned as Foreign.
             Pop::Foreign(q) => {
                 // After a transfer, the popped slot is one of those it left stale.
+                // SAFETY: q is what tagged_pop(c, cg) just returned as Foreign.
                 if let Some(q) = thread_cache::with(|tc| unsafe { tc.claim_stale(c, cg, q) }) {
                     return q;
                 }
-                // SAFETY: as above.
+                // SAFETY: as above; claim_stale refused it, so it is still the popped slot.
                 thread_cache::with(|tc| unsafe { tc.put_back(c, q) })
             }
         }
