@@ -349,17 +349,8 @@ impl ObjectStock {
     /// class's, or a front's kept bin).
     #[inline(always)]
     pub(crate) fn pop(&self, bin: &Bin, cg: ObjCgId) -> Pop {
-        let p = bin.pop();
-        if p.is_null() {
-            return Pop::Empty;
-        }
-        // The check follows the pop, so that a drainer either sees the pop or is seen here
-        // (module docs).
-        hooks::light_barrier();
-        if self.tag.load(Ordering::Relaxed) != u64::from(cg) {
-            return Pop::Foreign(p);
-        }
-        Pop::Hit(p)
+        // A bin without a stale mark (a front's kept bin): the compare with 0 folds away.
+        self.pop_class(bin, &Cell::new(0), cg)
     }
 
     /// [`pop`](Self::pop) from a class's tagged bin, whose stale mark is `stale`
@@ -374,6 +365,8 @@ impl ObjectStock {
         if p.is_null() {
             return Pop::Empty;
         }
+        // The check follows the pop, so that a drainer either sees the pop or is seen here
+        // (module docs).
         hooks::light_barrier();
         if self.tag.load(Ordering::Relaxed) != u64::from(cg) || bin.count() < stale.get() {
             return Pop::Foreign(p);
