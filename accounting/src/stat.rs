@@ -52,9 +52,13 @@ impl Stats {
     /// indexes are ignored rather than panicking: this runs inside the allocator.
     pub(crate) fn add(&self, idx: usize, d: i64) {
         if let Some(s) = self.v.get(idx) {
-            // Saturating, so that repeated uncharges of too many bytes (a caller bug) cannot
-            // wrap a stat; flushes are batched, so the CAS loop is off the fast paths.
-            let _ = s.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(d)));
+            // Wrapping, one `lock xadd`: a delta is at most a layout's size (< 2^63), so only
+            // a sum of several huge charges in flight at once can pass the range, and
+            // wrapping adds give the exact sum back once they are uncharged, where
+            // saturating ones (a compare-and-swap loop, 40 of them per transfer of a
+            // request's object stock) would lose it for good. [`Stats::get`] reads a
+            // transient negative sum as 0.
+            s.fetch_add(d, Relaxed);
         }
     }
     /// Reads `idx`, clamping a transiently negative sum (a flush of an uncharge can land
