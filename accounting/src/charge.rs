@@ -650,9 +650,12 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
         }
         if s.enter() {
             if let Some(i) = s.find(id) {
-                s.take_into(i, &mut c);
-                refs = c.bytes + 1;
-                parent = hand_to_parent(s, &mut c, &mut rest);
+                // The slot's ref and its object bytes' refs, whichever way it goes.
+                refs = s.bytes[i].load(Relaxed) + 1;
+                parent = hand_to_parent(s, i, &mut rest);
+                if parent.is_none() {
+                    s.take_into(i, &mut c);
+                }
             }
             s.check_invariants();
         }
@@ -661,7 +664,7 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
     match parent {
         None => release(&c),
         Some(to) => {
-            if let Some(oc) = objcg::lookup(c.id) {
+            if let Some(oc) = objcg::lookup(id) {
                 // The slot's share and refs, as `release` drops them; its bytes and deltas
                 // went to the parent's slot.
                 oc.release_hold();
@@ -675,42 +678,29 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
     }
 }
 
-/// Moves the contents `c` of a dead tenant's slot, just taken, into this stock's slot for
-/// the live node its objcg now charges, if there is one: the bytes of both pools to that
-/// slot's API pool (trimmed to `STOCK_LOW` past `STOCK_HIGH`), the deltas into its deltas.
-/// What does not fit goes to `rest` (the target's id, bytes and deltas to give back to the
-/// counters). Returns the target's objcg with a ref taken on it for that (`Some(None)` when
-/// nothing is left over, without the ref), and leaves `c` with its id only; `None`, with
-/// nothing changed, when there is no such slot. In CS.
-fn hand_to_parent(
-    s: &Stock,
-    c: &mut Contents,
-    rest: &mut Contents,
-) -> Option<Option<&'static ObjCg>> {
-    let oc = objcg::lookup(c.id)?;
+/// Moves slot `i`, a dead tenant's, into this stock's slot for the live node its objcg now
+/// charges, if there is one: the bytes of both pools to that slot's API pool (trimmed to
+/// `STOCK_LOW` past `STOCK_HIGH`), the deltas into its deltas ([`Stock::merge_into`]),
+/// leaving slot `i` empty. What does not fit goes to `rest` (the target's id, bytes and
+/// deltas to give back to the counters). Returns the target's objcg with a ref taken on it
+/// for that (`Some(None)` when nothing is left over, without the ref); `None`, with nothing
+/// changed, when there is no such slot. In CS.
+fn hand_to_parent(s: &Stock, i: usize, rest: &mut Contents) -> Option<Option<&'static ObjCg>> {
+    let id = s.ids[i].load(Relaxed);
+    let oc = objcg::lookup(id)?;
     let j = {
-        // SAFETY: the slot ref, now in `c`, keeps `oc` allocated.
+        // SAFETY: slot i's ref keeps `oc` allocated (the slot is filled until the merge
+        // below, and the caller puts that ref only after).
         let t = unsafe { oc.read() }?;
         let to = t.objcg();
-        if to == c.id || to == 0 || !t.is_alive() {
+        if to == id || to == 0 || !t.is_alive() {
             return None;
         }
         // A slot for the live node's own objcg holds a ref on it, so the id is its.
         s.find(to)?
     };
     let to_oc = objcg::lookup(s.ids[j].load(Relaxed))?;
-    rest.api = s.add_trimmed(j, Pool::Api, c.bytes + c.api);
-    for (k, d) in c.deltas() {
-        let over = s.add_stat(j, StatIdx(k as u8), i64::from(d));
-        if over != 0 {
-            // |over| <= STAT_FLUSH + |d| fits an i32 (both are below 2^17).
-            rest.stats[k] = over as i32;
-            rest.dirty |= 1 << (k % 64);
-        }
-    }
-    // Cleared in place (only the dirty deltas can be non-zero): building an empty
-    // `Contents` by value zeroes and copies half a KiB.
-    c.clear_keeping_id();
+    s.merge_into(i, j, rest);
     rest.id = s.ids[j].load(Relaxed);
     s.stamp(j);
     // The target's slot ref keeps it allocated inside the CS; this one for `rest` after,

@@ -178,19 +178,6 @@ impl Contents {
         dirty: 0,
     };
 
-    /// Empties everything but `id`: pools and deltas to zero, as `EMPTY` has them.
-    pub(crate) fn clear_keeping_id(&mut self) {
-        self.bytes = 0;
-        self.api = 0;
-        for k in dirty_indices(self.dirty) {
-            if let Some(d) = self.stats.get_mut(k) {
-                *d = 0;
-            }
-        }
-        self.dirty = 0;
-        debug_assert!(self.stats.iter().all(|&d| d == 0));
-    }
-
     /// The indices of `stats` that may be non-zero, with their deltas (zeros skipped).
     pub(crate) fn deltas(&self) -> impl Iterator<Item = (usize, i32)> + '_ {
         dirty_indices(self.dirty).filter_map(|k| match self.stats.get(k) {
@@ -202,17 +189,45 @@ impl Contents {
 
 /// The stat indices a folded dirty mask covers: for each set bit `b`, `b`, `b + 64`, ...
 /// below `NR_STAT`.
-fn dirty_indices(mut mask: u64) -> impl Iterator<Item = usize> {
-    core::iter::from_fn(move || {
-        if mask == 0 {
+fn dirty_indices(mask: u64) -> DirtyIndices {
+    DirtyIndices {
+        mask,
+        next: NR_STAT,
+    }
+}
+
+/// [`dirty_indices`]' iterator: a set bit's first index, then its later ones 64 apart, with
+/// two words of state and no nested iterator (a request's tenant leaves some forty dirty
+/// indices, which each slot give-back walks up to three times).
+struct DirtyIndices {
+    /// The set bits not visited yet.
+    mask: u64,
+    /// The next index of the current bit's run (`>= NR_STAT`: the run is over).
+    next: usize,
+}
+
+impl Iterator for DirtyIndices {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.next < NR_STAT {
+            let k = self.next;
+            self.next += 64;
+            return Some(k);
+        }
+        if self.mask == 0 {
             return None;
         }
-        let b = mask.trailing_zeros() as usize;
-        mask &= mask - 1;
+        let b = self.mask.trailing_zeros() as usize;
+        self.mask &= self.mask - 1;
+        self.next = b + 64;
+        // b < 64 < NR_STAT (asserted below), so b is an index.
         Some(b)
-    })
-    .flat_map(|b| (b..NR_STAT).step_by(64))
+    }
 }
+
+const _: () = assert!(NR_STAT > 64);
 
 /// What the forwarding entries owed, taken out with the slots: refs to put on dead objcgs
 /// (`drain::release_taken`).
@@ -559,6 +574,41 @@ impl Stock {
         }
     }
 
+    /// Moves slot `i`'s contents into slot `j` (`i != j`), leaving `i` empty: both of `i`'s
+    /// pools to `j`'s `Pool::Api` (kept to `STOCK_LOW` past `STOCK_HIGH`, as
+    /// [`add_trimmed`](Self::add_trimmed)), its deltas into `j`'s. What `j` cannot keep goes to
+    /// `rest`, which must be empty: the trimmed bytes to `rest.api`, a delta past its flush
+    /// to `rest.stats` (`rest.id` is left to the caller). One pass over `i`'s dirty deltas,
+    /// where a take into a `Contents` and a hand-over from it took three: a request's tenant
+    /// that dies on its thread gives its slot to its parent's this way. In CS.
+    pub(crate) fn merge_into(&self, i: usize, j: usize, rest: &mut Contents) {
+        debug_assert!(i != j && rest.dirty == 0 && rest.bytes == 0 && rest.api == 0);
+        let bytes = self.bytes[i].load(Relaxed) + self.api[i].load(Relaxed);
+        rest.api = self.add_trimmed(j, Pool::Api, bytes);
+        let dirty = self.dirty[i].load(Relaxed);
+        for k in dirty_indices(dirty) {
+            let Some(st) = self.stats[i].get(k) else {
+                continue;
+            };
+            let d = st.load(Relaxed);
+            if d == 0 {
+                continue;
+            }
+            st.store(0, Relaxed);
+            let over = self.add_stat(j, StatIdx(k as u8), i64::from(d));
+            if over != 0 {
+                // |over| <= STAT_FLUSH + |d| fits an i32 (both are below 2^17).
+                rest.stats[k] = over as i32;
+                rest.dirty |= 1 << (k % 64);
+            }
+        }
+        self.ids[i].store(0, Relaxed);
+        self.bytes[i].store(0, Relaxed);
+        self.api[i].store(0, Relaxed);
+        self.dirty[i].store(0, Relaxed);
+        debug_assert!(self.stats[i].iter().all(|s| s.load(Relaxed) == 0));
+    }
+
     /// The owner's slow-path clock (bumped whenever a slow path uses a slot), for the
     /// idle-stock decay. A racy read from another thread: it only chooses.
     pub(crate) fn clock(&self) -> u64 {
@@ -843,5 +893,42 @@ pub(crate) fn wait_out(in_cs: &AtomicBool) {
         } else {
             std::thread::yield_now();
         }
+    }
+}
+
+#[cfg(test)]
+mod dirty_tests {
+    use super::{dirty_indices, NR_STAT};
+
+    /// Every index whose bit (`k % 64`) is set, ascending by bit then by index: what the
+    /// folded mask means, written the slow way.
+    fn by_definition(mask: u64) -> Vec<usize> {
+        (0..64)
+            .filter(|b| mask & 1 << b != 0)
+            .flat_map(|b| (b..NR_STAT).step_by(64))
+            .collect()
+    }
+
+    #[test]
+    fn dirty_indices_visit_every_index_of_every_set_bit_once() {
+        let masks = [
+            0,
+            1,
+            1 << 63,
+            u64::MAX,
+            0b111,
+            0x8000_0000_0000_0007,
+            0x0123_4567_89ab_cdef,
+        ];
+        for mask in masks {
+            assert_eq!(
+                dirty_indices(mask).collect::<Vec<_>>(),
+                by_definition(mask),
+                "mask {mask:#x}"
+            );
+        }
+        // The three bits below NR_STAT - 128 have three indices each.
+        assert_eq!(dirty_indices(1).collect::<Vec<_>>(), [0, 64, 128]);
+        assert_eq!(dirty_indices(1 << 5).collect::<Vec<_>>(), [5, 69]);
     }
 }
