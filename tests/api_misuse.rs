@@ -31,6 +31,12 @@ fn over_uncharge_stops_at_zero_and_keeps_objects_owned() {
     t.uncharge(u64::MAX, StatItem::Large);
     assert_eq!(t.current_exact(), 0);
     assert_eq!(parent.current_exact(), 0);
+    // The stats stop at their ends too: three uncharges of 2^62 would wrap a plain sum
+    // around to +2^62 (4 EiB of socket buffers); saturated, it reads 0.
+    for _ in 0..3 {
+        t.uncharge(1 << 62, StatItem::Sock);
+    }
+    assert_eq!((t.stat().sock, parent.stat().sock), (0, 0));
     // The tenant still works: charges count from 0 and its limit holds.
     t.set_max(64 << 10);
     t.charge(64 << 10, StatItem::Sock).unwrap();

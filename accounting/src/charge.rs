@@ -650,7 +650,8 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
         }
         if s.enter() {
             if let Some(i) = s.find(id) {
-                // The slot's ref and its object bytes' refs, whichever way it goes.
+                // The slot's ref and its object bytes' refs, put below when the slot goes to
+                // the parent's (`release` counts its own otherwise).
                 refs = s.bytes[i].load(Relaxed) + 1;
                 parent = hand_to_parent(s, i, &mut rest);
                 if parent.is_none() {

@@ -14,7 +14,7 @@
 use core::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 use crate::counter::Hierarchy;
-use crate::types::{StatIdx, NR_STAT};
+use crate::types::{StatIdx, MAX_SLAB_CLASSES, NR_STAT};
 
 /// A kind of charged resource, for [`crate::Tenant::charge`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -52,13 +52,24 @@ impl Stats {
     /// indexes are ignored rather than panicking: this runs inside the allocator.
     pub(crate) fn add(&self, idx: usize, d: i64) {
         if let Some(s) = self.v.get(idx) {
-            // Wrapping, one `lock xadd`: a delta is at most a layout's size (< 2^63), so only
-            // a sum of several huge charges in flight at once can pass the range, and
-            // wrapping adds give the exact sum back once they are uncharged, where
-            // saturating ones (a compare-and-swap loop, 40 of them per transfer of a
-            // request's object stock) would lose it for good. [`Stats::get`] reads a
-            // transient negative sum as 0.
-            s.fetch_add(d, Relaxed);
+            // Saturating, so that repeated uncharges of too many bytes (a caller bug) cannot
+            // wrap a stat; flushes are batched, so the CAS loop is off the fast paths.
+            let _ = s.fetch_update(Relaxed, Relaxed, |v| Some(v.saturating_add(d)));
+        }
+    }
+    /// [`add`](Self::add) with a delta of some kept objects' bytes (a transfer's,
+    /// [`flush_below`]): on a size class's or dedicated cache's own index, one `lock xadd`
+    /// instead of the saturating compare-and-swap loop, which a transfer of a request's
+    /// object stock ran some forty times. Those indices only ever move by objects' sizes
+    /// (`Tenant::charge` reaches only `SLAB_OTHER`, `LARGE` and `SOCK`), so they stay far
+    /// from either end of the range, where saturating and wrapping adds agree. `SLAB_OTHER`
+    /// (the dedicated caches past the indices' number share it with the API) saturates.
+    pub(crate) fn add_object_bytes(&self, idx: usize, d: i64) {
+        match self.v.get(idx) {
+            Some(s) if idx < MAX_SLAB_CLASSES => {
+                s.fetch_add(d, Relaxed);
+            }
+            _ => self.add(idx, d),
         }
     }
     /// Reads `idx`, clamping a transiently negative sum (a flush of an uncharge can land
@@ -86,12 +97,13 @@ pub(crate) fn flush<N: StatHierarchy>(node: &N, idx: usize, d: i64) {
 }
 
 /// Adds `d` at `idx` to `node` and its ancestors strictly below `stop` (`node` or one of
-/// its ancestors): the stats of bytes moving between branches (`charge::transfer`), `d > 0`
-/// on the receiving side, `d < 0` on the giving side.
+/// its ancestors): the stats of kept objects' bytes moving between branches
+/// (`charge::transfer`), `d > 0` on the receiving side, `d < 0` on the giving side; `idx` is
+/// a size class's or dedicated cache's ([`Stats::add_object_bytes`]).
 pub(crate) fn flush_below<N: StatHierarchy>(node: &N, stop: &N, idx: usize, d: i64) {
     let mut cur = Some(node);
     while let Some(n) = cur.filter(|n| !core::ptr::eq(*n, stop)) {
-        n.stats().add(idx, d);
+        n.stats().add_object_bytes(idx, d);
         cur = n.parent();
     }
 }

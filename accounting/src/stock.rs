@@ -198,7 +198,7 @@ fn dirty_indices(mask: u64) -> DirtyIndices {
 
 /// [`dirty_indices`]' iterator: a set bit's first index, then its later ones 64 apart, with
 /// two words of state and no nested iterator (a request's tenant leaves some forty dirty
-/// indices, which each slot give-back walks up to three times).
+/// indices, which a give-back of its slot walks once or twice).
 struct DirtyIndices {
     /// The set bits not visited yet.
     mask: u64,
