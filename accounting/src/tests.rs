@@ -3,7 +3,7 @@
 use crate::drain::{drain_all, registered_count};
 use crate::hooks::{self, StatIdx};
 use crate::objcg;
-use crate::stock::{NR_SLOTS, STOCK, STOCK_HIGH};
+use crate::stock::{NR_SLOTS, STOCK, STOCK_HIGH, STOCK_LOW};
 use crate::{StatItem, Tenant};
 
 /// Taken by every test of this file: they look at this thread's stock or at shared lists,
@@ -429,4 +429,67 @@ fn gcd(a: usize, b: usize) -> usize {
     } else {
         gcd(b, a % b)
     }
+}
+
+/// A child that dies on this thread gives its stock slot to its parent's slot
+/// (`charge::release_own_slot`, `Stock::merge_into`): its pools into the parent's API pool,
+/// its stat deltas into the parent's. What the parent's slot cannot keep (its pool past
+/// `STOCK_HIGH`, a delta past `STAT_FLUSH`) goes to the counter and the shared stats at once.
+#[test]
+fn a_dying_childs_slot_merges_into_its_parents_slot() {
+    use core::sync::atomic::Ordering::Relaxed;
+    let _serial = serial();
+    let parent = Tenant::new("merge-parent");
+    let child = parent.child("merge-child");
+    let (pid, cid) = (parent.objcg_id(), child.objcg_id());
+    let k = StatIdx::slab(5);
+    let slot = |id| {
+        STOCK.with(|s| {
+            s.find(id)
+                .map(|i| (s.bytes[i].load(Relaxed), s.api[i].load(Relaxed)))
+        })
+    };
+    // 40 KiB of objects each: each slot caches a +40 KiB delta at k, below STAT_FLUSH, and
+    // the two together pass it.
+    assert!(charge(pid, 40 << 10, k));
+    assert!(charge(cid, 40 << 10, k));
+    // Fill the parent's API pool: charges and uncharges of socket bytes through it.
+    for _ in 0..2 {
+        parent.charge(60 << 10, StatItem::Sock).unwrap();
+    }
+    for _ in 0..2 {
+        parent.uncharge(60 << 10, StatItem::Sock);
+    }
+    let (_, papi) = slot(pid).expect("the parent has a slot here");
+    let (cbytes, capi) = slot(cid).expect("the child has a slot here");
+    let pooled = papi + cbytes + capi;
+    assert!(
+        pooled > STOCK_HIGH,
+        "the merge must trim: {papi} + {cbytes} + {capi}"
+    );
+    assert_eq!(
+        parent.stat_flushed(k.0 as usize),
+        0,
+        "both deltas are cached"
+    );
+    drop(child);
+    assert_eq!(slot(cid), None, "the child's slot is gone");
+    let (_, papi_after) = slot(pid).expect("the parent's slot stays");
+    assert_eq!(papi_after, STOCK_LOW, "the merged pool is trimmed");
+    assert_eq!(
+        parent.stat_flushed(k.0 as usize),
+        80 << 10,
+        "the merged delta passed its flush: both halves reached the shared stats"
+    );
+    // The child's objects are the parent's now; the trimmed bytes went back.
+    assert_eq!(parent.current_exact(), 80 << 10);
+    let st = parent.stat();
+    assert_eq!((st.slab, st.sock), (80 << 10, 0));
+    // SAFETY: gives back the objects charged above, the child's through its dead objcg.
+    unsafe {
+        hooks::uncharge(cid, 40 << 10, k);
+        hooks::uncharge(pid, 40 << 10, k);
+    }
+    assert_eq!(parent.current_exact(), 0);
+    assert_eq!(parent.stat().slab, 0);
 }
