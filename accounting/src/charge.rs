@@ -689,7 +689,7 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
 fn hand_to_parent(s: &Stock, i: usize, rest: &mut Contents) -> Option<Option<&'static ObjCg>> {
     let id = s.ids[i].load(Relaxed);
     let oc = objcg::lookup(id)?;
-    let j = {
+    let to = {
         // SAFETY: slot i's ref keeps `oc` allocated (the slot is filled until the merge
         // below, and the caller puts that ref only after).
         let t = unsafe { oc.read() }?;
@@ -697,12 +697,13 @@ fn hand_to_parent(s: &Stock, i: usize, rest: &mut Contents) -> Option<Option<&'s
         if to == id || to == 0 || !t.is_alive() {
             return None;
         }
-        // A slot for the live node's own objcg holds a ref on it, so the id is its.
-        s.find(to)?
+        to
     };
-    let to_oc = objcg::lookup(s.ids[j].load(Relaxed))?;
+    // A slot for the live node's own objcg holds a ref on it, so the id is its.
+    let j = s.find(to)?;
+    let to_oc = objcg::lookup(to)?;
     s.merge_into(i, j, rest);
-    rest.id = s.ids[j].load(Relaxed);
+    rest.id = to;
     s.stamp(j);
     // The target's slot ref keeps it allocated inside the CS; this one for `rest` after,
     // taken only when there is a rest: the target's refs are a line every thread that

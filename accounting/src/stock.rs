@@ -596,9 +596,12 @@ impl Stock {
             }
             st.store(0, Relaxed);
             let over = self.add_stat(j, StatIdx(k as u8), i64::from(d));
-            if over != 0 {
+            if over == 0 {
+                continue;
+            }
+            if let Some(r) = rest.stats.get_mut(k) {
                 // |over| <= STAT_FLUSH + |d| fits an i32 (both are below 2^17).
-                rest.stats[k] = over as i32;
+                *r = over as i32;
                 rest.dirty |= 1 << (k % 64);
             }
         }

@@ -322,9 +322,10 @@ pub struct ClassBins {
     /// a previous tenant's owner word: a transfer hands the bin to a new tenant without
     /// rewriting them (`ObjectStock::transfer_bins`), and the allocation that pops one of
     /// them writes it ([`claim`](Self::claim)). A slot pushed since sits above the mark, so
-    /// the word of every slot above `min(stale, count)` is the tag. A mark above the count
-    /// only costs a redundant owner write. Only the owner thread touches it (and a fork
-    /// child's `take_bins`, for a thread that did not survive, which resets it).
+    /// the word of every slot above the bottom `stale` is the tag; `stale <= tagged.count()`
+    /// outside a pop (`ObjectStock`'s invariants, which say why). Only the owner thread
+    /// touches it (and a fork child's `take_bins`, for a thread that did not survive, which
+    /// resets it).
     pub(crate) stale: Cell<u32>,
 }
 

@@ -66,11 +66,13 @@ pub fn alloc_small(c: usize, cg: ObjCgId) -> *mut u8 {
 }
 
 /// The tagged bin's slot was refused: one of `cg`'s own whose owner word a transfer left
-/// (`ClassBins::stale`) is claimed and returned here, in a leaf that saves no register;
-/// anything else goes on to [`alloc_small_put_back`].
+/// (`ClassBins::stale`) is claimed and returned here, out of line (inline, the claim kept
+/// LTO from inlining `__rust_alloc` into constant-layout callers); anything else goes on to
+/// [`alloc_small_put_back`].
 ///
 /// # Safety
-/// As [`ThreadCache::put_back`].
+/// As [`ThreadCache::claim_stale`]: `p` is what `tagged_pop(c, cg)` just returned as
+/// `Pop::Foreign`, for this `cg`.
 #[inline(never)]
 unsafe fn alloc_small_refused(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
     // SAFETY: caller's contract.
@@ -97,15 +99,11 @@ unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
         match thread_cache::with(|tc| tc.tagged_pop(c, cg)) {
             Pop::Hit(q) => return q,
             Pop::Empty => {}
-            Pop::Foreign(q) => {
-                // After a transfer, the popped slot is one of those it left stale.
-                // SAFETY: q is what tagged_pop(c, cg) just returned as Foreign.
-                if let Some(q) = thread_cache::with(|tc| unsafe { tc.claim_stale(c, cg, q) }) {
-                    return q;
-                }
-                // SAFETY: as above; claim_stale refused it, so it is still the popped slot.
-                thread_cache::with(|tc| unsafe { tc.put_back(c, q) })
-            }
+            // After a transfer, the popped slot is one of those it left stale: claimed. Were
+            // it refused, this comes back here once, and the transfer (`miss_cg` is `cg`
+            // now) does not run again.
+            // SAFETY: q is what tagged_pop(c, cg) just returned as Foreign.
+            Pop::Foreign(q) => return unsafe { alloc_small_refused(c, cg, q) },
         }
     }
     alloc_small_charging(c, cg)

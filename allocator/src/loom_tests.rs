@@ -1,7 +1,8 @@
 //! Loom models of the object-stock protocol (`object_stock.rs`), running the real code: an
 //! `ObjectStock` and a thread cache's lines built inside the model, the owner's fast paths
-//! (`ObjectStock::push`, which checks the tag before the push; `ObjectStock::pop`, which
-//! checks it after the pop and its `light_barrier`, and `Bin::unpop` on a mismatch), its
+//! (`ObjectStock::push`, which checks the tag before the push; `ObjectStock::pop` and
+//! `pop_class`, which check it after the pop and its `light_barrier`, and `Bin::unpop` on a
+//! mismatch; the claim of a stale slot is the model's copy of `ThreadCache::claim_stale`), its
 //! ways back (`reclaim_take`, a retag's `take_bins` + `set_tag`, `take_own` at exit), and a
 //! drainer's passes on that stock (`request_steal`, the remote barrier, `record`, the second
 //! barrier, `recheck`). Under loom both barriers are `SeqCst` fences (what membarrier

@@ -6,8 +6,9 @@
 //! transfer handed the slot over, below). This is seed
 //! 003's object stock taken one step further: the kernel caches charged bytes per CPU; we
 //! cache the charged objects themselves, so what the same-tenant alloc/free pair adds to the
-//! unaccounted pair is the owner-word read on free and one load and compare of the tag word
-//! on each side (BENCHMARKS.md).
+//! unaccounted pair is the owner-word read on free, one load and compare of the tag word on
+//! each side, and on the allocation the compare of the bin's count with its stale mark
+//! (BENCHMARKS.md).
 //!
 //! Dedicated caches' fronts have such a bin too (`FrontBin::kept`, `front.rs`): the same
 //! protocol covers them, with the front's core (its `tag`) giving the size and stat a
@@ -32,8 +33,10 @@
 //! `NO_TAG` (bins empty), with a drainer's `STEAL` or `DRAINED` bit. The owner's fast paths
 //! read `tag`, never write it, and store nothing but the bin itself:
 //! - the free checks first: it pushes a slot only when `tag` equals the slot's owner;
-//! - the allocation checks after: it pops, then (compiler fence) loads `tag`, and puts the
-//!   slot back when `tag` is not its tenant.
+//! - the allocation checks after: it pops, then (compiler fence) loads `tag`, and refuses
+//!   the slot when `tag` is not its tenant or the slot is below the class's stale mark. Out
+//!   of line, the refused slot is either claimed (the tag read again is the tenant: the
+//!   owner word and the mark are written, `ThreadCache::claim_stale`) or put back.
 //!
 //! Every other change of `tag` or of the tagged bins (retagging, giving back, a drainer's
 //! work) happens under the thread's `stock` lock. A retag either gives the tagged objects
@@ -103,8 +106,12 @@
 //! Invariants (under `stock`):
 //! - `tag == NO_TAG  =>  every tagged bin is empty`;
 //! - `tag == T` or `T | STEAL  =>  every slot in a tagged bin is charged to T with its class
-//!   size, and its owner word is T, except the `min(stale, count)` slots at the bottom of a
-//!   class's bin, whose words are a previous tenant's (nonzero)`;
+//!   size, and its owner word is T, except the `stale` slots at the bottom of a class's
+//!   bin, whose words are a previous tenant's (nonzero)`;
+//! - `stale[c] <= count[c]`, and `stale[c] == 0` without `LAZY_OWNERS`: a transfer sets the
+//!   mark to the count, a push raises only the count, and every pop that takes a slot
+//!   below the mark claims it, which sets the mark to the count left (`ClassBins::claim`);
+//!   a pop refused otherwise puts the slot back, and `take_bins` empties bin and mark.
 //! - `tag == T | DRAINED  =>  the bin of class c holds count slots whose owner word is T (but
 //!   for the stale ones, as above), of
 //!   which count - rec[c] are still charged to T`.
@@ -158,9 +165,10 @@ const TENANT: u64 = u32::MAX as u64;
 /// back, and starts caching for it.
 const RETAG_AFTER: u32 = 64;
 
-/// Most slots a retag hands to the next tenant in place ([`transfer_bins`]): their bins are
-/// scanned (and in hardened builds, and for the fronts' kept slots, their owner words
-/// rewritten) under the `stock` lock, which a drainer may be waiting for.
+/// Most slots a retag hands to the next tenant in place ([`transfer_bins`]): past it the
+/// bins hold leftovers the tenants before did not reuse, and each class's stale part only
+/// grows. (Hardened builds and the fronts' kept bins also rewrite the owner words of that
+/// many slots under the `stock` lock, which a drainer may be waiting for.)
 const TRANSFER_MAX: u32 = 1024;
 /// Fewest: a tenant that frees a few objects (a query's scratch buffer) leaves them for the
 /// usual retag after `RETAG_AFTER` misses, which costs less than a transfer per tenant.
@@ -208,8 +216,9 @@ impl Drained {
 /// - `tag & DRAINED == 0  =>  rec[c] == 0` for every class;
 /// - `tag & DRAINED != 0  =>  rec[c] <= |tagged[c]|` (the owner has not reclaimed yet);
 /// - `tag` names a tenant `T` (no `NO_TAG`)  `=>`  every slot of every tagged bin has owner
-///   word `T`, but the bottom `min(stale, count)` slots of a class's bin, whose word is a
-///   previous tenant's (nonzero; `ClassBins::stale`);
+///   word `T`, but the bottom `stale[c]` slots of a class's bin, whose word is a previous
+///   tenant's (nonzero; `ClassBins::stale`);
+/// - `stale[c] <= |tagged[c]|`, and `stale[c] == 0` when `!LAZY_OWNERS`;
 /// - `|tagged[c]| <= tagged_max(c)` while `caching`.
 pub struct ObjectStock {
     /// The tenant the tagged bins hold objects of (low 32 bits) and the drainer's state bits
@@ -345,8 +354,8 @@ impl ObjectStock {
         self.lock.lock()
     }
 
-    /// Pops a slot already charged to `cg` from `bin`, one of this stock's tagged bins (a
-    /// class's, or a front's kept bin).
+    /// Pops a slot already charged to `cg` from `bin`, a front's kept bin. (A class's tagged
+    /// bin has a stale mark: [`pop_class`](Self::pop_class).)
     #[inline(always)]
     pub(crate) fn pop(&self, bin: &Bin, cg: ObjCgId) -> Pop {
         // A bin without a stale mark (a front's kept bin): the compare with 0 folds away.
@@ -368,7 +377,9 @@ impl ObjectStock {
         // The check follows the pop, so that a drainer either sees the pop or is seen here
         // (module docs).
         hooks::light_barrier();
-        if self.tag.load(Ordering::Relaxed) != u64::from(cg) || bin.count() < stale.get() {
+        if self.tag.load(Ordering::Relaxed) != u64::from(cg)
+            || (LAZY_OWNERS && bin.count() < stale.get())
+        {
             return Pop::Foreign(p);
         }
         Pop::Hit(p)
@@ -378,7 +389,8 @@ impl ObjectStock {
     /// tagged bins) with one check after them all: [`pop`](Self::pop)'s check covers any
     /// number of pops before it (a drainer that counted the bin before some of them is seen
     /// here, and then all of them are put back, as one pop is). Returns how many; 0 when the
-    /// bin is empty or not `cg`'s (then `out`'s entries are null).
+    /// bin is empty or not `cg`'s (then `out`'s entries are null). From a class's bin, the
+    /// caller must then claim the slots below its stale mark (`ClassBins::claim_many`).
     #[inline]
     pub(crate) fn pop_many(&self, bin: &Bin, cg: ObjCgId, out: &mut [*mut u8]) -> usize {
         let k = bin.pop_many(out);
@@ -485,11 +497,15 @@ impl ObjectStock {
             if t & DRAINED != 0 && d.rec[c] > n {
                 broken("object stock: a drainer uncharged more than the bin holds");
             }
+            let stale = line.stale.get();
+            if stale > n || (!LAZY_OWNERS && stale != 0) {
+                broken("object stock: a class's stale mark is above its bin's count, or set without LAZY_OWNERS");
+            }
             if t & NO_TAG == 0 {
                 let tenant = (t & TENANT) as ObjCgId;
                 // Above the stale mark the owner words are the tag; below it, a transfer left
                 // a previous tenant's (never 0: every slot here was charged).
-                let fresh = n.saturating_sub(line.stale.get());
+                let fresh = n - stale;
                 let mut o = bin.head();
                 let mut i = 0;
                 while !o.is_null() {
@@ -798,7 +814,7 @@ impl ObjectStock {
                 continue;
             }
             let mut o = b.tagged.head();
-            // Counted, not to null (as cheap, run at every request's first allocation): a
+            // Hardened builds only. Counted, not to null (as cheap): a
             // chain that outlasts its count is looped (`Steps`), and reported below. One that
             // ends before its count (a double free in a bulk free, `bin::list_too_short`)
             // faults on the null link here: a check per slot cost this walk 4%.
