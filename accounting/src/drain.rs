@@ -61,6 +61,8 @@ use std::sync::OnceLock;
 
 use crate::callbacks;
 use crate::counter;
+use crate::kin_entry::KinTaken;
+use crate::node::Node;
 use crate::objcg;
 use crate::stat;
 use crate::stock::{Contents, Stock, Taken, EXITED, REGISTERED, STOCK};
@@ -300,6 +302,66 @@ fn lock() -> SpinGuard<'static, ()> {
     LOCK.lock()
 }
 
+/// The registry lock, for the per-thread caches of children's counts (`kin_cache.rs`): an
+/// entry is installed, evicted and swept only under it, and a thread's exit empties its
+/// entry under it, so a sweep that holds it sees every entry there is.
+pub(crate) fn registry_lock() -> SpinGuard<'static, ()> {
+    lock()
+}
+
+/// Calls `f` on every registered stock. Under the registry lock (`_g`).
+pub(crate) fn for_each_registered(_g: &SpinGuard<'static, ()>, mut f: impl FnMut(&Stock)) {
+    let mut p = HEAD.load(Ordering::Relaxed);
+    // SAFETY: registered stocks are valid under the lock (unlinked only under it, before
+    // their TLS memory goes away).
+    while let Some(s) = unsafe { p.as_ref() } {
+        f(s);
+        p = s.next.load(Ordering::Relaxed);
+    }
+}
+
+/// Releases `n` strong references on `node` that a kin entry held. User context: the last
+/// one drops the node.
+pub(crate) fn release_credits(node: *const u8, n: u64) {
+    for _ in 0..n {
+        // SAFETY: each credit is a strong reference on the node taken through a pointer
+        // with `into_raw`'s provenance (`kin_cache::cache`, or a reference given back to
+        // the entry), released once, here.
+        unsafe { std::sync::Arc::decrement_strong_count(node as *const Node) };
+    }
+}
+
+/// Moves every registered thread's zombie list to the global one, for a sweep that frees
+/// them all (`tenant::free_zombies`). O(threads + zombies) under the registry lock, with no
+/// allocation.
+pub(crate) fn collect_zombies() {
+    let g = lock();
+    for_each_registered(&g, |s| objcg::move_to_global(&s.zombies));
+}
+
+/// Adds what an emptied kin entry held to its parent's shared counts: the births minus
+/// deaths to `handles`, the adopted objcgs to `adopted` (both wrapping: either may be
+/// negative, and the parent's sum stays right). Returns the credits, strong references on
+/// the parent's `Arc` that the caller releases (outside the registry lock: the last one
+/// drops the node, which frees memory). Under the registry lock, or in a fork child.
+pub(crate) fn release_kin(t: &KinTaken) -> u32 {
+    // SAFETY: an entry's node is alive while the entry is not empty (`kin_cache.rs`: the
+    // parent keeps `BIAS` in `handles` until a sweep under this lock emptied every entry),
+    // and this entry was not empty a moment ago, under the lock the sweeps take.
+    let node = unsafe { &*(t.node as *const Node) };
+    debug_assert!(
+        node.kin.handles.load(Ordering::Relaxed) != 0,
+        "a kin entry of a dead node"
+    );
+    node.kin
+        .handles
+        .fetch_add(t.births as usize, Ordering::Relaxed);
+    node.kin
+        .adopted
+        .fetch_add(t.adopted as usize, Ordering::Relaxed);
+    t.credits
+}
+
 /// Gives this thread's stock back when the thread exits; touched only on the slow path.
 struct ExitGuard;
 
@@ -381,7 +443,10 @@ fn exit(s: &Stock) {
     if let Some(t) = taken {
         release_taken(&t);
     }
-    let _g = lock();
+    let g = lock();
+    // The cached counts go back to their parent; its references after the lock.
+    let kin = s.kin.take();
+    let credits = kin.as_ref().map_or(0, release_kin);
     // Empty now: a stealing drainer took the slots under the lock we hold.
     unlist(s);
     let (next, prev) = (
@@ -404,6 +469,12 @@ fn exit(s: &Stock) {
     }
     REGISTERED_STOCKS.fetch_sub(1, Ordering::Relaxed);
     s.set_flags(0, REGISTERED);
+    drop(g);
+    if let Some(t) = kin {
+        release_credits(t.node, u64::from(credits));
+    }
+    // Its zombies wait on the global list now (pushes from here on go there: `EXITED`).
+    objcg::move_to_global(&s.zombies);
 }
 
 /// Drains every stock (idle threads included) back to the counters and the shared stats,
@@ -485,8 +556,17 @@ pub fn fork_child() {
         let next = s.next.load(Ordering::Relaxed);
         if p == own {
             own_registered = true;
-        } else if !s.in_cs.load(Ordering::Relaxed) {
-            release_taken(&s.take_all());
+        } else {
+            if !s.in_cs.load(Ordering::Relaxed) {
+                release_taken(&s.take_all());
+            }
+            // Its counts go to the parent; its references on the parent stay taken (a
+            // leak of nodes in the child, never a dangling one: dropping a node here could
+            // free memory inside the fork handler).
+            if let Some(t) = s.kin.take() {
+                release_kin(&t);
+            }
+            objcg::move_to_global(&s.zombies);
         }
         p = next;
     }

@@ -44,19 +44,24 @@
 //! 4. `counter.rs`: the hierarchical counter (`page_counter`), its events and `Events`.
 //! 5. `stat.rs`: a node's shared stat counters and the walk that flushes deltas up.
 //! 6. `oom_state.rs`: a node's OOM state (policy choice, overdraft, kill mark, waiters).
-//! 7. `stock.rs`: the per-thread stock and its fast paths (`consume`, `refill`).
-//! 8. `node.rs`: a tree node (the data above, tree links, objcg list, reclaim callback) and
+//! 7. `kin_entry.rs`: a thread's cached counts on one parent (births, deaths, credits).
+//! 8. `stock.rs`: the per-thread stock and its fast paths (`consume`, `refill`); it holds
+//!    the thread's `KinEntry`.
+//! 9. `node.rs`: a tree node (the data above, tree links, objcg list, reclaim callback) and
 //!    the `Tenant` handle type.
-//! 9. `scope.rs`: the thread's current objcg, the `enter()` guard, the root scope.
-//! 10. `objcg.rs`: the owner indirection (id table, refs, reader sections, zombies).
-//! 11. `tree.rs`: the tree lock, the root node, the walk of live tenants, fork locks.
-//! 12. `drain.rs`: the stock registry and holding list, drains, thread exit, `release`.
-//! 13. `charge.rs`: the charge/uncharge slow paths and the failure ladder (mechanism).
-//! 14. `report.rs`: `TenantStat` and the slab geometry the allocator registers for it.
-//! 15. `oom.rs`: policy at `max`: victim choice, kill, overdraft, the background thread.
-//! 16. `tenant.rs`: the `Tenant` API, lifecycle and reparenting, reclaim, `LADDER`.
-//! 17. `task.rs`: futures and closures carried into a tenant, safe points.
-//! 18. `hooks.rs`: the façade the allocator calls; only forwards, nothing imports it.
+//! 10. `scope.rs`: the thread's current objcg, the `enter()` guard, the root scope.
+//! 11. `objcg.rs`: the owner indirection (id table, refs, reader sections, zombies).
+//! 12. `tree.rs`: the tree lock, the root node, the walk of live tenants, fork locks.
+//! 13. `drain.rs`: the stock registry and holding list, drains, thread exit, `release`
+//!     (and `release_kin`, what an emptied `KinEntry` held).
+//! 14. `kin_cache.rs`: children's counts on their parent cached per thread (install, the
+//!     sweep when the parent's last handle goes, the birth/death/drop entry points).
+//! 15. `charge.rs`: the charge/uncharge slow paths and the failure ladder (mechanism).
+//! 16. `report.rs`: `TenantStat` and the slab geometry the allocator registers for it.
+//! 17. `oom.rs`: policy at `max`: victim choice, kill, overdraft, the background thread.
+//! 18. `tenant.rs`: the `Tenant` API, lifecycle and reparenting, reclaim, `LADDER`.
+//! 19. `task.rs`: futures and closures carried into a tenant, safe points.
+//! 20. `hooks.rs`: the façade the allocator calls; only forwards, nothing imports it.
 //!
 //! ## Who touches what
 //! - `Stock` (stock.rs): its owner thread, plus a drainer holding the registry lock after a
@@ -111,6 +116,8 @@ mod charge;
 mod counter;
 mod drain;
 pub mod hooks;
+mod kin_cache;
+mod kin_entry;
 mod node;
 mod objcg;
 mod oom;

@@ -3,11 +3,12 @@
 //! policy.
 //! What the handle does, and the lifecycle (death, reparenting), are in `tenant.rs`.
 //!
-//! A tenant lives while `handles > 0`, where `handles = live Tenant handles + live
-//! children` (a live child keeps its parent alive); its death starts when `handles` reaches
-//! 0 and `Node::dead` records that, for the readers that ask (`Node::is_alive`). The `Node`
-//! is owned by `Arc`s: the handles' (`Tenant`), its children's (`parent`) and one per objcg
-//! pointing at it (`objcg.rs`).
+//! A tenant lives while `handles > 0`, where `handles + Σ entries' births = live Tenant
+//! handles + live children + (BIAS while percpu)` (a live child keeps its parent alive; the
+//! threads' cached counts and `BIAS` are `kin_cache.rs`'s); its death starts when `handles`
+//! reaches 0 and `Node::dead` records that, for the readers that ask (`Node::is_alive`).
+//! The `Node` is owned by `Arc`s: the handles' (`Tenant`), its children's (`parent`), one
+//! per objcg pointing at it (`objcg.rs`), and the credits threads' entries hold.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use crate::counter::{Counter, Hierarchy};
 use crate::oom_state::{OomPolicy, OomState};
 use crate::stat::{StatHierarchy, Stats};
+use crate::stock::STOCK;
 use crate::types::ObjCgId;
 
 /// A tenant's reclaim callback (`Tenant::set_reclaim`).
@@ -32,15 +34,25 @@ pub(crate) type Reclaim = Arc<dyn Fn(&Tenant, u64) + Send + Sync>;
 #[repr(C)]
 pub(crate) struct Kin {
     _before: [u8; KIN_PAD],
-    /// `live Tenant handles + live children` (module docs).
+    /// `live Tenant handles + live children`, less what threads' entries count, plus
+    /// `BIAS` while `percpu` (module docs).
     pub(crate) handles: AtomicUsize,
-    /// `adopted == objcgs pointing here other than this node's own` (dead descendants'
-    /// objcgs, re-pointed here by their deaths), exact whenever no death or zombie sweep is
-    /// in flight; during one it may be higher, never lower, since a death counts an objcg
-    /// here before it re-points it and a sweep uncounts one only after clearing it. A death
-    /// with `adopted == 0` has nothing but its own objcg to re-point, so it needs no lock
-    /// and no search (`tenant::die`).
+    /// `adopted + Σ entries' adopted == objcgs pointing here other than this node's own`
+    /// (dead descendants' objcgs, re-pointed here by their deaths), exact whenever no
+    /// death or zombie sweep is in flight; during one it may be higher, never lower, since
+    /// a death counts an objcg here before it re-points it and a sweep uncounts one only
+    /// after clearing it. While threads cache counts (`percpu`) the shared part alone may
+    /// be lower, even below 0 (wrapping); a death reads it only after the kill that folded
+    /// every entry in (`kin_cache.rs`). A death with `adopted == 0` has nothing but its own
+    /// objcg to re-point, so it needs no lock and no search (`tenant::die`).
     pub(crate) adopted: AtomicUsize,
+    /// `ext == live Tenant handles`: the count `handles` mixes with the live children,
+    /// apart, so that the drop of the last one can end the per-thread caching of the
+    /// children's counts (`kin_cache.rs`).
+    pub(crate) ext: AtomicUsize,
+    /// Whether threads may cache the children's counts (`kin_cache.rs`): while set,
+    /// `handles` also holds `kin_cache::BIAS`. Changed only under the registry lock.
+    pub(crate) percpu: AtomicBool,
     _after: [u8; KIN_PAD],
 }
 
@@ -53,7 +65,9 @@ const _: () = assert!(
     core::mem::offset_of!(Node, kin) == 0
         && core::mem::offset_of!(Kin, handles) == KIN_PAD
         && core::mem::offset_of!(Kin, adopted) == KIN_PAD + 8
-        && core::mem::size_of::<Kin>() == 2 * KIN_PAD + 16
+        && core::mem::offset_of!(Kin, ext) == KIN_PAD + 16
+        && core::mem::offset_of!(Kin, percpu) == KIN_PAD + 24
+        && core::mem::size_of::<Kin>() == 2 * KIN_PAD + 32
 );
 
 impl Kin {
@@ -62,6 +76,8 @@ impl Kin {
             _before: [0; KIN_PAD],
             handles: AtomicUsize::new(handles),
             adopted: AtomicUsize::new(0),
+            ext: AtomicUsize::new(handles),
+            percpu: AtomicBool::new(false),
             _after: [0; KIN_PAD],
         }
     }
@@ -165,6 +181,14 @@ impl Drop for Node {
     /// of some 40,000 tenants.
     fn drop(&mut self) {
         let mut parent = self.parent.take();
+        // The reference on the parent goes back to this thread's cached counts when they
+        // are the parent's (`kin_cache.rs`): the `Arc` count stays, held by the entry.
+        if let Some(p) = &parent {
+            let node = Arc::as_ptr(p) as *const u8;
+            if STOCK.with(|s| s.kin.give_credit(node)) {
+                core::mem::forget(parent.take());
+            }
+        }
         while let Some(p) = parent {
             parent = match Arc::try_unwrap(p) {
                 // The last reference: take its parent before it drops (without recursing).
@@ -247,10 +271,16 @@ pub struct Tenant {
 
 impl Clone for Tenant {
     fn clone(&self) -> Tenant {
-        self.node.kin.handles.fetch_add(1, Ordering::Relaxed);
-        Tenant {
-            node: self.node.clone(),
-        }
+        Tenant::from_counted(self.node.clone())
+    }
+}
+
+impl Tenant {
+    /// A new handle on `node`, alive (the caller holds a handle on it, or a live child).
+    pub(crate) fn from_counted(node: Arc<Node>) -> Tenant {
+        node.kin.handles.fetch_add(1, Ordering::Relaxed);
+        node.kin.ext.fetch_add(1, Ordering::Relaxed);
+        Tenant { node }
     }
 }
 
@@ -277,8 +307,9 @@ pub(crate) fn upgrade(node: &Node) -> Option<Tenant> {
             Err(seen) => h = seen,
         }
     }
+    node.kin.ext.fetch_add(1, Ordering::Relaxed);
     // The caller holds a reference into the node, so its strong count is >= 1 and the
-    // upgrade cannot fail (if it did, the handle count taken above would only keep the
+    // upgrade cannot fail (if it did, the handle counts taken above would only keep the
     // tenant alive).
     let node = node.arc();
     debug_assert!(node.is_some(), "a referenced node has a strong count");

@@ -35,6 +35,7 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::node::Node;
+use crate::stock::{EXITED, REGISTERED, STOCK};
 use crate::types::ObjCgId;
 
 const CHUNK_SHIFT: u32 = 10;
@@ -68,9 +69,9 @@ type Dir = [AtomicPtr<ObjCg>; DIR];
 static DIRS: [AtomicPtr<Dir>; NDIRS] = [const { AtomicPtr::new(null_mut()) }; NDIRS];
 /// One past the highest chunk index ever used, for walks of the table.
 static CHUNKS_HIGH: AtomicU32 = AtomicU32::new(0);
-/// The zombie list: its head id in the low 32 bits (0 = empty) and its length in the high
-/// 32, updated together by one CAS. Pushed from anywhere, popped whole in user context, so
-/// there is no ABA.
+/// The global zombie list (`push_on`): the zombies of threads without a registered stock,
+/// and those moved from the threads' own lists (`Stock::zombies`, `move_to_global`). Popped
+/// whole in user context.
 static ZOMBIES: AtomicU64 = AtomicU64::new(0);
 
 /// Ids handed out, per chunk. Chunk 0 counts id 0 as live forever, so it is never freed.
@@ -241,13 +242,16 @@ fn take_ids(a: &mut IdAlloc, out: &mut [ObjCgId]) -> usize {
 /// Ids a thread takes from the allocator at once: one lock round trip per 16 tenants
 /// created, and 8 cache lines of the table of its own.
 const BATCH: usize = 16;
+/// Ids a thread's batch holds at most: a refill takes `BATCH`; the ids a thread's zombie
+/// sweeps free fill it up to this ([`recycle`]).
+const BATCH_CAP: usize = 64;
 
 /// This thread's ids, taken from the allocator and not handed out yet. They count as live
 /// in their chunks (so those stay mapped) and go back when the thread exits; a forked child
 /// never gets back the batches of the threads that did not survive the fork (at most
 /// `BATCH` ids each, of 4 billion).
 struct IdBatch {
-    ids: [ObjCgId; BATCH],
+    ids: [ObjCgId; BATCH_CAP],
     len: usize,
 }
 
@@ -263,7 +267,7 @@ impl Drop for IdBatch {
 
 thread_local! {
     static IDS_BATCH: core::cell::RefCell<IdBatch> =
-        const { core::cell::RefCell::new(IdBatch { ids: [0; BATCH], len: 0 }) };
+        const { core::cell::RefCell::new(IdBatch { ids: [0; BATCH_CAP], len: 0 }) };
 }
 
 /// A free id: from this thread's batch, refilled from the allocator when empty (or, at
@@ -273,7 +277,7 @@ fn take_id() -> Option<ObjCgId> {
         let mut b = b.try_borrow_mut().ok()?;
         if b.len == 0 {
             let mut a = lock();
-            b.len = take_ids(&mut a, &mut b.ids);
+            b.len = take_ids(&mut a, &mut b.ids[..BATCH]);
         }
         if b.len == 0 {
             return None;
@@ -442,15 +446,19 @@ impl ObjCg {
             self.next_zombie.load(Ordering::Relaxed) == 0 || FORKED.load(Ordering::Relaxed),
             "a zombie held by a slot"
         );
-        let mut old = ZOMBIES.load(Ordering::Relaxed);
-        loop {
-            self.next_zombie.store(old as u32, Ordering::Relaxed);
-            // The length cannot pass u32::MAX: there are fewer ids than that.
-            let new = ((old >> 32) + 1) << 32 | u64::from(self.id);
-            match ZOMBIES.compare_exchange_weak(old, new, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(seen) => old = seen,
+        // This thread's own list while its stock is registered (its exit, a fork and the
+        // full sweeps move it to the global one): threads dropping the tenants of one
+        // service would otherwise bounce the global list's line at every death.
+        let own = STOCK.with(|s| {
+            let f = s.flags();
+            let registered = f & REGISTERED != 0 && f & EXITED == 0;
+            if registered {
+                push_on(&s.zombies, self);
             }
+            registered
+        });
+        if !own {
+            push_on(&ZOMBIES, self);
         }
     }
 
@@ -474,32 +482,81 @@ pub(crate) fn hold_budget() -> u32 {
     4 * crate::sys::cpus()
 }
 
-/// Takes the whole zombie list. For each dead objcg calls `f(id, tenant)` after clearing
-/// the entry; `tenant` carries the entry's strong reference, which the
-/// caller must release, and the caller must recycle the id with [`recycle`]. Under the
-/// tree lock.
-pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node)) {
-    let mut id = ZOMBIES.swap(0, Ordering::Acquire) as u32;
+/// Pushes `oc` (a zombie: no refs) on `list`, a zombie list word: its head id in the low
+/// 32 bits (0 = empty) and its length in the high 32, updated together by one CAS. Pushed
+/// by anyone (the global list) or by the owner thread (its own), taken whole by a swap, so
+/// there is no ABA.
+fn push_on(list: &AtomicU64, oc: &ObjCg) {
+    let mut old = list.load(Ordering::Relaxed);
+    loop {
+        oc.next_zombie.store(old as u32, Ordering::Relaxed);
+        // The length cannot pass u32::MAX: there are fewer ids than that.
+        let new = ((old >> 32) + 1) << 32 | u64::from(oc.id);
+        match list.compare_exchange_weak(old, new, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(seen) => old = seen,
+        }
+    }
+}
+
+/// Moves the zombies of `list` (a thread's own: another thread's under the registry lock,
+/// an exiting one's, or one left in a fork child) to the global list. No allocation, no
+/// lock.
+pub(crate) fn move_to_global(list: &AtomicU64) {
+    let mut id = list.swap(0, Ordering::Acquire) as u32;
     while let Some(oc) = lookup(id) {
         let next = oc.next_zombie.load(Ordering::Relaxed);
-        debug_assert_eq!(oc.refs.load(Ordering::Relaxed), 0);
-        debug_assert_eq!(oc.readers.load(Ordering::Relaxed), 0);
-        let tenant = oc.tenant.swap(null_mut(), Ordering::Relaxed);
-        f(id, tenant);
+        push_on(&ZOMBIES, oc);
         id = next;
     }
 }
 
-/// How many dead objcgs wait to be freed (a hint: more may be queued right after).
-pub(crate) fn zombie_count() -> u32 {
-    (ZOMBIES.load(Ordering::Relaxed) >> 32) as u32
+/// Takes this thread's zombie list and the global one (what other threads' lists hold goes
+/// there first: `drain::collect_zombies`). For each dead objcg calls `f(id, tenant)` after
+/// clearing the entry; `tenant` carries the entry's strong reference, which the caller
+/// must release, and the caller must recycle the id with [`recycle`]. Under the tree lock.
+pub(crate) fn take_zombies(mut f: impl FnMut(ObjCgId, *const Node)) {
+    let own = STOCK.with(|s| s.zombies.swap(0, Ordering::Acquire));
+    for list in [own, ZOMBIES.swap(0, Ordering::Acquire)] {
+        let mut id = list as u32;
+        while let Some(oc) = lookup(id) {
+            let next = oc.next_zombie.load(Ordering::Relaxed);
+            debug_assert_eq!(oc.refs.load(Ordering::Relaxed), 0);
+            debug_assert_eq!(oc.readers.load(Ordering::Relaxed), 0);
+            let tenant = oc.tenant.swap(null_mut(), Ordering::Relaxed);
+            f(id, tenant);
+            id = next;
+        }
+    }
 }
 
-/// Makes freed ids available again, and frees the chunks none of whose ids is handed out.
-/// User context, under the tree lock.
+/// How many dead objcgs wait to be freed on this thread's list and the global one (a hint:
+/// more may be queued right after, and other threads' lists are not counted).
+pub(crate) fn zombie_count() -> u32 {
+    let own = STOCK.with(|s| s.zombies.load(Ordering::Relaxed));
+    ((own >> 32) + (ZOMBIES.load(Ordering::Relaxed) >> 32)) as u32
+}
+
+/// Makes freed ids available again: into this thread's batch as far as it has room (its
+/// next tenants take them without the allocator's lock: a thread creating and sweeping
+/// tenants at the rate of its queries then never takes it), the rest to the allocator,
+/// which frees the chunks none of whose ids is handed out. User context, under the tree
+/// lock (an id in a batch is handed out later without it, as one from the allocator is).
 pub(crate) fn recycle(ids: &[ObjCgId]) {
-    if !ids.is_empty() {
-        give_back(ids, true);
+    let kept = IDS_BATCH
+        .try_with(|b| {
+            let Ok(mut b) = b.try_borrow_mut() else {
+                return 0;
+            };
+            let n = (BATCH_CAP - b.len).min(ids.len());
+            let len = b.len;
+            b.ids[len..len + n].copy_from_slice(&ids[..n]);
+            b.len += n;
+            n
+        })
+        .unwrap_or(0);
+    if kept < ids.len() {
+        give_back(&ids[kept..], true);
     }
 }
 

@@ -65,6 +65,7 @@ use crate::sys::sync::{
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 
+use crate::kin_entry::KinEntry;
 use crate::types::{ObjCgId, StatIdx, NR_STAT};
 
 /// Slots per stock (the kernel's `NR_MEMCG_STOCK`).
@@ -148,6 +149,12 @@ pub(crate) struct Stock {
     fwd_owed: [AtomicU64; NR_FWD],
     /// The way a full set's next new entry replaces (`fwd_note`), advanced each time.
     fwd_turn: AtomicU8,
+    /// This thread's cached counts on one parent tenant (`kin_cache.rs`).
+    pub(crate) kin: KinEntry,
+    /// This thread's zombie list (`objcg::push_on`): dead objcgs whose last ref this thread
+    /// dropped, while its stock is registered. Core's atomic even under loom: no model
+    /// touches it.
+    pub(crate) zombies: core::sync::atomic::AtomicU64,
 }
 
 thread_local! {
@@ -280,6 +287,8 @@ impl Stock {
             fwd_gen: [const { AtomicU64::new(0) }; NR_FWD],
             fwd_owed: [const { AtomicU64::new(0) }; NR_FWD],
             fwd_turn: AtomicU8::new(0),
+            kin: KinEntry::new(),
+            zombies: core::sync::atomic::AtomicU64::new(0),
         }
     }
 

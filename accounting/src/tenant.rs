@@ -5,7 +5,9 @@
 //!
 //! A [`Tenant`] is a handle on a `Node` (`node.rs`). Liveness of a tenant is `handles > 0`,
 //! where `handles = live Tenant handles + live children` (a live child keeps its parent
-//! alive). When `handles` drops to 0 the tenant dies (`die`): every objcg pointing at it (its own
+//! alive), once the counts threads cache for the parent of many children are folded in
+//! (`kin_cache.rs`, at the drop of its last handle). When `handles` drops to 0 the tenant
+//! dies (`die`): every objcg pointing at it (its own
 //! and those inherited from dead children) is re-pointed to the parent, and its own objcg
 //! loses its alive ref. The `Node` is owned by `Arc`s: the handles' (`Tenant`), its
 //! children's (`parent`) and one per objcg pointing at it (`objcg.rs`). Re-pointing moves
@@ -27,6 +29,7 @@ use crate::callbacks;
 use crate::charge::{self, Ladder, Refused};
 use crate::counter::{self, Events, Reach};
 use crate::drain;
+use crate::kin_cache;
 use crate::node::{locked, upgrade, Node, Reclaim, Tenant};
 use crate::objcg;
 use crate::oom::{self, Killed};
@@ -93,73 +96,25 @@ impl std::error::Error for TenantError {}
 impl Tenant {
     /// The root tenant: never limited; owns every unscoped allocation.
     pub fn root() -> Tenant {
-        let node = root_node();
-        node.kin.handles.fetch_add(1, Ordering::Relaxed);
-        Tenant { node: node.clone() }
+        Tenant::from_counted(root_node().clone())
     }
 
     /// A new child of the root.
     pub fn new(name: &str) -> Tenant {
-        Tenant::root().child(name)
+        // Without a handle on the root (two more writes of its shared line per tenant).
+        child_of(root_node(), name).unwrap_or_else(|e| out_of_ids(e))
     }
 
     /// A new child of this tenant.
     pub fn child(&self, name: &str) -> Tenant {
-        match self.try_child(name) {
-            Ok(t) => t,
-            Err(e) => {
-                // Not a panic: `child` is called from code that cannot handle an error, and
-                // reaching here needs over four billion tenants and dead tenants' objcgs
-                // alive at once.
-                crate::sys::warn(&format!("slabcg: fatal: {e}\n"));
-                std::process::abort();
-            }
-        }
+        self.try_child(name).unwrap_or_else(|e| out_of_ids(e))
     }
 
     /// A new child of this tenant, or an error when the objcg id space is full: every one
     /// of the 4,294,967,295 ids is held by a live tenant or by a dead tenant's live objects.
     /// Ids of dead tenants whose objects are all freed come back.
     pub fn try_child(&self, name: &str) -> Result<Tenant, TenantError> {
-        let _root = scope::unscoped();
-        free_zombies_if_due();
-        oom::housekeeping();
-        // No `TREE` here: the parent cannot die meanwhile (this handle keeps it alive, so
-        // `die` cannot run on it), and nothing else can see the new node or its objcg until
-        // this returns.
-        // The child keeps its parent alive.
-        self.node.kin.handles.fetch_add(1, Ordering::Relaxed);
-        // A child inherits its parent's policy, so that the requests under a Kill-policy
-        // customer are themselves candidates for the OOM killer.
-        let node = Node::new_arc(
-            Some(self.node.clone()),
-            name.into(),
-            1,
-            self.node.oom.policy(),
-        );
-        let raw = Arc::into_raw(node.clone());
-        let id = match objcg::alloc(raw).or_else(|_| {
-            // Ids of dead tenants whose last objects are freed may wait in stocks and on
-            // the zombie list: give them back, then try once more.
-            drain::drain_all();
-            free_zombies();
-            objcg::alloc(raw)
-        }) {
-            Ok(id) => id,
-            Err(objcg::IdsFull) => {
-                // SAFETY: `alloc` failed, so the reference from into_raw is still ours.
-                drop(unsafe { Arc::from_raw(raw) });
-                // The node never got an objcg: it dies without reparenting anything, but its
-                // count on the parent goes as a child's would.
-                node.kin.handles.store(0, Ordering::Relaxed);
-                node.dead.store(true, Ordering::Relaxed);
-                drop(node);
-                self.node.kin.handles.fetch_sub(1, Ordering::Relaxed);
-                return Err(TenantError::OutOfIds);
-            }
-        };
-        node.objcg.store(id, Ordering::Relaxed);
-        Ok(Tenant { node })
+        child_of(&self.node, name)
     }
 
     /// The name this tenant was created with (the root's is `"root"`).
@@ -171,8 +126,7 @@ impl Tenant {
     pub fn parent(&self) -> Option<Tenant> {
         let p = self.node.parent.as_ref()?;
         // Alive: this live tenant holds a count on it.
-        p.kin.handles.fetch_add(1, Ordering::Relaxed);
-        Some(Tenant { node: p.clone() })
+        Some(Tenant::from_counted(p.clone()))
     }
 
     fn is_root(&self) -> bool {
@@ -445,6 +399,54 @@ impl Tenant {
     }
 }
 
+/// Not a panic: `child` is called from code that cannot handle an error, and reaching here
+/// needs over four billion tenants and dead tenants' objcgs alive at once.
+fn out_of_ids(e: TenantError) -> ! {
+    crate::sys::warn(&format!("slabcg: fatal: {e}\n"));
+    std::process::abort();
+}
+
+/// [`Tenant::try_child`] of the tenant `parent_node`, on which the caller holds a handle (or
+/// the root, which never dies).
+fn child_of(parent_node: &Arc<Node>, name: &str) -> Result<Tenant, TenantError> {
+    let _root = scope::unscoped();
+    free_zombies_if_due();
+    oom::housekeeping();
+    // No `TREE` here: the parent cannot die meanwhile (the caller's handle keeps it alive,
+    // so `die` cannot run on it), and nothing else can see the new node or its objcg until
+    // this returns.
+    // The child keeps its parent alive: counted, and its reference on the parent
+    // taken, in this thread's cached counts when they are the parent's (`kin_cache.rs`).
+    let parent = kin_cache::birth(parent_node);
+    // A child inherits its parent's policy, so that the requests under a Kill-policy
+    // customer are themselves candidates for the OOM killer.
+    let node = Node::new_arc(Some(parent), name.into(), 1, parent_node.oom.policy());
+    let raw = Arc::into_raw(node.clone());
+    let id = match objcg::alloc(raw).or_else(|_| {
+        // Ids of dead tenants whose last objects are freed may wait in stocks and on
+        // the zombie list: give them back, then try once more.
+        drain::drain_all();
+        free_zombies();
+        objcg::alloc(raw)
+    }) {
+        Ok(id) => id,
+        Err(objcg::IdsFull) => {
+            // SAFETY: `alloc` failed, so the reference from into_raw is still ours.
+            drop(unsafe { Arc::from_raw(raw) });
+            // The node never got an objcg: it dies without reparenting anything, but its
+            // count on the parent goes as a child's would.
+            node.kin.handles.store(0, Ordering::Relaxed);
+            node.kin.ext.store(0, Ordering::Relaxed);
+            node.dead.store(true, Ordering::Relaxed);
+            drop(node);
+            kin_cache::unbirth(parent_node);
+            return Err(TenantError::OutOfIds);
+        }
+    };
+    node.objcg.store(id, Ordering::Relaxed);
+    Ok(Tenant { node })
+}
+
 /// A stat of `node` as it is now (the caller drained first if it wants it exact).
 fn read_stat(node: &Node) -> TenantStat {
     let usage = node.counter.usage();
@@ -484,7 +486,12 @@ pub(crate) fn run_reclaim(node: &Node, bytes: u64) -> bool {
 
 impl Drop for Tenant {
     fn drop(&mut self) {
-        if self.node.kin.handles.fetch_sub(1, Ordering::Release) == 1 {
+        // The last handle ends the caching of the children's counts (`kin_cache::kill`),
+        // whose `BIAS` then goes with this handle's count.
+        let killed =
+            self.node.kin.ext.fetch_sub(1, Ordering::AcqRel) == 1 && kin_cache::kill(&self.node);
+        let count = if killed { 1 + kin_cache::BIAS } else { 1 };
+        if self.node.kin.handles.fetch_sub(count, Ordering::Release) == count {
             fence(Ordering::Acquire);
             let _root = scope::unscoped();
             die(&self.node);
@@ -534,6 +541,9 @@ fn die(node: &Node) {
         }
         if let Some(g) = &tree {
             if cur.kin.adopted.load(Ordering::Relaxed) != 0 {
+                // Every thread's: what is left of them points here, and the walk below
+                // would re-point it.
+                drain::collect_zombies();
                 sweep_zombies(g, &mut swept);
             }
             if cur.kin.adopted.load(Ordering::Relaxed) != 0 {
@@ -541,16 +551,29 @@ fn die(node: &Node) {
             }
             callbacks.extend(locked(&cur.reclaim).take());
         }
+        // In this order, each step in this thread's cached counts on the parent when they
+        // are the parent's (`kin_cache.rs`), else in its shared counts: the objcg counted
+        // there, re-pointed there, and only then this child's count on the parent released
+        // (until then the parent cannot die, and a sweep of the entry in between only moves
+        // what it counted to the shared counts).
         if let Some(oc) = objcg::lookup(cur.objcg()) {
             // Counted before it points there (`Node::adopted`).
-            parent.kin.adopted.fetch_add(1, Ordering::Relaxed);
+            let to = if kin_cache::adopt(parent_arc) {
+                // The entry's credit, spent just now.
+                Arc::as_ptr(parent_arc)
+            } else {
+                parent.kin.adopted.fetch_add(1, Ordering::Relaxed);
+                Arc::into_raw(Arc::clone(parent_arc))
+            };
             // SAFETY: the objcg's alive ref keeps it allocated; `tenant` points at `cur`
-            // (only `die` re-points an objcg, and `cur` is dying once); the pointer comes
-            // from `into_raw` (`repoint_to`).
-            unsafe { repoint_to(oc, cur, parent_arc) };
+            // (only `die` re-points an objcg, and `cur` is dying once); `to` owns a strong
+            // reference on the parent, with `into_raw`'s provenance (`as_ptr` has it too).
+            unsafe { repoint_to(oc, cur, to) };
             oc.put(1);
         }
-        if parent.kin.handles.fetch_sub(1, Ordering::Release) != 1 {
+        // A count in the entry: the parent holds `BIAS` while the entry names it, so this
+        // death does not end it.
+        if kin_cache::death(parent_arc) || parent.kin.handles.fetch_sub(1, Ordering::Release) != 1 {
             break;
         }
         fence(Ordering::Acquire);
@@ -575,8 +598,9 @@ fn reparent_adopted(_tree: &TreeGuard, cur: &Node, parent_arc: &Arc<Node>) {
                 return;
             }
             parent_arc.kin.adopted.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: under TREE no objcg is freed; it points at `cur` (just seen).
-            repoint_to(oc, cur, parent_arc);
+            // SAFETY: under TREE no objcg is freed; it points at `cur` (just seen); the
+            // pointer owns the reference it gets.
+            repoint_to(oc, cur, Arc::into_raw(Arc::clone(parent_arc)));
             moved += 1;
         })
     };
@@ -587,20 +611,21 @@ fn reparent_adopted(_tree: &TreeGuard, cur: &Node, parent_arc: &Arc<Node>) {
     );
 }
 
-/// Re-points `oc` from `cur` to `parent_arc`, moving its strong reference.
+/// Re-points `oc` from `cur` to the parent `to_ptr`, releasing its reference on `cur`.
 ///
 /// # Safety
 /// `oc` stays allocated for the call and points at `cur`, which lives until the caller
 /// returns (the handle being dropped, or up the chain its dead child's `parent`), and no
-/// other thread re-points it meanwhile.
-unsafe fn repoint_to(oc: &objcg::ObjCg, cur: &Node, parent_arc: &Arc<Node>) {
-    // The objcg's new reference on the parent, as a pointer from `into_raw`: its provenance
-    // covers the whole `ArcInner`, counts included. `parent` cast to a pointer covers only
-    // the `Node` after them, so `Arc::increment_strong_count` on it, and the `Arc::from_raw`
-    // that later releases it (`free_zombies`, or the next `die` up), would reach the counts
-    // through a pointer not allowed to: Stacked Borrows rejects that, and `Arc`'s raw-pointer
-    // functions accept only `into_raw` pointers.
-    let to_ptr = Arc::into_raw(Arc::clone(parent_arc));
+/// other thread re-points it meanwhile. `to_ptr` owns a strong reference on the parent,
+/// which moves to `oc`, and has the provenance of `Arc::into_raw`.
+unsafe fn repoint_to(oc: &objcg::ObjCg, cur: &Node, to_ptr: *const Node) {
+    // The objcg's new reference on the parent, as a pointer from `into_raw` (or `as_ptr`,
+    // which `into_raw` is made of): its provenance covers the whole `ArcInner`, counts
+    // included. `parent` cast to a pointer covers only the `Node` after them, so
+    // `Arc::increment_strong_count` on it, and the `Arc::from_raw` that later releases it
+    // (`free_zombies`, or the next `die` up), would reach the counts through a pointer not
+    // allowed to: Stacked Borrows rejects that, and `Arc`'s raw-pointer functions accept
+    // only `into_raw` pointers.
     // SAFETY: invariant: an objcg's `tenant` is null or a pointer from `Arc::into_raw`
     // owning one strong reference (`child`, or `to_ptr` here), so `old` may go back through
     // `Arc::from_raw`, which releases the reference on `cur` that comes back; `cur` lives on
@@ -638,6 +663,7 @@ pub fn current_tenant() -> Tenant {
 pub(crate) fn free_zombies() {
     let mut swept = Swept::default();
     let g = tree_lock();
+    drain::collect_zombies();
     sweep_zombies(&g, &mut swept);
     drop(g);
     swept.release();
@@ -658,7 +684,9 @@ impl Swept {
     }
 }
 
-/// [`free_zombies`] with the tree lock held; the references taken go to `swept`.
+/// Frees this thread's zombies and the global list's (what [`free_zombies`] and deaths
+/// first collect there from every thread), with the tree lock held; the references taken
+/// go to `swept`.
 fn sweep_zombies(_tree: &TreeGuard, swept: &mut Swept) {
     let mut ids = Vec::new();
     objcg::take_zombies(|id, tenant| {
@@ -667,9 +695,16 @@ fn sweep_zombies(_tree: &TreeGuard, swept: &mut Swept) {
             // A zombie points at an ancestor of its creator (its death re-pointed it first,
             // counting it there): uncounted only now that the entry is clear.
             debug_assert!(t.objcg() != id, "objcg {id} died before its tenant");
-            let old = t.kin.adopted.fetch_sub(1, Ordering::Relaxed);
-            debug_assert!(old != 0, "objcg {id}: adopted underflow");
-            swept.0.push(tenant);
+            // Into this thread's cached counts when they are the node's, the reference
+            // with it (`kin_cache.rs`); else from the shared count, which then may go
+            // below 0 for a while (wrapping) when a death counted the objcg in an entry.
+            if !kin_cache::unadopt(tenant) {
+                // Read first: a kill after the decrement may fold and clear it.
+                let cached = t.kin.percpu.load(Ordering::Relaxed);
+                let old = t.kin.adopted.fetch_sub(1, Ordering::Relaxed);
+                debug_assert!(old != 0 || cached, "objcg {id}: adopted underflow");
+                swept.0.push(tenant);
+            }
         }
         ids.push(id);
     });
@@ -683,11 +718,14 @@ fn sweep_zombies(_tree: &TreeGuard, swept: &mut Swept) {
 /// would pass it back and forth.
 pub(crate) const ZOMBIE_SWEEP_EVERY: u32 = 32;
 
-/// [`free_zombies`] on the hot lifecycle paths (creating and dropping tenants), once
-/// `ZOMBIE_SWEEP_EVERY` dead objcgs wait (process-wide, so it holds also when every query
-/// runs on a thread of its own): one lock round trip then frees them all. A zombie queued
-/// just after the check, or one that another thread is freeing right now, is left to a later
-/// call. `drain_all_stocks()` and `stat()` call `free_zombies` whatever the count.
+/// Frees zombies on the hot lifecycle paths (creating and dropping tenants), once
+/// `ZOMBIE_SWEEP_EVERY` dead objcgs wait on this thread's list and the global one (where
+/// the threads without a registered stock push theirs): one lock round trip then frees
+/// them. Each thread sweeps its own: a check reads no line that other threads write. A
+/// zombie queued just after the check, or one that another thread is freeing right now, is
+/// left to a later call; other threads' lists wait for their own sweeps, their exit, or a
+/// full one: `drain_all_stocks()`, `stat()` and deaths of tenants that adopted objcgs call
+/// `free_zombies` (or collect) whatever the count.
 fn free_zombies_if_due() {
     if objcg::zombie_count() >= ZOMBIE_SWEEP_EVERY {
         // Left to a later call when another thread holds the lock (likely sweeping).
@@ -739,8 +777,8 @@ impl Tenant {
             })
         };
         assert_eq!(
-            self.node.kin.adopted.load(Ordering::Relaxed),
-            list.len() - 1,
+            kin_cache::adopted_with_cached(&self.node),
+            list.len() as isize - 1,
             "adopted counts the objcgs pointing here"
         );
         list

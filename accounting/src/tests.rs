@@ -493,3 +493,167 @@ fn a_dying_childs_slot_merges_into_its_parents_slot() {
     assert_eq!(parent.current_exact(), 0);
     assert_eq!(parent.stat().slab, 0);
 }
+
+/// Children born and dropped on several threads while their counts sit in those threads'
+/// kin entries (`kin_cache.rs`): the parent outlives its last handle while any child lives,
+/// on any thread; it dies with its last child; and every reference the entries took comes
+/// back (its node is freed), also when a thread that cached its counts exits first, when
+/// the children die on another thread than their birth's, and after a handle taken again
+/// from a child cached them once more. Fails when a credit leaks (the node outlives
+/// everything) or a count is lost (the parent dies early, or never).
+#[test]
+fn cached_child_counts_reach_the_parent() {
+    use std::sync::atomic::Ordering;
+    use std::sync::{mpsc, Arc};
+
+    let _serial = serial();
+    let parent = Tenant::new("kin");
+    let weak = Arc::downgrade(&parent.node);
+    let alive = || weak.upgrade().is_some_and(|n| n.is_alive());
+    // `n` children of `p`, each with 64 bytes charged in a slot of this thread.
+    let make = |p: &Tenant, n: usize| -> Vec<Tenant> {
+        (0..n)
+            .map(|i| {
+                let c = p.child(&format!("q{i}"));
+                assert!(charge(c.objcg_id(), 64, StatIdx::slab(0)));
+                c
+            })
+            .collect()
+    };
+    let give_back = |c: &Tenant| {
+        // SAFETY: the 64 bytes `make` charged to this child, once.
+        unsafe { hooks::uncharge(c.objcg_id(), 64, StatIdx::slab(0)) }
+    };
+    // Thread A: 50 births (12 under Miri: more than `STREAK`), half of them die, and it
+    // exits with its entry; B: the same, and stays until told.
+    let n = if cfg!(miri) { 12 } else { 50 };
+    let worker = move |p: Tenant| {
+        let mut kids = make(&p, n);
+        let keep = kids.split_off(n / 2);
+        for c in &kids {
+            give_back(c);
+        }
+        drop(kids);
+        drop(p);
+        keep
+    };
+    let a = {
+        let p = parent.clone();
+        std::thread::spawn(move || worker(p))
+    };
+    let (go, wait) = mpsc::channel::<()>();
+    let (sent, got) = mpsc::channel();
+    let b = {
+        let p = parent.clone();
+        std::thread::spawn(move || {
+            sent.send(worker(p)).unwrap();
+            wait.recv().unwrap();
+        })
+    };
+    let mut kids = a.join().unwrap();
+    kids.extend(got.recv().unwrap());
+    assert!(
+        parent.node.kin.percpu.load(Ordering::Relaxed),
+        "no thread cached the counts"
+    );
+    drop(parent);
+    assert!(alive(), "the parent died with children alive");
+    // A handle again, from a child: this thread caches the counts once more.
+    let again = kids[0].parent().unwrap();
+    let more = make(&again, n / 2 + 4);
+    assert!(STOCK.with(|s| s.kin.node() == Some(Arc::as_ptr(&again.node) as *const u8)));
+    for c in &more {
+        give_back(c);
+    }
+    drop(more);
+    drop(again);
+    assert!(alive());
+    // The other threads' children die here.
+    let last = kids.pop().unwrap();
+    for c in &kids {
+        give_back(c);
+    }
+    drop(kids);
+    assert!(alive(), "the parent died with a child alive");
+    let last_id = last.objcg_id();
+    drop(last);
+    assert!(!alive(), "the parent outlived its last child");
+    go.send(()).unwrap();
+    b.join().unwrap();
+    // The last child's 64 bytes, late, through its dead objcg; then nothing holds the node.
+    // SAFETY: charged by `make`, given back once.
+    unsafe { hooks::uncharge(last_id, 64, StatIdx::slab(0)) };
+    crate::tenant::drain_all_stocks();
+    assert!(
+        weak.upgrade().is_none(),
+        "the parent's node is still referenced ({} strong)",
+        weak.strong_count()
+    );
+}
+
+/// The kill of the cached counts racing the births and deaths that use them: threads make
+/// and drop children of one parent through handles they take from a child of their own
+/// (`parent()`) and drop again, so that the parent's last handle goes, sweeping every
+/// entry, while the others count in theirs (and a death's steps straddle the sweep); some
+/// children leave bytes charged, given back after their death. At the end the adopted
+/// count (shared and cached) matches the objcgs pointing at the parent, the parent dies
+/// with its last child, and its node is freed.
+#[test]
+fn cached_child_counts_under_kills() {
+    use std::sync::Arc;
+
+    let _serial = serial();
+    let (rounds, threads) = if cfg!(miri) { (2, 2) } else { (300, 4) };
+    let parent = Tenant::new("kin-kills");
+    let weak = Arc::downgrade(&parent.node);
+    let anchors: Vec<Tenant> = (0..threads)
+        .map(|i| parent.child(&format!("a{i}")))
+        .collect();
+    drop(parent);
+    std::thread::scope(|sc| {
+        for (t, anchor) in anchors.iter().enumerate() {
+            sc.spawn(move || {
+                let mut late = Vec::new();
+                for r in 0..rounds {
+                    let p = anchor.parent().unwrap();
+                    let kids: Vec<Tenant> = (0..10).map(|i| p.child(&format!("k{i}"))).collect();
+                    // Every other round the handle goes before the children do.
+                    if r % 2 == 0 {
+                        drop(p);
+                    }
+                    for (i, c) in kids.into_iter().enumerate() {
+                        assert!(charge(c.objcg_id(), 64, StatIdx::slab(0)));
+                        if (i + t) % 7 == 0 {
+                            late.push(c.objcg_id());
+                        } else {
+                            // SAFETY: the 64 bytes charged just above, once.
+                            unsafe { hooks::uncharge(c.objcg_id(), 64, StatIdx::slab(0)) };
+                        }
+                    }
+                    for id in late.drain(..) {
+                        // SAFETY: charged above to a child dropped since, once.
+                        unsafe { hooks::uncharge(id, 64, StatIdx::slab(0)) };
+                    }
+                }
+            });
+        }
+    });
+    let p = anchors[0].parent().unwrap();
+    drain_all();
+    crate::tenant::drain_all_stocks();
+    assert_eq!(p.objcg_list().len(), 1, "only its own objcg points here");
+    drop(p);
+    let alive = || weak.upgrade().is_some_and(|n| n.is_alive());
+    let mut anchors = anchors;
+    let last = anchors.pop().unwrap();
+    drop(anchors);
+    assert!(alive(), "the parent died with a child alive");
+    drop(last);
+    assert!(!alive(), "the parent outlived its last child");
+    crate::tenant::drain_all_stocks();
+    assert!(
+        weak.upgrade().is_none(),
+        "the parent's node is still referenced ({} strong)",
+        weak.strong_count()
+    );
+}

@@ -1,0 +1,213 @@
+//! Children's counts on their parent, cached per thread: what lets a tenant per query scale
+//! with the threads that serve one parent.
+//!
+//! Each child's birth and death writes its parent: `handles` (a live child keeps its parent
+//! alive), `adopted` (its objcg is re-pointed there at its death) and the `Arc` strong count
+//! (the child's reference on its parent, and its objcg's once re-pointed). Threads creating
+//! and dropping children of one parent bounced those lines between them: two threads ran
+//! fewer queries than one. As the kernel's `percpu_ref` counts on per-CPU words until the
+//! ref is killed, a thread that keeps creating children of one parent caches that parent's
+//! counts in its [`KinEntry`] (in its stock, so the registry reaches it): its births, deaths,
+//! re-pointings and node drops then change only that word, with a compare-and-swap on its
+//! own line, and the strong references come from credits the entry took in a batch.
+//!
+//! The protocol, for a parent P:
+//! - P's `handles` holds [`BIAS`] while `P.kin.percpu` is set, so no sum of the shared count
+//!   and the entries' births and deaths (which may be negative there) takes it to 0. The flag
+//!   is set (and `BIAS` added) by the first install of an entry for P, and cleared (the
+//!   entries emptied into the shared counts, `BIAS` removed by the caller) when P's last
+//!   `Tenant` handle goes ([`kill`], keyed on `ext`), so P then dies as before, when its
+//!   last child does. Both happen under the registry lock, as every install and eviction
+//!   does; so under it, an entry names P only while P's flag is set, and the entries a kill
+//!   empties are all there are. A handle taken again afterwards (`upgrade`) may install
+//!   again; its drop kills again.
+//! - An entry for P keeps P's node alive while it names it: P cannot die while it holds
+//!   `BIAS`, and it holds it until a kill emptied every entry. So a thread that finds its
+//!   entry naming a node may count on it, and the births and deaths it counts there only
+//!   reach `handles` through a sweep or an eviction, under the lock.
+//! - Entries are keyed by P's node address; only their owner installs one, so the owner
+//!   reading its own entry sees it name P, or sees it emptied by a sweep (its exchange
+//!   then fails and it takes the shared path, which is always right).
+//! - A thread caches P after [`STREAK`] births of P in a row, so that a worker serving the
+//!   requests of many customers in turn does not install and evict on every request.
+//!
+//! Fork: the child's copies of other threads' entries go back to their parents, their
+//! credits stay taken (`drain::fork_child`).
+
+use std::sync::Arc;
+
+use core::sync::atomic::Ordering;
+
+use crate::drain;
+use crate::node::Node;
+use crate::stock::{EXITED, REGISTERED, STOCK};
+
+/// What a parent's `handles` holds while threads may cache its children's counts: more than
+/// the entries' births and deaths can ever take away (each entry holds at most 2,048 either
+/// way: 2^29 threads would be needed), and small enough that the `BIAS`es of kills still
+/// on their way to remove theirs, while a re-install added one (`kill`), cannot wrap it.
+pub(crate) const BIAS: usize = 1 << 40;
+const _: () = assert!(usize::BITS == 64);
+
+/// Births of one parent in a row on a thread before the thread caches its counts.
+const STREAK: u32 = 8;
+
+/// Strong references an entry takes at once (the births and re-pointings spend them, node
+/// drops and zombie sweeps give them back).
+const CREDITS: u32 = 64;
+
+fn key(parent: &Arc<Node>) -> *const u8 {
+    Arc::as_ptr(parent) as *const u8
+}
+
+/// The child's reference on its parent, and the parent's count of it: from this thread's
+/// entry when it caches the parent, else from the shared counts.
+#[inline]
+pub(crate) fn birth(parent: &Arc<Node>) -> Arc<Node> {
+    if STOCK.with(|s| s.kin.birth(key(parent))) {
+        // SAFETY: the credit just spent is a strong reference on the parent's allocation
+        // that the entry held; `as_ptr` has the provenance `into_raw` gives.
+        return unsafe { Arc::from_raw(Arc::as_ptr(parent)) };
+    }
+    birth_slow(parent)
+}
+
+#[cold]
+#[inline(never)]
+fn birth_slow(parent: &Arc<Node>) -> Arc<Node> {
+    let k = key(parent);
+    // The root too: it never dies, so its entries are only evicted, but `Tenant::new` per
+    // query writes its counts as a service's children do the service's.
+    if STOCK.with(|s| s.kin.run_of(k)) >= STREAK && cache(parent) && STOCK.with(|s| s.kin.birth(k))
+    {
+        // SAFETY: as in `birth`.
+        return unsafe { Arc::from_raw(Arc::as_ptr(parent)) };
+    }
+    parent.kin.handles.fetch_add(1, Ordering::Relaxed);
+    parent.clone()
+}
+
+/// Makes this thread's entry cache `parent` with fresh credits: a refill when it caches
+/// it already with none left, else an install (after evicting what it caches, which folds
+/// its counts: also what a count at the end of its range needs). False when the thread
+/// cannot have an entry (its stock is not registered, or it is exiting). The parent cannot
+/// die meanwhile: the caller holds a handle on it, or is a child not yet counted out.
+fn cache(parent: &Arc<Node>) -> bool {
+    let k = key(parent);
+    // The owner's own flags: registration and exit are this thread's doing.
+    let flags = STOCK.with(|s| s.flags());
+    if flags & REGISTERED == 0 || flags & EXITED != 0 {
+        return false;
+    }
+    // The references first: the parent is alive (the caller's handle), and none of this may
+    // happen under the registry lock (the allocator takes it on some paths).
+    for _ in 0..CREDITS {
+        // SAFETY: `as_ptr` has `into_raw`'s provenance; the strong count is at least the
+        // caller's.
+        unsafe { Arc::increment_strong_count(Arc::as_ptr(parent)) };
+    }
+    let ok = STOCK.with(|s| {
+        if s.kin.node() == Some(k) && s.kin.credits(k) == 0 {
+            return s.kin.add_credits(k, CREDITS);
+        }
+        let g = drain::registry_lock();
+        let old = s.kin.take().map(|t| (t.node, drain::release_kin(&t)));
+        if !parent.kin.percpu.load(Ordering::Relaxed) {
+            parent.kin.handles.fetch_add(BIAS, Ordering::Relaxed);
+            parent.kin.percpu.store(true, Ordering::Relaxed);
+        }
+        s.kin.install(parent.objcg(), k, CREDITS);
+        drop(g);
+        if let Some((node, credits)) = old {
+            drain::release_credits(node, u64::from(credits));
+        }
+        true
+    });
+    if !ok {
+        drain::release_credits(k, u64::from(CREDITS));
+    }
+    ok
+}
+
+/// Undoes a birth whose child never lived (its node is dropped already).
+pub(crate) fn unbirth(parent: &Arc<Node>) {
+    if !STOCK.with(|s| s.kin.unbirth(key(parent))) {
+        parent.kin.handles.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A dying child's objcg is to be counted on `parent` and hold a reference on it: true when
+/// this thread's entry took both (the caller re-points with `Arc::as_ptr(parent)`), false
+/// when the caller updates the shared counts.
+#[inline]
+pub(crate) fn adopt(parent: &Arc<Node>) -> bool {
+    let k = key(parent);
+    STOCK.with(|s| s.kin.adopt(k)) || (refreshed(parent) && STOCK.with(|s| s.kin.adopt(k)))
+}
+
+/// A child of `parent` died on this thread (its objcg re-pointed already): true when this
+/// thread's entry counted it (the parent, holding `BIAS`, does not die of it), false when
+/// the caller releases the shared count.
+#[inline]
+pub(crate) fn death(parent: &Arc<Node>) -> bool {
+    let k = key(parent);
+    STOCK.with(|s| s.kin.death(k)) || (refreshed(parent) && STOCK.with(|s| s.kin.death(k)))
+}
+
+/// This thread's entry names `parent` but refused a count (its credits ran out, or the
+/// count is at the end of its range): refilled, or folded and installed again, so that a
+/// thread doing only deaths does not go back to the shared counts for good.
+#[cold]
+#[inline(never)]
+fn refreshed(parent: &Arc<Node>) -> bool {
+    STOCK.with(|s| s.kin.node()) == Some(key(parent)) && cache(parent)
+}
+
+/// A zombie objcg pointing at `node` is uncounted there, its reference on `node` released:
+/// into this thread's entry when it caches `node` (true), else the caller does both.
+pub(crate) fn unadopt(node: *const Node) -> bool {
+    STOCK.with(|s| s.kin.unadopt(node as *const u8))
+}
+
+/// The last `Tenant` handle on `node` is gone: when threads may cache its children's
+/// counts, ends that (every entry emptied into the shared counts) and returns true; the
+/// caller then removes [`BIAS`] from `handles` with its own count.
+pub(crate) fn kill(node: &Arc<Node>) -> bool {
+    if !node.kin.percpu.load(Ordering::Relaxed) {
+        return false;
+    }
+    let k = key(node);
+    let mut credits = 0u64;
+    {
+        let g = drain::registry_lock();
+        if !node.kin.percpu.swap(false, Ordering::Relaxed) {
+            return false;
+        }
+        drain::for_each_registered(&g, |s| {
+            if s.kin.node() == Some(k) {
+                if let Some(t) = s.kin.take() {
+                    credits += u64::from(drain::release_kin(&t));
+                }
+            }
+        });
+    }
+    // The caller's handle keeps the node: none of these is the last reference.
+    drain::release_credits(k, credits);
+    true
+}
+
+/// The adopted objcgs counted for `node`, in its shared count and in every thread's entry,
+/// read under the registry lock so that no fold moves one meanwhile (tests:
+/// `Tenant::objcg_list` checks it).
+#[cfg(test)]
+pub(crate) fn adopted_with_cached(node: &Node) -> isize {
+    let k = node as *const Node as *const u8;
+    let g = drain::registry_lock();
+    let mut sum = node.kin.adopted.load(Ordering::Relaxed) as isize;
+    drain::for_each_registered(&g, |s| {
+        if s.kin.node() == Some(k) {
+            sum += s.kin.adopted();
+        }
+    });
+    sum
+}

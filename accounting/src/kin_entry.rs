@@ -1,0 +1,305 @@
+//! A thread's cached counts on one parent tenant (`kin_cache.rs` has the protocol): the
+//! word the births, deaths and node drops of that parent's children update on their own
+//! thread instead of the parent's shared counts, as the kernel's `percpu_ref` counts on
+//! per-CPU words until it is killed.
+//!
+//! The word: `id | births - deaths << 32 | adopted << 44 | credits << 54`, where `id` is
+//! the parent's objcg id (0: the entry is empty), `births - deaths` (signed, 12 bits) the
+//! children born here minus those that died here, not yet added to the parent's
+//! `kin.handles`, `adopted` (signed, 10 bits) the objcgs re-pointed to the parent here minus
+//! those a zombie sweep uncounted here, not yet added to `kin.adopted`, and `credits`
+//! (10 bits) strong references on the parent's `Arc` that this entry holds and hands to the
+//! births and re-pointings (and takes back from node drops and sweeps). Every field stays
+//! in its range: an update that would leave it fails, and the caller takes the shared path.
+//!
+//! Only the owner thread updates a non-empty word's counts (compare-and-swap on its own
+//! line, uncontended); another thread only empties it (a sweep, under the registry lock),
+//! with a swap whose result it then applies. So a failed compare-and-swap means the entry
+//! was emptied.
+
+use crate::sys::sync::{
+    AtomicPtr, AtomicU32, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
+
+use crate::types::ObjCgId;
+
+const D_SHIFT: u32 = 32;
+const D_BITS: u32 = 12;
+const A_SHIFT: u32 = D_SHIFT + D_BITS;
+const A_BITS: u32 = 10;
+const S_SHIFT: u32 = A_SHIFT + A_BITS;
+const S_BITS: u32 = 10;
+const _: () = assert!(S_SHIFT + S_BITS == 64);
+
+/// The most strong references an entry holds.
+pub(crate) const CREDITS_MAX: u32 = (1 << S_BITS) - 1;
+
+/// One field of the word: its shift, width and whether it is signed.
+#[derive(Clone, Copy)]
+struct Field(u32, u32, bool);
+
+const D: Field = Field(D_SHIFT, D_BITS, true);
+const A: Field = Field(A_SHIFT, A_BITS, true);
+const S: Field = Field(S_SHIFT, S_BITS, false);
+
+impl Field {
+    fn get(self, w: u64) -> i64 {
+        let Field(shift, bits, signed) = self;
+        let raw = (w >> shift) & ((1 << bits) - 1);
+        if signed {
+            // Sign-extend the field.
+            ((raw << (64 - bits)) as i64) >> (64 - bits)
+        } else {
+            raw as i64
+        }
+    }
+
+    /// `w` with this field moved by `by`, or None when the result leaves its range.
+    fn add(self, w: u64, by: i64) -> Option<u64> {
+        let Field(shift, bits, signed) = self;
+        let v = self.get(w) + by;
+        let (lo, hi) = if signed {
+            (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+        } else {
+            (0, (1i64 << bits) - 1)
+        };
+        if v < lo || v > hi {
+            return None;
+        }
+        let mask = ((1u64 << bits) - 1) << shift;
+        Some((w & !mask) | (((v as u64) << shift) & mask))
+    }
+}
+
+fn id_of(w: u64) -> ObjCgId {
+    w as u32
+}
+
+/// What an emptied entry held, for the registry's owner to add to the parent
+/// (`drain::release_kin`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KinTaken {
+    /// The parent's node, a pointer from `Arc::into_raw` (as `*const u8`: this layer does
+    /// not know nodes).
+    pub(crate) node: *const u8,
+    pub(crate) births: i64,
+    pub(crate) adopted: i64,
+    pub(crate) credits: u32,
+}
+
+/// A thread's entry (module docs). Lives in the thread's `Stock`, so that the stock
+/// registry's walks, exit and fork handling reach it.
+pub(crate) struct KinEntry {
+    word: AtomicU64,
+    /// The parent's node (from `Arc::into_raw`), set by the owner under the registry lock
+    /// before it makes the word non-empty; read with the word.
+    node: AtomicPtr<u8>,
+    /// The parent of this thread's last birth, and how many births of it came in a row
+    /// (`run_of`). Owner only; atomics only because the stock is shared.
+    last: AtomicPtr<u8>,
+    run: AtomicU32,
+}
+
+impl KinEntry {
+    pub(crate) const fn new() -> KinEntry {
+        KinEntry {
+            word: AtomicU64::new(0),
+            node: AtomicPtr::new(core::ptr::null_mut()),
+            last: AtomicPtr::new(core::ptr::null_mut()),
+            run: AtomicU32::new(0),
+        }
+    }
+
+    /// The objcg id of the parent whose counts the entry caches (1 for the root; 0: none).
+    pub(crate) fn id(&self) -> ObjCgId {
+        id_of(self.word.load(Relaxed))
+    }
+
+    /// The parent's node, when the entry is not empty.
+    pub(crate) fn node(&self) -> Option<*const u8> {
+        (self.id() != 0).then(|| self.node.load(Relaxed) as *const u8)
+    }
+
+    /// Applies `f` to the counts if the entry caches the parent whose node is `node`;
+    /// false (nothing changed) when it does not, when a count would leave its range, or
+    /// when a sweep emptied it. Keyed by the node rather than the id: a node drop or a
+    /// zombie sweep may name a parent that died meanwhile, whose id another tenant may have
+    /// now, while the node of a parent with an entry is alive (`kin_cache.rs`).
+    #[inline]
+    fn update(&self, node: *const u8, f: impl Fn(u64) -> Option<u64>) -> bool {
+        let w = self.word.load(Relaxed);
+        // Only the owner installs (node, then the word), so while this thread runs here the
+        // node matches the word it loaded, or the word is emptied under it (the exchange
+        // then fails).
+        if id_of(w) == 0 || !core::ptr::eq(self.node.load(Relaxed), node) {
+            return false;
+        }
+        let Some(n) = f(w) else { return false };
+        // AcqRel: the sweep that empties the word later (Acquire on its swap) sees what this
+        // thread did before (the child it built, the objcg it re-pointed).
+        self.word.compare_exchange(w, n, AcqRel, Relaxed).is_ok()
+    }
+
+    /// A child of `node` is born here: one more birth, one credit spent on the child's
+    /// reference to its parent.
+    #[inline]
+    pub(crate) fn birth(&self, node: *const u8) -> bool {
+        self.update(node, |w| D.add(S.add(w, -1)?, 1))
+    }
+
+    /// A birth undone (the child never lived): one birth less.
+    pub(crate) fn unbirth(&self, node: *const u8) -> bool {
+        self.update(node, |w| D.add(w, -1))
+    }
+
+    /// A dying child's objcg is re-pointed to `node` and counted there, with a credit spent
+    /// on the objcg's reference.
+    #[inline]
+    pub(crate) fn adopt(&self, node: *const u8) -> bool {
+        self.update(node, |w| A.add(S.add(w, -1)?, 1))
+    }
+
+    /// A child of `node` died here (after its objcg was re-pointed, `adopt`).
+    #[inline]
+    pub(crate) fn death(&self, node: *const u8) -> bool {
+        self.update(node, |w| D.add(w, -1))
+    }
+
+    /// A zombie objcg that pointed at `node` was uncounted here, and its reference on the
+    /// node comes back as a credit.
+    pub(crate) fn unadopt(&self, node: *const u8) -> bool {
+        self.update(node, |w| S.add(A.add(w, -1)?, 1))
+    }
+
+    /// A strong reference on `node` comes back to the entry.
+    #[inline]
+    pub(crate) fn give_credit(&self, node: *const u8) -> bool {
+        self.update(node, |w| S.add(w, 1))
+    }
+
+    /// Adds `n` credits (the owner took `n` strong references on the parent).
+    pub(crate) fn add_credits(&self, node: *const u8, n: u32) -> bool {
+        self.update(node, |w| S.add(w, i64::from(n)))
+    }
+
+    /// The births of parent `node` to come in a row on this thread, counting this one
+    /// (the install hysteresis, `kin_cache.rs`). Owner only.
+    pub(crate) fn run_of(&self, node: *const u8) -> u32 {
+        if core::ptr::eq(self.last.load(Relaxed), node) {
+            let r = self.run.load(Relaxed).saturating_add(1);
+            self.run.store(r, Relaxed);
+            r
+        } else {
+            self.last.store(node as *mut u8, Relaxed);
+            self.run.store(1, Relaxed);
+            1
+        }
+    }
+
+    /// The credits the entry holds for `node` (0 when it caches another parent or none).
+    pub(crate) fn credits(&self, node: *const u8) -> u32 {
+        let w = self.word.load(Relaxed);
+        if id_of(w) != 0 && core::ptr::eq(self.node.load(Relaxed), node) {
+            S.get(w) as u32
+        } else {
+            0
+        }
+    }
+
+    /// The adopted objcgs the entry counts, not yet in its parent's shared count (tests).
+    #[cfg(test)]
+    pub(crate) fn adopted(&self) -> isize {
+        A.get(self.word.load(Relaxed)) as isize
+    }
+
+    /// Makes the empty entry cache parent `id` (whose node is `node`) with `credits` strong
+    /// references. The owner only, under the registry lock.
+    pub(crate) fn install(&self, id: ObjCgId, node: *const u8, credits: u32) {
+        debug_assert!(credits <= CREDITS_MAX);
+        debug_assert_eq!(self.id(), 0, "installed over a cached parent");
+        self.node.store(node as *mut u8, Relaxed);
+        // The id only marks the entry taken (the node is the key): the root's, 0, as 1.
+        let w = u64::from(id.max(1)) | (u64::from(credits) << S_SHIFT);
+        self.word.store(w, Release);
+    }
+
+    /// Empties the entry and returns what it held (None when it was empty). Under the
+    /// registry lock (a sweep, the owner's eviction or exit), or in a fork child.
+    pub(crate) fn take(&self) -> Option<KinTaken> {
+        if self.id() == 0 {
+            return None;
+        }
+        let w = self.word.swap(0, Acquire);
+        (id_of(w) != 0).then(|| KinTaken {
+            node: self.node.load(Relaxed) as *const u8,
+            births: D.get(w),
+            adopted: A.get(w),
+            credits: S.get(w) as u32,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_stay_in_range_and_apart() {
+        let (p, q) = (
+            core::ptr::without_provenance::<u8>(0x1000),
+            core::ptr::without_provenance::<u8>(0x2000),
+        );
+        let e = KinEntry::new();
+        assert!(!e.birth(p), "an empty entry caches nothing");
+        e.install(7, p, 3);
+        assert!(!e.birth(q), "another parent");
+        for _ in 0..3 {
+            assert!(e.birth(p));
+        }
+        assert!(!e.birth(p), "no credit left");
+        assert!(e.add_credits(p, CREDITS_MAX - 1));
+        assert!(e.give_credit(p));
+        assert_eq!(e.credits(p), CREDITS_MAX);
+        assert!(!e.give_credit(p), "credits full");
+        for _ in 0..5 {
+            assert!(e.adopt(p) && e.death(p));
+        }
+        for _ in 0..7 {
+            assert!(e.unadopt(p));
+            assert!(e.adopt(p) && e.death(p));
+        }
+        let t = e.take().unwrap();
+        assert_eq!(t.node, p);
+        assert_eq!((t.births, t.adopted), (3 - 12, 5));
+        assert_eq!(t.credits, CREDITS_MAX - 5);
+        assert_eq!(e.take(), None);
+        assert!(!e.give_credit(p), "emptied");
+        // The signed ends.
+        e.install(9, q, 0);
+        let mut n = 0;
+        while e.unbirth(q) {
+            n += 1;
+        }
+        assert_eq!(n, 1 << (D_BITS - 1));
+        assert!(!e.death(q));
+        let t = e.take().unwrap();
+        assert_eq!(t.births, -(1 << (D_BITS - 1)));
+        assert_eq!((t.adopted, t.credits), (0, 0));
+        // A sweep here may uncount what a death on another thread counted.
+        e.install(9, q, 0);
+        assert!(e.unadopt(q));
+        assert_eq!(e.take().unwrap().adopted, -1);
+    }
+
+    #[test]
+    fn runs_count_births_of_one_parent_in_a_row() {
+        let (p, q) = (
+            core::ptr::without_provenance::<u8>(0x1000),
+            core::ptr::without_provenance::<u8>(0x2000),
+        );
+        let e = KinEntry::new();
+        assert_eq!((e.run_of(p), e.run_of(p), e.run_of(p)), (1, 2, 3));
+        assert_eq!((e.run_of(q), e.run_of(p)), (1, 1));
+    }
+}
