@@ -444,6 +444,9 @@ fn exit(s: &Stock) {
         release_taken(&t);
     }
     let g = lock();
+    // Its zombies wait on the global list now (pushes from here on go there: `EXITED`),
+    // moved under the lock so that a full sweep or a fork does not miss them in between.
+    objcg::move_to_global(&s.zombies);
     // The cached counts go back to their parent; its references after the lock.
     let kin = s.kin.take();
     let credits = kin.as_ref().map_or(0, release_kin);
@@ -473,8 +476,6 @@ fn exit(s: &Stock) {
     if let Some(t) = kin {
         release_credits(t.node, u64::from(credits));
     }
-    // Its zombies wait on the global list now (pushes from here on go there: `EXITED`).
-    objcg::move_to_global(&s.zombies);
 }
 
 /// Drains every stock (idle threads included) back to the counters and the shared stats,

@@ -78,7 +78,9 @@ fn birth_slow(parent: &Arc<Node>) -> Arc<Node> {
     let k = key(parent);
     // The root too: it never dies, so its entries are only evicted, but `Tenant::new` per
     // query writes its counts as a service's children do the service's.
-    if STOCK.with(|s| s.kin.run_of(k)) >= STREAK && cache(parent) && STOCK.with(|s| s.kin.birth(k))
+    if STOCK.with(|s| s.kin.run_of(k)) >= STREAK
+        && cache(parent, Enable::Yes)
+        && STOCK.with(|s| s.kin.birth(k))
     {
         // SAFETY: as in `birth`.
         return unsafe { Arc::from_raw(Arc::as_ptr(parent)) };
@@ -87,12 +89,23 @@ fn birth_slow(parent: &Arc<Node>) -> Arc<Node> {
     parent.clone()
 }
 
+/// Whether [`cache`] may start the caching of a parent's counts (set `percpu`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Enable {
+    /// A birth: its caller holds a handle, whose drop will end the caching again.
+    Yes,
+    /// A death's refresh: its caller holds no handle, and the parent's last one may be gone
+    /// already (its kill done), so nothing would end a caching started here.
+    No,
+}
+
 /// Makes this thread's entry cache `parent` with fresh credits: a refill when it caches
 /// it already with none left, else an install (after evicting what it caches, which folds
 /// its counts: also what a count at the end of its range needs). False when the thread
-/// cannot have an entry (its stock is not registered, or it is exiting). The parent cannot
-/// die meanwhile: the caller holds a handle on it, or is a child not yet counted out.
-fn cache(parent: &Arc<Node>) -> bool {
+/// cannot have an entry (its stock is not registered, or it is exiting), or when `enable`
+/// is `No` and the parent's caching ended. The parent cannot die meanwhile: the caller
+/// holds a handle on it, or is a child not yet counted out.
+fn cache(parent: &Arc<Node>, enable: Enable) -> bool {
     let k = key(parent);
     // The owner's own flags: registration and exit are this thread's doing.
     let flags = STOCK.with(|s| s.flags());
@@ -111,11 +124,14 @@ fn cache(parent: &Arc<Node>) -> bool {
             return s.kin.add_credits(k, CREDITS);
         }
         let g = drain::registry_lock();
-        let old = s.kin.take().map(|t| (t.node, drain::release_kin(&t)));
         if !parent.kin.percpu.load(Ordering::Relaxed) {
+            if enable == Enable::No {
+                return false;
+            }
             parent.kin.handles.fetch_add(BIAS, Ordering::Relaxed);
             parent.kin.percpu.store(true, Ordering::Relaxed);
         }
+        let old = s.kin.take().map(|t| (t.node, drain::release_kin(&t)));
         s.kin.install(parent.objcg(), k, CREDITS);
         drop(g);
         if let Some((node, credits)) = old {
@@ -160,7 +176,7 @@ pub(crate) fn death(parent: &Arc<Node>) -> bool {
 #[cold]
 #[inline(never)]
 fn refreshed(parent: &Arc<Node>) -> bool {
-    STOCK.with(|s| s.kin.node()) == Some(key(parent)) && cache(parent)
+    STOCK.with(|s| s.kin.node()) == Some(key(parent)) && cache(parent, Enable::No)
 }
 
 /// A zombie objcg pointing at `node` is uncounted there, its reference on `node` released:
@@ -180,7 +196,7 @@ pub(crate) fn kill(node: &Arc<Node>) -> bool {
     let mut credits = 0u64;
     {
         let g = drain::registry_lock();
-        if !node.kin.percpu.swap(false, Ordering::Relaxed) {
+        if !node.kin.percpu.load(Ordering::Relaxed) {
             return false;
         }
         drain::for_each_registered(&g, |s| {
@@ -190,6 +206,9 @@ pub(crate) fn kill(node: &Arc<Node>) -> bool {
                 }
             }
         });
+        // Cleared after the folds, Release: a zombie sweep that reads it clear (Acquire)
+        // sees the adopted counts folded in (`tenant::sweep_zombies`' check).
+        node.kin.percpu.store(false, Ordering::Release);
     }
     // The caller's handle keeps the node: none of these is the last reference.
     drain::release_credits(k, credits);
@@ -210,4 +229,45 @@ pub(crate) fn adopted_with_cached(node: &Node) -> isize {
         }
     });
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Tenant;
+
+    /// A death's refresh never starts the caching again once the parent's last handle
+    /// ended it (nothing would end it then, and the parent would never die).
+    #[test]
+    fn a_refresh_does_not_restart_a_killed_caching() {
+        let _serial = crate::tests::serial();
+        let parent = Tenant::new("kin-refresh");
+        let node = parent.node.clone();
+        let kids: Vec<Tenant> = (0..STREAK + 2)
+            .map(|i| parent.child(&format!("k{i}")))
+            .collect();
+        // A charge registers this thread's stock (an entry needs it).
+        let id = kids[0].objcg_id();
+        // SAFETY: a live tenant's objcg; charged and given back at once.
+        unsafe {
+            assert!(crate::hooks::charge(id, 64, crate::hooks::StatIdx::slab(0)));
+            crate::hooks::uncharge(id, 64, crate::hooks::StatIdx::slab(0));
+        }
+        let more: Vec<Tenant> = (0..STREAK + 2)
+            .map(|i| parent.child(&format!("m{i}")))
+            .collect();
+        assert!(STOCK.with(|s| s.kin.node()) == Some(key(&node)));
+        assert!(node.kin.percpu.load(Ordering::Relaxed));
+        drop(parent);
+        assert!(
+            !node.kin.percpu.load(Ordering::Relaxed),
+            "the kill ended it"
+        );
+        assert!(!cache(&node, Enable::No));
+        assert!(!node.kin.percpu.load(Ordering::Relaxed));
+        assert_eq!(STOCK.with(|s| s.kin.node()), None);
+        drop(kids);
+        drop(more);
+        assert!(!node.is_alive(), "the parent died with its last child");
+    }
 }

@@ -243,16 +243,20 @@ fn take_ids(a: &mut IdAlloc, out: &mut [ObjCgId]) -> usize {
 /// created, and 8 cache lines of the table of its own.
 const BATCH: usize = 16;
 /// Ids a thread's batch holds at most: a refill takes `BATCH`; the ids a thread's zombie
-/// sweeps free fill it up to this ([`recycle`]).
+/// sweeps free, in chunks no higher than its last refill's, fill it up to this
+/// ([`recycle`]).
 const BATCH_CAP: usize = 64;
 
-/// This thread's ids, taken from the allocator and not handed out yet. They count as live
-/// in their chunks (so those stay mapped) and go back when the thread exits; a forked child
-/// never gets back the batches of the threads that did not survive the fork (at most
-/// `BATCH` ids each, of 4 billion).
+/// This thread's ids, taken from the allocator or kept from its sweeps ([`recycle`]), not
+/// handed out yet. They count as live in their chunks (so those stay mapped) and go back
+/// when the thread exits; a forked child never gets back the batches of the threads that
+/// did not survive the fork (at most `BATCH_CAP` ids each, of 4 billion).
 struct IdBatch {
     ids: [ObjCgId; BATCH_CAP],
     len: usize,
+    /// The highest chunk of the last refill (the lowest chunk with free ids then): a sweep
+    /// keeps only ids no higher, so that the high chunks still empty out and unmap.
+    home: u32,
 }
 
 impl Drop for IdBatch {
@@ -267,7 +271,13 @@ impl Drop for IdBatch {
 
 thread_local! {
     static IDS_BATCH: core::cell::RefCell<IdBatch> =
-        const { core::cell::RefCell::new(IdBatch { ids: [0; BATCH_CAP], len: 0 }) };
+        const {
+            core::cell::RefCell::new(IdBatch {
+                ids: [0; BATCH_CAP],
+                len: 0,
+                home: 0,
+            })
+        };
 }
 
 /// A free id: from this thread's batch, refilled from the allocator when empty (or, at
@@ -278,12 +288,16 @@ fn take_id() -> Option<ObjCgId> {
         if b.len == 0 {
             let mut a = lock();
             b.len = take_ids(&mut a, &mut b.ids[..BATCH]);
+            if let Some(&top) = b.ids[..b.len].iter().max() {
+                b.home = top >> CHUNK_SHIFT;
+            }
         }
         if b.len == 0 {
             return None;
         }
         b.len -= 1;
-        // Highest first out of a batch taken lowest first: a thread's ids stay packed.
+        // The last in first out: a refill's highest id first (it took the lowest first),
+        // then the ids its sweeps kept, which its own tenants had (`recycle`).
         Some(b.ids[b.len])
     });
     match batched {
@@ -448,14 +462,19 @@ impl ObjCg {
         );
         // This thread's own list while its stock is registered (its exit, a fork and the
         // full sweeps move it to the global one): threads dropping the tenants of one
-        // service would otherwise bounce the global list's line at every death.
+        // service would otherwise bounce the global list's line at every death. Up to
+        // `OWN_ZOMBIES`: a thread that sweeps (creates or drops tenants) frees its own list
+        // at that length, and one that never does (it only frees dead tenants' objects)
+        // then pushes to the global list, which the others' sweeps free.
         let own = STOCK.with(|s| {
             let f = s.flags();
-            let registered = f & REGISTERED != 0 && f & EXITED == 0;
-            if registered {
+            let mine = f & REGISTERED != 0
+                && f & EXITED == 0
+                && (s.zombies.load(Ordering::Relaxed) >> 32) < u64::from(OWN_ZOMBIES);
+            if mine {
                 push_on(&s.zombies, self);
             }
-            registered
+            mine
         });
         if !own {
             push_on(&ZOMBIES, self);
@@ -481,6 +500,10 @@ impl ObjCg {
 pub(crate) fn hold_budget() -> u32 {
     4 * crate::sys::cpus()
 }
+
+/// The longest a thread's own zombie list gets (`push_zombie`); the lifecycle paths sweep
+/// at this length (`tenant::free_zombies_if_due`).
+pub(crate) const OWN_ZOMBIES: u32 = 32;
 
 /// Pushes `oc` (a zombie: no refs) on `list`, a zombie list word: its head id in the low
 /// 32 bits (0 = empty) and its length in the high 32, updated together by one CAS. Pushed
@@ -537,26 +560,38 @@ pub(crate) fn zombie_count() -> u32 {
     ((own >> 32) + (ZOMBIES.load(Ordering::Relaxed) >> 32)) as u32
 }
 
-/// Makes freed ids available again: into this thread's batch as far as it has room (its
-/// next tenants take them without the allocator's lock: a thread creating and sweeping
-/// tenants at the rate of its queries then never takes it), the rest to the allocator,
-/// which frees the chunks none of whose ids is handed out. User context, under the tree
-/// lock (an id in a batch is handed out later without it, as one from the allocator is).
+/// Makes freed ids available again: into this thread's batch those in chunks no higher
+/// than its last refill's, as far as it has room (its next tenants take them without the
+/// allocator's lock: a thread creating and sweeping tenants at the rate of its queries then
+/// never takes it), the rest to the allocator, which frees the chunks none of whose ids is
+/// handed out (so after a burst the high chunks empty out as before). User context, under
+/// the tree lock (an id in a batch is handed out later without it, as one from the
+/// allocator is).
 pub(crate) fn recycle(ids: &[ObjCgId]) {
-    let kept = IDS_BATCH
-        .try_with(|b| {
-            let Ok(mut b) = b.try_borrow_mut() else {
-                return 0;
-            };
-            let n = (BATCH_CAP - b.len).min(ids.len());
-            let len = b.len;
-            b.ids[len..len + n].copy_from_slice(&ids[..n]);
-            b.len += n;
-            n
-        })
-        .unwrap_or(0);
-    if kept < ids.len() {
-        give_back(&ids[kept..], true);
+    if ids.is_empty() {
+        return;
+    }
+    let mut back = Vec::new();
+    let kept = IDS_BATCH.try_with(|b| {
+        let Ok(mut b) = b.try_borrow_mut() else {
+            return false;
+        };
+        for &id in ids {
+            if b.len < BATCH_CAP && id >> CHUNK_SHIFT <= b.home {
+                let len = b.len;
+                b.ids[len] = id;
+                b.len += 1;
+            } else {
+                back.push(id);
+            }
+        }
+        true
+    });
+    if kept != Ok(true) {
+        return give_back(ids, true);
+    }
+    if !back.is_empty() {
+        give_back(&back, true);
     }
 }
 

@@ -699,8 +699,9 @@ fn sweep_zombies(_tree: &TreeGuard, swept: &mut Swept) {
             // with it (`kin_cache.rs`); else from the shared count, which then may go
             // below 0 for a while (wrapping) when a death counted the objcg in an entry.
             if !kin_cache::unadopt(tenant) {
-                // Read first: a kill after the decrement may fold and clear it.
-                let cached = t.kin.percpu.load(Ordering::Relaxed);
+                // Read first: a kill after the decrement may fold and clear it; read clear,
+                // the kill's folds are seen (`kin_cache::kill`).
+                let cached = t.kin.percpu.load(Ordering::Acquire);
                 let old = t.kin.adopted.fetch_sub(1, Ordering::Relaxed);
                 debug_assert!(old != 0 || cached, "objcg {id}: adopted underflow");
                 swept.0.push(tenant);
@@ -716,12 +717,13 @@ fn sweep_zombies(_tree: &TreeGuard, swept: &mut Swept) {
 /// Dead objcgs the lifecycle paths let wait before they free them: a tenant per query would
 /// otherwise take the tree lock once more per creation or drop, and two threads doing so
 /// would pass it back and forth.
-pub(crate) const ZOMBIE_SWEEP_EVERY: u32 = 32;
+pub(crate) const ZOMBIE_SWEEP_EVERY: u32 = objcg::OWN_ZOMBIES;
 
 /// Frees zombies on the hot lifecycle paths (creating and dropping tenants), once
 /// `ZOMBIE_SWEEP_EVERY` dead objcgs wait on this thread's list and the global one (where
 /// the threads without a registered stock push theirs): one lock round trip then frees
-/// them. Each thread sweeps its own: a check reads no line that other threads write. A
+/// them. Each thread sweeps its own: a check reads its own list and the global one, which
+/// only threads without a registered stock, or past their own list's cap, push to. A
 /// zombie queued just after the check, or one that another thread is freeing right now, is
 /// left to a later call; other threads' lists wait for their own sweeps, their exit, or a
 /// full one: `drain_all_stocks()`, `stat()` and deaths of tenants that adopted objcgs call

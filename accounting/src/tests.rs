@@ -11,7 +11,7 @@ use crate::{StatItem, Tenant};
 /// about to check was flushed by an eviction.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -656,4 +656,40 @@ fn cached_child_counts_under_kills() {
         "the parent's node is still referenced ({} strong)",
         weak.strong_count()
     );
+}
+
+/// A thread's own zombie list stops at `objcg::OWN_ZOMBIES` (a thread that never sweeps,
+/// freeing only dead tenants' objects, would otherwise pin ids and table entries without
+/// bound); the rest go to the global list, which any thread's sweep frees.
+#[test]
+fn own_zombie_lists_are_capped() {
+    use std::sync::atomic::Ordering;
+
+    let _serial = serial();
+    crate::tenant::drain_all_stocks();
+    let parent = Tenant::new("zombie-cap");
+    let ids: Vec<hooks::ObjCgId> = (0..100)
+        .map(|i| {
+            let c = parent.child(&format!("z{i}"));
+            assert!(charge(c.objcg_id(), 64, StatIdx::slab(0)));
+            c.objcg_id()
+        })
+        .collect();
+    drain_all();
+    std::thread::spawn(move || {
+        for id in ids {
+            // SAFETY: the 64 bytes charged to this dead child above, once.
+            unsafe { hooks::uncharge(id, 64, StatIdx::slab(0)) };
+        }
+        // The slots it made hold the last refs until they go back.
+        drain_all();
+        let own = STOCK.with(|s| s.zombies.load(Ordering::Relaxed) >> 32);
+        assert_eq!(own, u64::from(objcg::OWN_ZOMBIES));
+        assert_eq!(objcg::zombie_count(), 100, "the rest on the global list");
+    })
+    .join()
+    .unwrap();
+    crate::tenant::drain_all_stocks();
+    assert_eq!(objcg::zombie_count(), 0);
+    assert_eq!(parent.objcg_list().len(), 1);
 }
