@@ -49,8 +49,9 @@ use crate::stock::{EXITED, REGISTERED, STOCK};
 pub(crate) const BIAS: usize = 1 << 40;
 const _: () = assert!(usize::BITS == 64);
 
-/// Births of one parent in a row on a thread before the thread caches its counts.
-const STREAK: u32 = 8;
+/// Births of one parent in a row on a thread before the thread caches its counts (fewer
+/// under Miri, whose tests make few).
+const STREAK: u32 = if cfg!(miri) { 2 } else { 8 };
 
 /// Strong references an entry takes at once (the births and re-pointings spend them, node
 /// drops and zombie sweeps give them back).

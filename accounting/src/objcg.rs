@@ -502,8 +502,8 @@ pub(crate) fn hold_budget() -> u32 {
 }
 
 /// The longest a thread's own zombie list gets (`push_zombie`); the lifecycle paths sweep
-/// at this length (`tenant::free_zombies_if_due`).
-pub(crate) const OWN_ZOMBIES: u32 = 32;
+/// at this length (`tenant::free_zombies_if_due`). Shorter under Miri, whose tests make few.
+pub(crate) const OWN_ZOMBIES: u32 = if cfg!(miri) { 4 } else { 32 };
 
 /// Pushes `oc` (a zombie: no refs) on `list`, a zombie list word: its head id in the low
 /// 32 bits (0 = empty) and its length in the high 32, updated together by one CAS. Pushed
