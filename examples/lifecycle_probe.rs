@@ -9,6 +9,7 @@
 //! target/release/examples/lifecycle_probe 300000 1          # QUERIES THREADS: us per query
 //! target/release/examples/lifecycle_probe 300000 2
 //! target/release/examples/lifecycle_probe 300000 2 separate # a service per thread
+//! target/release/examples/lifecycle_probe 300000 2 customers 3 # 3 shared services in turn
 //! valgrind --tool=callgrind target/release/examples/lifecycle_probe 20000 1
 //! ```
 //! (instructions per query = total / QUERIES; thread start-up and the ring's first fill
@@ -52,21 +53,29 @@ fn main() {
     let queries = arg(1, 100_000);
     let threads = arg(2, 1).max(1);
     let separate = args.get(3).is_some_and(|s| s == "separate");
+    // `customers N`: each thread's queries go to N shared services in turn (a worker
+    // serving the requests of several customers).
+    let customers = if args.get(3).is_some_and(|s| s == "customers") {
+        arg(4, 3).max(1)
+    } else {
+        1
+    };
     let shared = service("service");
+    let others: Vec<Tenant> = (1..customers).map(|_| service("service")).collect();
     let start = std::time::Instant::now();
     std::thread::scope(|s| {
         for _ in 0..threads {
-            let svc = if separate {
-                service("service")
+            let svcs: Vec<Tenant> = if separate {
+                vec![service("service")]
             } else {
-                shared.clone()
+                std::iter::once(&shared).chain(&others).cloned().collect()
             };
             s.spawn(move || {
                 let mut ring: Vec<Option<Box<[u8; 64]>>> =
                     (0..RESULTS_ALIVE).map(|_| None).collect();
                 let mut next = 0;
-                for _ in 0..queries {
-                    query(&svc, &mut ring, &mut next);
+                for i in 0..queries {
+                    query(&svcs[i % svcs.len()], &mut ring, &mut next);
                 }
             });
         }
@@ -75,9 +84,18 @@ fn main() {
     println!(
         "{queries} queries on each of {threads} thread(s){}: {us:.3} us per query per thread, \
          {:.2} queries per us in all",
-        if separate { ", a service each" } else { "" },
+        if separate {
+            ", a service each".to_owned()
+        } else if customers > 1 {
+            format!(", {customers} services in turn")
+        } else {
+            String::new()
+        },
         threads as f64 / us
     );
     // Everything given back: the service holds nothing once the results are gone.
     assert_eq!(shared.current_exact(), 0);
+    for o in &others {
+        assert_eq!(o.current_exact(), 0);
+    }
 }

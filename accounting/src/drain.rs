@@ -447,9 +447,9 @@ fn exit(s: &Stock) {
     // Its zombies wait on the global list now (pushes from here on go there: `EXITED`),
     // moved under the lock so that a full sweep or a fork does not miss them in between.
     objcg::move_to_global(&s.zombies);
-    // The cached counts go back to their parent; its references after the lock.
-    let kin = s.kin.take();
-    let credits = kin.as_ref().map_or(0, release_kin);
+    // The cached counts go back to their parents; their references after the lock.
+    let kin = s.kin.take_all();
+    let credits = kin.map(|t| t.as_ref().map_or(0, release_kin));
     // Empty now: a stealing drainer took the slots under the lock we hold.
     unlist(s);
     let (next, prev) = (
@@ -473,8 +473,10 @@ fn exit(s: &Stock) {
     REGISTERED_STOCKS.fetch_sub(1, Ordering::Relaxed);
     s.set_flags(0, REGISTERED);
     drop(g);
-    if let Some(t) = kin {
-        release_credits(t.node, u64::from(credits));
+    for (t, n) in kin.iter().zip(credits) {
+        if let Some(t) = t {
+            release_credits(t.node, u64::from(n));
+        }
     }
 }
 
@@ -564,8 +566,8 @@ pub fn fork_child() {
             // Its counts go to the parent; its references on the parent stay taken (a
             // leak of nodes in the child, never a dangling one: dropping a node here could
             // free memory inside the fork handler).
-            if let Some(t) = s.kin.take() {
-                release_kin(&t);
+            for t in s.kin.take_all().iter().flatten() {
+                release_kin(t);
             }
             objcg::move_to_global(&s.zombies);
         }

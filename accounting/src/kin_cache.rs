@@ -6,10 +6,12 @@
 //! (the child's reference on its parent, and its objcg's once re-pointed). Threads creating
 //! and dropping children of one parent bounced those lines between them: two threads ran
 //! fewer queries than one. As the kernel's `percpu_ref` counts on per-CPU words until the
-//! ref is killed, a thread that keeps creating children of one parent caches that parent's
-//! counts in its [`KinEntry`] (in its stock, so the registry reaches it): its births, deaths,
-//! re-pointings and node drops then change only that word, with a compare-and-swap on its
-//! own line, and the strong references come from credits the entry took in a batch.
+//! ref is killed, a thread that keeps creating children of a parent caches that parent's
+//! counts in a `KinEntry`, one of the `WAYS` of its `KinCache` (in its stock, so the
+//! registry reaches it): its births, deaths, re-pointings and node drops then change only
+//! that word, with a compare-and-swap on its own line, and the strong references come from
+//! credits the entry took in a batch. A worker serving a few customers' requests in turn
+//! caches each customer.
 //!
 //! The protocol, for a parent P:
 //! - P's `handles` holds [`BIAS`] while `P.kin.percpu` is set, so no sum of the shared count
@@ -28,8 +30,11 @@
 //! - Entries are keyed by P's node address; only their owner installs one, so the owner
 //!   reading its own entry sees it name P, or sees it emptied by a sweep (its exchange
 //!   then fails and it takes the shared path, which is always right).
-//! - A thread caches P after [`STREAK`] births of P in a row, so that a worker serving the
-//!   requests of many customers in turn does not install and evict on every request.
+//! - A thread caches P once it counted [`STREAK`] births of P on the shared path (per
+//!   recent parent, in a small table where a parent among many loses its slot before it
+//!   gets there: `KinCache::note_birth`), so that a worker serving the requests of many
+//!   customers in turn does not install and evict on every request; with every way taken,
+//!   an install evicts the ways in turn.
 //!
 //! Fork: the child's copies of other threads' entries go back to their parents, their
 //! credits stay taken (`drain::fork_child`).
@@ -49,8 +54,8 @@ use crate::stock::{EXITED, REGISTERED, STOCK};
 pub(crate) const BIAS: usize = 1 << 40;
 const _: () = assert!(usize::BITS == 64);
 
-/// Births of one parent in a row on a thread before the thread caches its counts (fewer
-/// under Miri, whose tests make few).
+/// Births of one parent a thread counts on the shared path before it caches its counts
+/// (fewer under Miri, whose tests make few).
 const STREAK: u32 = if cfg!(miri) { 2 } else { 8 };
 
 /// Strong references an entry takes at once (the births and re-pointings spend them, node
@@ -79,7 +84,7 @@ fn birth_slow(parent: &Arc<Node>) -> Arc<Node> {
     let k = key(parent);
     // The root too: it never dies, so its entries are only evicted, but `Tenant::new` per
     // query writes its counts as a service's children do the service's.
-    if STOCK.with(|s| s.kin.run_of(k)) >= STREAK
+    if STOCK.with(|s| s.kin.note_birth(k)) >= STREAK
         && cache(parent, Enable::Yes)
         && STOCK.with(|s| s.kin.birth(k))
     {
@@ -121,7 +126,7 @@ fn cache(parent: &Arc<Node>, enable: Enable) -> bool {
         unsafe { Arc::increment_strong_count(Arc::as_ptr(parent)) };
     }
     let ok = STOCK.with(|s| {
-        if s.kin.node() == Some(k) && s.kin.credits(k) == 0 {
+        if s.kin.holds(k) && s.kin.credits(k) == 0 {
             return s.kin.add_credits(k, CREDITS);
         }
         let g = drain::registry_lock();
@@ -132,8 +137,9 @@ fn cache(parent: &Arc<Node>, enable: Enable) -> bool {
             parent.kin.handles.fetch_add(BIAS, Ordering::Relaxed);
             parent.kin.percpu.store(true, Ordering::Relaxed);
         }
-        let old = s.kin.take().map(|t| (t.node, drain::release_kin(&t)));
-        s.kin.install(parent.objcg(), k, CREDITS);
+        let (way, old) = s.kin.take_for_install(k);
+        let old = old.map(|t| (t.node, drain::release_kin(&t)));
+        s.kin.install(way, parent.objcg(), k, CREDITS);
         drop(g);
         if let Some((node, credits)) = old {
             drain::release_credits(node, u64::from(credits));
@@ -177,7 +183,7 @@ pub(crate) fn death(parent: &Arc<Node>) -> bool {
 #[cold]
 #[inline(never)]
 fn refreshed(parent: &Arc<Node>) -> bool {
-    STOCK.with(|s| s.kin.node()) == Some(key(parent)) && cache(parent, Enable::No)
+    STOCK.with(|s| s.kin.holds(key(parent))) && cache(parent, Enable::No)
 }
 
 /// A zombie objcg pointing at `node` is uncounted there, its reference on `node` released:
@@ -201,10 +207,8 @@ pub(crate) fn kill(node: &Arc<Node>) -> bool {
             return false;
         }
         drain::for_each_registered(&g, |s| {
-            if s.kin.node() == Some(k) {
-                if let Some(t) = s.kin.take() {
-                    credits += u64::from(drain::release_kin(&t));
-                }
+            if let Some(t) = s.kin.take_of(k) {
+                credits += u64::from(drain::release_kin(&t));
             }
         });
         // Cleared after the folds, Release: a zombie sweep that reads it clear (Acquire)
@@ -225,9 +229,7 @@ pub(crate) fn adopted_with_cached(node: &Node) -> isize {
     let g = drain::registry_lock();
     let mut sum = node.kin.adopted.load(Ordering::Relaxed) as isize;
     drain::for_each_registered(&g, |s| {
-        if s.kin.node() == Some(k) {
-            sum += s.kin.adopted();
-        }
+        sum += s.kin.adopted_of(k);
     });
     sum
 }
@@ -257,7 +259,7 @@ mod tests {
         let more: Vec<Tenant> = (0..STREAK + 2)
             .map(|i| parent.child(&format!("m{i}")))
             .collect();
-        assert!(STOCK.with(|s| s.kin.node()) == Some(key(&node)));
+        assert!(STOCK.with(|s| s.kin.holds(key(&node))));
         assert!(node.kin.percpu.load(Ordering::Relaxed));
         drop(parent);
         assert!(
@@ -266,7 +268,7 @@ mod tests {
         );
         assert!(!cache(&node, Enable::No));
         assert!(!node.kin.percpu.load(Ordering::Relaxed));
-        assert_eq!(STOCK.with(|s| s.kin.node()), None);
+        assert!(!STOCK.with(|s| s.kin.holds(key(&node))));
         drop(kids);
         drop(more);
         assert!(!node.is_alive(), "the parent died with its last child");

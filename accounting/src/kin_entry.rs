@@ -1,10 +1,11 @@
-//! A thread's cached counts on one parent tenant (`kin_cache.rs` has the protocol): the
-//! word the births, deaths and node drops of that parent's children update on their own
+//! A thread's cached counts on a few parent tenants (`kin_cache.rs` has the protocol): per
+//! parent, the word the births, deaths and node drops of its children update on their own
 //! thread instead of the parent's shared counts, as the kernel's `percpu_ref` counts on
-//! per-CPU words until it is killed.
+//! per-CPU words until it is killed ([`KinEntry`]), and the thread's `WAYS` of them with
+//! what decides which parents they cache ([`KinCache`]).
 //!
 //! The word: `id | births - deaths << 32 | adopted << 44 | credits << 54`, where `id` is
-//! the parent's objcg id (0: the entry is empty), `births - deaths` (signed, 12 bits) the
+//! the parent's objcg id (0: the entry is empty; 1 for the root, whose id is 0), `births - deaths` (signed, 12 bits) the
 //! children born here minus those that died here, not yet added to the parent's
 //! `kin.handles`, `adopted` (signed, 10 bits) the objcgs re-pointed to the parent here minus
 //! those a zombie sweep uncounted here, not yet added to `kin.adopted`, and `credits`
@@ -95,10 +96,6 @@ pub(crate) struct KinEntry {
     /// The parent's node (from `Arc::into_raw`), set by the owner under the registry lock
     /// before it makes the word non-empty; read with the word.
     node: AtomicPtr<u8>,
-    /// The parent of this thread's last birth, and how many births of it came in a row
-    /// (`run_of`). Owner only; atomics only because the stock is shared.
-    last: AtomicPtr<u8>,
-    run: AtomicU32,
 }
 
 impl KinEntry {
@@ -106,8 +103,6 @@ impl KinEntry {
         KinEntry {
             word: AtomicU64::new(0),
             node: AtomicPtr::new(core::ptr::null_mut()),
-            last: AtomicPtr::new(core::ptr::null_mut()),
-            run: AtomicU32::new(0),
         }
     }
 
@@ -116,9 +111,10 @@ impl KinEntry {
         id_of(self.word.load(Relaxed))
     }
 
-    /// The parent's node, when the entry is not empty.
-    pub(crate) fn node(&self) -> Option<*const u8> {
-        (self.id() != 0).then(|| self.node.load(Relaxed) as *const u8)
+    /// Whether the entry caches the parent whose node is `node`.
+    #[inline]
+    fn names(&self, node: *const u8) -> bool {
+        self.id() != 0 && core::ptr::eq(self.node.load(Relaxed), node)
     }
 
     /// Applies `f` to the counts if the entry caches the parent whose node is `node`;
@@ -183,20 +179,6 @@ impl KinEntry {
         self.update(node, |w| S.add(w, i64::from(n)))
     }
 
-    /// The births of parent `node` to come in a row on this thread, counting this one
-    /// (the install hysteresis, `kin_cache.rs`). Owner only.
-    pub(crate) fn run_of(&self, node: *const u8) -> u32 {
-        if core::ptr::eq(self.last.load(Relaxed), node) {
-            let r = self.run.load(Relaxed).saturating_add(1);
-            self.run.store(r, Relaxed);
-            r
-        } else {
-            self.last.store(node as *mut u8, Relaxed);
-            self.run.store(1, Relaxed);
-            1
-        }
-    }
-
     /// The credits the entry holds for `node` (0 when it caches another parent or none).
     pub(crate) fn credits(&self, node: *const u8) -> u32 {
         let w = self.word.load(Relaxed);
@@ -237,6 +219,149 @@ impl KinEntry {
             adopted: A.get(w),
             credits: S.get(w) as u32,
         })
+    }
+}
+
+/// Parents a thread caches the counts of at once: a worker serving the requests of a few
+/// customers in turn caches each.
+pub(crate) const WAYS: usize = 4;
+/// Slots of the install hysteresis (`KinCache::note_birth`).
+const SEEN: usize = 16;
+
+/// A thread's kin entries, one per parent it caches ([`WAYS`]), and what decides which
+/// parents: births counted per recent parent, in a small direct-mapped table (a parent
+/// among many that each get a birth now and then keeps losing its slot and never gets an
+/// entry).
+pub(crate) struct KinCache {
+    ways: [KinEntry; WAYS],
+    /// The node each slot counts births of, and the count. Owner only (atomics only
+    /// because the stock is shared).
+    seen: [AtomicPtr<u8>; SEEN],
+    counts: [AtomicU32; SEEN],
+    /// The way an install takes next when every way is taken (round robin). Owner only.
+    victim: AtomicU32,
+}
+
+impl KinCache {
+    pub(crate) const fn new() -> KinCache {
+        KinCache {
+            ways: [const { KinEntry::new() }; WAYS],
+            seen: [const { AtomicPtr::new(core::ptr::null_mut()) }; SEEN],
+            counts: [const { AtomicU32::new(0) }; SEEN],
+            victim: AtomicU32::new(0),
+        }
+    }
+
+    /// The entry caching `node`, if one does.
+    #[inline]
+    fn way(&self, node: *const u8) -> Option<&KinEntry> {
+        self.ways.iter().find(|e| e.names(node))
+    }
+
+    /// Whether an entry caches the parent whose node is `node`.
+    pub(crate) fn holds(&self, node: *const u8) -> bool {
+        self.way(node).is_some()
+    }
+
+    /// [`KinEntry::birth`] in the entry caching `node`.
+    #[inline]
+    pub(crate) fn birth(&self, node: *const u8) -> bool {
+        self.way(node).is_some_and(|e| e.birth(node))
+    }
+
+    /// [`KinEntry::unbirth`] in the entry caching `node`.
+    pub(crate) fn unbirth(&self, node: *const u8) -> bool {
+        self.way(node).is_some_and(|e| e.unbirth(node))
+    }
+
+    /// [`KinEntry::adopt`] in the entry caching `node`.
+    #[inline]
+    pub(crate) fn adopt(&self, node: *const u8) -> bool {
+        self.way(node).is_some_and(|e| e.adopt(node))
+    }
+
+    /// [`KinEntry::death`] in the entry caching `node`.
+    #[inline]
+    pub(crate) fn death(&self, node: *const u8) -> bool {
+        self.way(node).is_some_and(|e| e.death(node))
+    }
+
+    /// [`KinEntry::unadopt`] in the entry caching `node`.
+    pub(crate) fn unadopt(&self, node: *const u8) -> bool {
+        self.way(node).is_some_and(|e| e.unadopt(node))
+    }
+
+    /// [`KinEntry::give_credit`] in the entry caching `node`.
+    #[inline]
+    pub(crate) fn give_credit(&self, node: *const u8) -> bool {
+        self.way(node).is_some_and(|e| e.give_credit(node))
+    }
+
+    /// [`KinEntry::add_credits`] in the entry caching `node`.
+    pub(crate) fn add_credits(&self, node: *const u8, n: u32) -> bool {
+        self.way(node).is_some_and(|e| e.add_credits(node, n))
+    }
+
+    /// The credits the entry caching `node` holds (0 when none caches it).
+    pub(crate) fn credits(&self, node: *const u8) -> u32 {
+        self.way(node).map_or(0, |e| e.credits(node))
+    }
+
+    /// Counts a birth of parent `node` that took the shared path and returns how many its
+    /// slot counted since it last changed hands. Owner only.
+    pub(crate) fn note_birth(&self, node: *const u8) -> u32 {
+        // Nodes are 8-aligned and large: the bits above the low ones, mixed.
+        let h = ((node as usize >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) % SEEN;
+        if core::ptr::eq(self.seen[h].load(Relaxed), node) {
+            let n = self.counts[h].load(Relaxed).saturating_add(1);
+            self.counts[h].store(n, Relaxed);
+            n
+        } else {
+            self.seen[h].store(node as *mut u8, Relaxed);
+            self.counts[h].store(1, Relaxed);
+            1
+        }
+    }
+
+    /// Empties the way an install of `node` takes (the one caching it already, else an
+    /// empty one, else the next in turn) and returns it with what it held. The owner only,
+    /// under the registry lock.
+    pub(crate) fn take_for_install(&self, node: *const u8) -> (usize, Option<KinTaken>) {
+        let i = match self.ways.iter().position(|e| e.names(node)) {
+            Some(i) => i,
+            None => self
+                .ways
+                .iter()
+                .position(|e| e.id() == 0)
+                .unwrap_or_else(|| {
+                    let v = self.victim.load(Relaxed) as usize % WAYS;
+                    self.victim.store((v + 1) as u32, Relaxed);
+                    v
+                }),
+        };
+        (i, self.ways[i].take())
+    }
+
+    /// [`KinEntry::install`] into way `i` (emptied by [`take_for_install`](Self::take_for_install)).
+    pub(crate) fn install(&self, i: usize, id: ObjCgId, node: *const u8, credits: u32) {
+        self.ways[i].install(id, node, credits);
+    }
+
+    /// Empties the entry caching `node`, if one does (a kill's sweep, under the registry
+    /// lock).
+    pub(crate) fn take_of(&self, node: *const u8) -> Option<KinTaken> {
+        self.way(node)?.take()
+    }
+
+    /// Empties every entry (thread exit under the registry lock, or a fork child).
+    pub(crate) fn take_all(&self) -> [Option<KinTaken>; WAYS] {
+        core::array::from_fn(|i| self.ways[i].take())
+    }
+
+    /// The adopted objcgs the entry caching `node` counts (tests).
+    #[cfg(test)]
+    pub(crate) fn adopted_of(&self, node: *const u8) -> isize {
+        self.way(node).map_or(0, |e| e.adopted())
     }
 }
 
@@ -291,15 +416,54 @@ mod tests {
         assert!(e.unadopt(q));
         assert_eq!(e.take().unwrap().adopted, -1);
     }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    fn at(a: usize) -> *const u8 {
+        core::ptr::without_provenance(a)
+    }
 
     #[test]
-    fn runs_count_births_of_one_parent_in_a_row() {
-        let (p, q) = (
-            core::ptr::without_provenance::<u8>(0x1000),
-            core::ptr::without_provenance::<u8>(0x2000),
+    fn ways_hold_several_parents_and_installs_take_turns() {
+        let c = KinCache::new();
+        for k in 1..=WAYS {
+            let (i, old) = c.take_for_install(at(k << 12));
+            assert_eq!((i, old), (k - 1, None), "an empty way first");
+            c.install(i, k as u32, at(k << 12), 2);
+        }
+        for k in 1..=WAYS {
+            assert!(c.birth(at(k << 12)) && c.holds(at(k << 12)));
+        }
+        // Full: the next parent takes the ways in turn, folding what they held.
+        let (i, old) = c.take_for_install(at(99 << 12));
+        assert_eq!(i, 0);
+        assert_eq!(
+            old.map(|t| (t.node, t.births, t.credits)),
+            Some((at(1 << 12), 1, 1))
         );
-        let e = KinEntry::new();
-        assert_eq!((e.run_of(p), e.run_of(p), e.run_of(p)), (1, 2, 3));
-        assert_eq!((e.run_of(q), e.run_of(p)), (1, 1));
+        c.install(i, 99, at(99 << 12), 5);
+        assert!(!c.holds(at(1 << 12)) && c.holds(at(99 << 12)));
+        assert_eq!(c.take_for_install(at(98 << 12)).0, 1);
+        // A parent cached already keeps its way.
+        assert_eq!(c.take_for_install(at(99 << 12)).0, 0);
+        let all = c.take_all();
+        assert_eq!(all.iter().flatten().count(), WAYS - 2);
+    }
+
+    #[test]
+    fn births_are_counted_per_recent_parent() {
+        let c = KinCache::new();
+        let (p, q) = (at(0x1000), at(0x2000));
+        assert_eq!(
+            (c.note_birth(p), c.note_birth(p), c.note_birth(q)),
+            (1, 2, 1)
+        );
+        assert!(
+            c.note_birth(p) >= 2,
+            "two parents in distinct slots keep their counts"
+        );
     }
 }

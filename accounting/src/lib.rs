@@ -44,16 +44,16 @@
 //! 4. `counter.rs`: the hierarchical counter (`page_counter`), its events and `Events`.
 //! 5. `stat.rs`: a node's shared stat counters and the walk that flushes deltas up.
 //! 6. `oom_state.rs`: a node's OOM state (policy choice, overdraft, kill mark, waiters).
-//! 7. `kin_entry.rs`: a thread's cached counts on one parent (births, deaths, credits).
+//! 7. `kin_entry.rs`: a thread's cached counts on a few parents (births, deaths, credits).
 //! 8. `stock.rs`: the per-thread stock and its fast paths (`consume`, `refill`); it holds
-//!    the thread's `KinEntry`.
+//!    the thread's `KinCache`.
 //! 9. `node.rs`: a tree node (the data above, tree links, objcg list, reclaim callback) and
 //!    the `Tenant` handle type.
 //! 10. `scope.rs`: the thread's current objcg, the `enter()` guard, the root scope.
 //! 11. `objcg.rs`: the owner indirection (id table, refs, reader sections, zombies).
 //! 12. `tree.rs`: the tree lock, the root node, the walk of live tenants, fork locks.
 //! 13. `drain.rs`: the stock registry and holding list, drains, thread exit, `release`
-//!     (and `release_kin`, what an emptied `KinEntry` held).
+//!     (and `release_kin`, what an emptied kin entry held).
 //! 14. `kin_cache.rs`: children's counts on their parent cached per thread (install, the
 //!     sweep when the parent's last handle goes, the birth/death/drop entry points).
 //! 15. `charge.rs`: the charge/uncharge slow paths and the failure ladder (mechanism).

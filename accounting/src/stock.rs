@@ -65,7 +65,7 @@ use crate::sys::sync::{
     Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 
-use crate::kin_entry::KinEntry;
+use crate::kin_entry::KinCache;
 use crate::types::{ObjCgId, StatIdx, NR_STAT};
 
 /// Slots per stock (the kernel's `NR_MEMCG_STOCK`).
@@ -149,8 +149,8 @@ pub(crate) struct Stock {
     fwd_owed: [AtomicU64; NR_FWD],
     /// The way a full set's next new entry replaces (`fwd_note`), advanced each time.
     fwd_turn: AtomicU8,
-    /// This thread's cached counts on one parent tenant (`kin_cache.rs`).
-    pub(crate) kin: KinEntry,
+    /// This thread's cached counts on a few parent tenants (`kin_cache.rs`).
+    pub(crate) kin: KinCache,
     /// This thread's zombie list (`objcg::push_on`): dead objcgs whose last ref this thread
     /// dropped, while its stock is registered. Core's atomic even under loom: no model
     /// touches it.
@@ -287,7 +287,7 @@ impl Stock {
             fwd_gen: [const { AtomicU64::new(0) }; NR_FWD],
             fwd_owed: [const { AtomicU64::new(0) }; NR_FWD],
             fwd_turn: AtomicU8::new(0),
-            kin: KinEntry::new(),
+            kin: KinCache::new(),
             zombies: core::sync::atomic::AtomicU64::new(0),
         }
     }

@@ -561,7 +561,7 @@ fn cached_child_counts_reach_the_parent() {
     // A handle again, from a child: this thread caches the counts once more.
     let again = kids[0].parent().unwrap();
     let more = make(&again, n / 2 + 4);
-    assert!(STOCK.with(|s| s.kin.node() == Some(Arc::as_ptr(&again.node) as *const u8)));
+    assert!(STOCK.with(|s| s.kin.holds(Arc::as_ptr(&again.node) as *const u8)));
     for c in &more {
         give_back(c);
     }
