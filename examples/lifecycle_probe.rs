@@ -45,7 +45,7 @@ fn main() {
     let arg = |i: usize, default: usize| -> usize {
         args.get(i).map_or(default, |s| {
             s.parse().unwrap_or_else(|_| {
-                eprintln!("usage: lifecycle_probe [QUERIES] [THREADS] [separate]");
+                eprintln!("usage: lifecycle_probe [QUERIES] [THREADS] [separate | customers N]");
                 std::process::exit(2)
             })
         })

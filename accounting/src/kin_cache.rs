@@ -84,10 +84,10 @@ fn birth_slow(parent: &Arc<Node>) -> Arc<Node> {
     let k = key(parent);
     // The root too: it never dies, so its entries are only evicted, but `Tenant::new` per
     // query writes its counts as a service's children do the service's.
-    if STOCK.with(|s| s.kin.note_birth(k)) >= STREAK
-        && cache(parent, Enable::Yes)
-        && STOCK.with(|s| s.kin.birth(k))
-    {
+    // Counted per parent, or cached already (its credits ran out, or its births reached the
+    // end of their range: refilled, or folded and installed again).
+    let counted = STOCK.with(|s| s.kin.note_birth(k) >= STREAK || s.kin.holds(k));
+    if counted && cache(parent, Enable::Yes) && STOCK.with(|s| s.kin.birth(k)) {
         // SAFETY: as in `birth`.
         return unsafe { Arc::from_raw(Arc::as_ptr(parent)) };
     }
@@ -105,9 +105,10 @@ enum Enable {
     No,
 }
 
-/// Makes this thread's entry cache `parent` with fresh credits: a refill when it caches
-/// it already with none left, else an install (after evicting what it caches, which folds
-/// its counts: also what a count at the end of its range needs). False when the thread
+/// Makes one of this thread's entries cache `parent` with fresh credits: a refill when one
+/// caches it already with none left, else an install into the way `KinCache` picks (the
+/// one caching it, whose counts this folds: also what a count at the end of its range
+/// needs; an empty one; or the next in turn, evicted and folded). False when the thread
 /// cannot have an entry (its stock is not registered, or it is exiting), or when `enable`
 /// is `No` and the parent's caching ended. The parent cannot die meanwhile: the caller
 /// holds a handle on it, or is a child not yet counted out.
@@ -177,9 +178,9 @@ pub(crate) fn death(parent: &Arc<Node>) -> bool {
     STOCK.with(|s| s.kin.death(k)) || (refreshed(parent) && STOCK.with(|s| s.kin.death(k)))
 }
 
-/// This thread's entry names `parent` but refused a count (its credits ran out, or the
-/// count is at the end of its range): refilled, or folded and installed again, so that a
-/// thread doing only deaths does not go back to the shared counts for good.
+/// One of this thread's entries names `parent` but refused a count (its credits ran out,
+/// or the count is at the end of its range): refilled, or folded and installed again, so
+/// that a thread doing only deaths does not go back to the shared counts for good.
 #[cold]
 #[inline(never)]
 fn refreshed(parent: &Arc<Node>) -> bool {

@@ -5,13 +5,14 @@
 //! what decides which parents they cache ([`KinCache`]).
 //!
 //! The word: `id | births - deaths << 32 | adopted << 44 | credits << 54`, where `id` is
-//! the parent's objcg id (0: the entry is empty; 1 for the root, whose id is 0), `births - deaths` (signed, 12 bits) the
-//! children born here minus those that died here, not yet added to the parent's
-//! `kin.handles`, `adopted` (signed, 10 bits) the objcgs re-pointed to the parent here minus
-//! those a zombie sweep uncounted here, not yet added to `kin.adopted`, and `credits`
-//! (10 bits) strong references on the parent's `Arc` that this entry holds and hands to the
-//! births and re-pointings (and takes back from node drops and sweeps). Every field stays
-//! in its range: an update that would leave it fails, and the caller takes the shared path.
+//! the parent's objcg id (0: the entry is empty; 1 for the root, whose id is 0),
+//! `births - deaths` (signed, 12 bits) the children born here minus those that died here,
+//! not yet added to the parent's `kin.handles`, `adopted` (signed, 10 bits) the objcgs
+//! re-pointed to the parent here minus those a zombie sweep uncounted here, not yet added
+//! to `kin.adopted`, and `credits` (10 bits) strong references on the parent's `Arc` that
+//! this entry holds and hands to the births and re-pointings (and takes back from node
+//! drops and sweeps). Every field stays in its range: an update that would leave it fails,
+//! and the caller takes the shared path.
 //!
 //! Only the owner thread updates a non-empty word's counts (compare-and-swap on its own
 //! line, uncontended); another thread only empties it (a sweep, under the registry lock),
@@ -228,6 +229,12 @@ pub(crate) const WAYS: usize = 4;
 /// Slots of the install hysteresis (`KinCache::note_birth`).
 const SEEN: usize = 16;
 
+/// The slot of `node` in the install hysteresis' table: nodes are 8-aligned and large, so
+/// the bits above the low ones, mixed.
+fn seen_slot(node: *const u8) -> usize {
+    ((node.addr() >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) % SEEN
+}
+
 /// A thread's kin entries, one per parent it caches ([`WAYS`]), and what decides which
 /// parents: births counted per recent parent, in a small direct-mapped table (a parent
 /// among many that each get a birth now and then keeps losing its slot and never gets an
@@ -310,8 +317,7 @@ impl KinCache {
     /// Counts a birth of parent `node` that took the shared path and returns how many its
     /// slot counted since it last changed hands. Owner only.
     pub(crate) fn note_birth(&self, node: *const u8) -> u32 {
-        // Nodes are 8-aligned and large: the bits above the low ones, mixed.
-        let h = ((node as usize >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) % SEEN;
+        let h = seen_slot(node);
         if core::ptr::eq(self.seen[h].load(Relaxed), node) {
             let n = self.counts[h].load(Relaxed).saturating_add(1);
             self.counts[h].store(n, Relaxed);
@@ -327,22 +333,25 @@ impl KinCache {
     /// empty one, else the next in turn) and returns it with what it held. The owner only,
     /// under the registry lock.
     pub(crate) fn take_for_install(&self, node: *const u8) -> (usize, Option<KinTaken>) {
-        let i = match self.ways.iter().position(|e| e.names(node)) {
-            Some(i) => i,
-            None => self
-                .ways
-                .iter()
-                .position(|e| e.id() == 0)
-                .unwrap_or_else(|| {
-                    let v = self.victim.load(Relaxed) as usize % WAYS;
-                    self.victim.store((v + 1) as u32, Relaxed);
-                    v
-                }),
-        };
+        let named = self.ways.iter().position(|e| e.names(node));
+        let empty = || self.ways.iter().position(|e| e.id() == 0);
+        let i = named.or_else(empty).unwrap_or_else(|| {
+            let v = self.victim.load(Relaxed) as usize % WAYS;
+            self.victim.store((v + 1) as u32, Relaxed);
+            // The evicted parent starts counting again: with more parents in turn than
+            // ways, each would otherwise evict another at every birth.
+            let old = self.ways[v].node.load(Relaxed) as *const u8;
+            let h = seen_slot(old);
+            if core::ptr::eq(self.seen[h].load(Relaxed), old) {
+                self.counts[h].store(0, Relaxed);
+            }
+            v
+        });
         (i, self.ways[i].take())
     }
 
-    /// [`KinEntry::install`] into way `i` (emptied by [`take_for_install`](Self::take_for_install)).
+    /// [`KinEntry::install`] into way `i` (emptied by
+    /// [`take_for_install`](Self::take_for_install)).
     pub(crate) fn install(&self, i: usize, id: ObjCgId, node: *const u8, credits: u32) {
         self.ways[i].install(id, node, credits);
     }
@@ -446,24 +455,50 @@ mod cache_tests {
         );
         c.install(i, 99, at(99 << 12), 5);
         assert!(!c.holds(at(1 << 12)) && c.holds(at(99 << 12)));
-        assert_eq!(c.take_for_install(at(98 << 12)).0, 1);
-        // A parent cached already keeps its way.
-        assert_eq!(c.take_for_install(at(99 << 12)).0, 0);
+        // A parent cached already keeps its way (a refresh folds and installs it again).
+        let (i, old) = c.take_for_install(at(99 << 12));
+        assert_eq!((i, old.map(|t| t.credits)), (0, Some(5)));
+        c.install(i, 99, at(99 << 12), 5);
+        // An emptied way comes before the next in turn (1).
+        assert!(c.take_of(at(4 << 12)).is_some());
+        let (i, old) = c.take_for_install(at(98 << 12));
+        assert_eq!((i, old), (3, None));
+        c.install(i, 98, at(98 << 12), 0);
+        // Full again: the turn goes on at 1.
+        let (i, old) = c.take_for_install(at(97 << 12));
+        assert_eq!((i, old.map(|t| t.node)), (1, Some(at(2 << 12))));
         let all = c.take_all();
-        assert_eq!(all.iter().flatten().count(), WAYS - 2);
+        assert_eq!(all.iter().flatten().count(), WAYS - 1);
     }
 
     #[test]
     fn births_are_counted_per_recent_parent() {
         let c = KinCache::new();
         let (p, q) = (at(0x1000), at(0x2000));
+        assert_ne!(seen_slot(p), seen_slot(q));
         assert_eq!(
             (c.note_birth(p), c.note_birth(p), c.note_birth(q)),
             (1, 2, 1)
         );
-        assert!(
-            c.note_birth(p) >= 2,
+        assert_eq!(
+            c.note_birth(p),
+            3,
             "two parents in distinct slots keep their counts"
         );
+        // A parent evicted in its turn counts again from 0 (else, with more parents in turn
+        // than ways, each would evict another at every birth).
+        let install = |n: *const u8| {
+            let (i, _) = c.take_for_install(n);
+            c.install(i, 1, n, 0);
+        };
+        for k in 0..WAYS {
+            install(at((k + 1) << 20));
+        }
+        install(p);
+        for k in 0..WAYS {
+            install(at((k + 50) << 20));
+        }
+        assert!(!c.holds(p), "evicted in its turn");
+        assert_eq!(c.note_birth(p), 1, "its count started again");
     }
 }
