@@ -49,6 +49,7 @@ use std::sync::Arc;
 use core::sync::atomic::Ordering;
 
 use crate::drain;
+use crate::kin_entry::KinOp;
 use crate::node::Node;
 use crate::stock::{EXITED, REGISTERED, STOCK};
 
@@ -75,7 +76,7 @@ fn key(parent: &Arc<Node>) -> *const u8 {
 /// entry when it caches the parent, else from the shared counts.
 #[inline]
 pub(crate) fn birth(parent: &Arc<Node>) -> Arc<Node> {
-    if STOCK.with(|s| s.kin.birth(key(parent))) {
+    if STOCK.with(|s| s.kin.apply(key(parent), KinOp::Birth)) {
         // SAFETY: the credit just spent is a strong reference on the parent's allocation
         // that the entry held; `as_ptr` has the provenance `into_raw` gives.
         return unsafe { Arc::from_raw(Arc::as_ptr(parent)) };
@@ -92,7 +93,7 @@ fn birth_slow(parent: &Arc<Node>) -> Arc<Node> {
     // Counted per parent, or cached already (its credits ran out, or its births reached the
     // end of their range: refilled, or folded and installed again).
     let counted = STOCK.with(|s| s.kin.note_birth(k) >= STREAK || s.kin.holds(k));
-    if counted && cache(parent, Enable::Yes) && STOCK.with(|s| s.kin.birth(k)) {
+    if counted && cache(parent, Enable::Yes) && STOCK.with(|s| s.kin.apply(k, KinOp::Birth)) {
         // SAFETY: as in `birth`.
         return unsafe { Arc::from_raw(Arc::as_ptr(parent)) };
     }
@@ -132,8 +133,8 @@ fn cache(parent: &Arc<Node>, enable: Enable) -> bool {
         unsafe { Arc::increment_strong_count(Arc::as_ptr(parent)) };
     }
     let ok = STOCK.with(|s| {
-        if s.kin.holds(k) && s.kin.credits(k) == 0 {
-            return s.kin.add_credits(k, CREDITS);
+        if s.kin.credits(k) == Some(0) {
+            return s.kin.apply(k, KinOp::AddCredits(CREDITS));
         }
         let g = drain::registry_lock();
         if !parent.kin.percpu.load(Ordering::Relaxed) {
@@ -160,7 +161,7 @@ fn cache(parent: &Arc<Node>, enable: Enable) -> bool {
 
 /// Undoes a birth whose child never lived (its node is dropped already).
 pub(crate) fn unbirth(parent: &Arc<Node>) {
-    if !STOCK.with(|s| s.kin.unbirth(key(parent))) {
+    if !STOCK.with(|s| s.kin.apply(key(parent), KinOp::Death)) {
         parent.kin.handles.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -171,7 +172,8 @@ pub(crate) fn unbirth(parent: &Arc<Node>) {
 #[inline]
 pub(crate) fn adopt(parent: &Arc<Node>) -> bool {
     let k = key(parent);
-    STOCK.with(|s| s.kin.adopt(k)) || (refreshed(parent) && STOCK.with(|s| s.kin.adopt(k)))
+    STOCK.with(|s| s.kin.apply(k, KinOp::Adopt))
+        || (refreshed(parent) && STOCK.with(|s| s.kin.apply(k, KinOp::Adopt)))
 }
 
 /// A child of `parent` died on this thread (its objcg re-pointed already): true when this
@@ -180,7 +182,8 @@ pub(crate) fn adopt(parent: &Arc<Node>) -> bool {
 #[inline]
 pub(crate) fn death(parent: &Arc<Node>) -> bool {
     let k = key(parent);
-    STOCK.with(|s| s.kin.death(k)) || (refreshed(parent) && STOCK.with(|s| s.kin.death(k)))
+    STOCK.with(|s| s.kin.apply(k, KinOp::Death))
+        || (refreshed(parent) && STOCK.with(|s| s.kin.apply(k, KinOp::Death)))
 }
 
 /// One of this thread's entries names `parent` but refused a count (its credits ran out,
@@ -195,7 +198,7 @@ fn refreshed(parent: &Arc<Node>) -> bool {
 /// A zombie objcg pointing at `node` is uncounted there, its reference on `node` released:
 /// into this thread's entry when it caches `node` (true), else the caller does both.
 pub(crate) fn unadopt(node: *const Node) -> bool {
-    STOCK.with(|s| s.kin.unadopt(node as *const u8))
+    STOCK.with(|s| s.kin.apply(node as *const u8, KinOp::Unadopt))
 }
 
 /// The last `Tenant` handle on `node` is gone: when threads may cache its children's

@@ -78,6 +78,42 @@ fn id_of(w: u64) -> ObjCgId {
     w as u32
 }
 
+/// What an owner does to the counts of the entry caching a parent ([`KinEntry::apply`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KinOp {
+    /// A child is born here: one more birth, one credit spent on its reference to its
+    /// parent.
+    Birth,
+    /// A child died here (after its objcg was re-pointed, `Adopt`), or a birth was undone
+    /// (the child never lived): one birth less.
+    Death,
+    /// A dying child's objcg is re-pointed to the parent and counted there, with a credit
+    /// spent on the objcg's reference.
+    Adopt,
+    /// A zombie objcg that pointed at the parent was uncounted here, and its reference on
+    /// the parent comes back as a credit.
+    Unadopt,
+    /// A strong reference on the parent comes back to the entry.
+    GiveCredit,
+    /// The owner took this many strong references on the parent.
+    AddCredits(u32),
+}
+
+impl KinOp {
+    /// The word after this update, or None when a count would leave its range.
+    #[inline]
+    fn step(self, w: u64) -> Option<u64> {
+        match self {
+            KinOp::Birth => D.add(S.add(w, -1)?, 1),
+            KinOp::Death => D.add(w, -1),
+            KinOp::Adopt => A.add(S.add(w, -1)?, 1),
+            KinOp::Unadopt => S.add(A.add(w, -1)?, 1),
+            KinOp::GiveCredit => S.add(w, 1),
+            KinOp::AddCredits(n) => S.add(w, i64::from(n)),
+        }
+    }
+}
+
 /// What an emptied entry held, for the registry's owner to add to the parent
 /// (`drain::release_kin`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,82 +148,41 @@ impl KinEntry {
         id_of(self.word.load(Relaxed))
     }
 
-    /// Whether the entry caches the parent whose node is `node`.
+    /// The word, when the entry caches the parent whose node is `node`. Keyed by the node
+    /// rather than the id: a node drop or a zombie sweep may name a parent that died
+    /// meanwhile, whose id another tenant may have now, while the node of a parent with an
+    /// entry is alive (`kin_cache.rs`).
     #[inline]
-    fn names(&self, node: *const u8) -> bool {
-        self.id() != 0 && core::ptr::eq(self.node.load(Relaxed), node)
-    }
-
-    /// Applies `f` to the counts if the entry caches the parent whose node is `node`;
-    /// false (nothing changed) when it does not, when a count would leave its range, or
-    /// when a sweep emptied it. Keyed by the node rather than the id: a node drop or a
-    /// zombie sweep may name a parent that died meanwhile, whose id another tenant may have
-    /// now, while the node of a parent with an entry is alive (`kin_cache.rs`).
-    #[inline]
-    fn update(&self, node: *const u8, f: impl Fn(u64) -> Option<u64>) -> bool {
+    fn word_for(&self, node: *const u8) -> Option<u64> {
         let w = self.word.load(Relaxed);
         // Only the owner installs (node, then the word), so while this thread runs here the
-        // node matches the word it loaded, or the word is emptied under it (the exchange
-        // then fails).
-        if id_of(w) == 0 || !core::ptr::eq(self.node.load(Relaxed), node) {
-            return false;
-        }
-        let Some(n) = f(w) else { return false };
+        // node matches the word it loaded, or the word is emptied under it (an exchange
+        // from it then fails).
+        (id_of(w) != 0 && core::ptr::eq(self.node.load(Relaxed), node)).then_some(w)
+    }
+
+    /// Applies `op` to the counts if the entry caches the parent whose node is `node`;
+    /// false (nothing changed) when it does not, when a count would leave its range, or
+    /// when a sweep emptied it. (The owner goes through [`KinCache::apply`]; the unit tests
+    /// through this.)
+    #[cfg(test)]
+    fn apply(&self, node: *const u8, op: KinOp) -> bool {
+        self.word_for(node).is_some_and(|w| self.step(w, op))
+    }
+
+    /// Replaces the loaded word `w` by `op`'s.
+    #[inline]
+    fn step(&self, w: u64, op: KinOp) -> bool {
+        let Some(n) = op.step(w) else { return false };
         // AcqRel: the sweep that empties the word later (Acquire on its swap) sees what this
         // thread did before (the child it built, the objcg it re-pointed).
         self.word.compare_exchange(w, n, AcqRel, Relaxed).is_ok()
     }
 
-    /// A child of `node` is born here: one more birth, one credit spent on the child's
-    /// reference to its parent.
-    #[inline]
-    pub(crate) fn birth(&self, node: *const u8) -> bool {
-        self.update(node, |w| D.add(S.add(w, -1)?, 1))
-    }
-
-    /// A birth undone (the child never lived): one birth less.
-    pub(crate) fn unbirth(&self, node: *const u8) -> bool {
-        self.update(node, |w| D.add(w, -1))
-    }
-
-    /// A dying child's objcg is re-pointed to `node` and counted there, with a credit spent
-    /// on the objcg's reference.
-    #[inline]
-    pub(crate) fn adopt(&self, node: *const u8) -> bool {
-        self.update(node, |w| A.add(S.add(w, -1)?, 1))
-    }
-
-    /// A child of `node` died here (after its objcg was re-pointed, `adopt`).
-    #[inline]
-    pub(crate) fn death(&self, node: *const u8) -> bool {
-        self.update(node, |w| D.add(w, -1))
-    }
-
-    /// A zombie objcg that pointed at `node` was uncounted here, and its reference on the
-    /// node comes back as a credit.
-    pub(crate) fn unadopt(&self, node: *const u8) -> bool {
-        self.update(node, |w| S.add(A.add(w, -1)?, 1))
-    }
-
-    /// A strong reference on `node` comes back to the entry.
-    #[inline]
-    pub(crate) fn give_credit(&self, node: *const u8) -> bool {
-        self.update(node, |w| S.add(w, 1))
-    }
-
-    /// Adds `n` credits (the owner took `n` strong references on the parent).
-    pub(crate) fn add_credits(&self, node: *const u8, n: u32) -> bool {
-        self.update(node, |w| S.add(w, i64::from(n)))
-    }
-
-    /// The credits the entry holds for `node` (0 when it caches another parent or none).
-    pub(crate) fn credits(&self, node: *const u8) -> u32 {
-        let w = self.word.load(Relaxed);
-        if id_of(w) != 0 && core::ptr::eq(self.node.load(Relaxed), node) {
-            S.get(w) as u32
-        } else {
-            0
-        }
+    /// The credits the entry holds for `node` (None when it caches another parent or none).
+    #[cfg(test)]
+    fn credits(&self, node: *const u8) -> Option<u32> {
+        self.word_for(node).map(|w| S.get(w) as u32)
     }
 
     /// The adopted objcgs the entry counts, not yet in its parent's shared count (tests).
@@ -259,10 +254,10 @@ impl KinCache {
         }
     }
 
-    /// The entry caching `node`, if one does.
+    /// The entry caching `node` and its word, if one does.
     #[inline]
-    fn way(&self, node: *const u8) -> Option<&KinEntry> {
-        self.ways.iter().find(|e| e.names(node))
+    fn way(&self, node: *const u8) -> Option<(&KinEntry, u64)> {
+        self.ways.iter().find_map(|e| Some((e, e.word_for(node)?)))
     }
 
     /// Whether an entry caches the parent whose node is `node`.
@@ -270,48 +265,16 @@ impl KinCache {
         self.way(node).is_some()
     }
 
-    /// [`KinEntry::birth`] in the entry caching `node`.
+    /// [`KinEntry::apply`] in the entry caching `node`: false when none does, a count would
+    /// leave its range, or a sweep emptied it.
     #[inline]
-    pub(crate) fn birth(&self, node: *const u8) -> bool {
-        self.way(node).is_some_and(|e| e.birth(node))
+    pub(crate) fn apply(&self, node: *const u8, op: KinOp) -> bool {
+        self.way(node).is_some_and(|(e, w)| e.step(w, op))
     }
 
-    /// [`KinEntry::unbirth`] in the entry caching `node`.
-    pub(crate) fn unbirth(&self, node: *const u8) -> bool {
-        self.way(node).is_some_and(|e| e.unbirth(node))
-    }
-
-    /// [`KinEntry::adopt`] in the entry caching `node`.
-    #[inline]
-    pub(crate) fn adopt(&self, node: *const u8) -> bool {
-        self.way(node).is_some_and(|e| e.adopt(node))
-    }
-
-    /// [`KinEntry::death`] in the entry caching `node`.
-    #[inline]
-    pub(crate) fn death(&self, node: *const u8) -> bool {
-        self.way(node).is_some_and(|e| e.death(node))
-    }
-
-    /// [`KinEntry::unadopt`] in the entry caching `node`.
-    pub(crate) fn unadopt(&self, node: *const u8) -> bool {
-        self.way(node).is_some_and(|e| e.unadopt(node))
-    }
-
-    /// [`KinEntry::give_credit`] in the entry caching `node`.
-    #[inline]
-    pub(crate) fn give_credit(&self, node: *const u8) -> bool {
-        self.way(node).is_some_and(|e| e.give_credit(node))
-    }
-
-    /// [`KinEntry::add_credits`] in the entry caching `node`.
-    pub(crate) fn add_credits(&self, node: *const u8, n: u32) -> bool {
-        self.way(node).is_some_and(|e| e.add_credits(node, n))
-    }
-
-    /// The credits the entry caching `node` holds (0 when none caches it).
-    pub(crate) fn credits(&self, node: *const u8) -> u32 {
-        self.way(node).map_or(0, |e| e.credits(node))
+    /// The credits the entry caching `node` holds (None when none caches it).
+    pub(crate) fn credits(&self, node: *const u8) -> Option<u32> {
+        self.way(node).map(|(_, w)| S.get(w) as u32)
     }
 
     /// Counts a birth of parent `node` that took the shared path and returns how many its
@@ -333,7 +296,7 @@ impl KinCache {
     /// empty one, else the next in turn) and returns it with what it held. The owner only,
     /// under the registry lock.
     pub(crate) fn take_for_install(&self, node: *const u8) -> (usize, Option<KinTaken>) {
-        let named = self.ways.iter().position(|e| e.names(node));
+        let named = self.ways.iter().position(|e| e.word_for(node).is_some());
         let empty = || self.ways.iter().position(|e| e.id() == 0);
         let i = named.or_else(empty).unwrap_or_else(|| {
             let v = self.victim.load(Relaxed) as usize % WAYS;
@@ -359,7 +322,7 @@ impl KinCache {
     /// Empties the entry caching `node`, if one does (a kill's sweep, under the registry
     /// lock).
     pub(crate) fn take_of(&self, node: *const u8) -> Option<KinTaken> {
-        self.way(node)?.take()
+        self.way(node)?.0.take()
     }
 
     /// Empties every entry (thread exit under the registry lock, or a fork child).
@@ -370,7 +333,7 @@ impl KinCache {
     /// The adopted objcgs the entry caching `node` counts (tests).
     #[cfg(test)]
     pub(crate) fn adopted_of(&self, node: *const u8) -> isize {
-        self.way(node).map_or(0, |e| e.adopted())
+        self.way(node).map_or(0, |(e, _)| e.adopted())
     }
 }
 
@@ -385,44 +348,44 @@ mod tests {
             core::ptr::without_provenance::<u8>(0x2000),
         );
         let e = KinEntry::new();
-        assert!(!e.birth(p), "an empty entry caches nothing");
+        assert!(!e.apply(p, KinOp::Birth), "an empty entry caches nothing");
         e.install(7, p, 3);
-        assert!(!e.birth(q), "another parent");
+        assert!(!e.apply(q, KinOp::Birth), "another parent");
         for _ in 0..3 {
-            assert!(e.birth(p));
+            assert!(e.apply(p, KinOp::Birth));
         }
-        assert!(!e.birth(p), "no credit left");
-        assert!(e.add_credits(p, CREDITS_MAX - 1));
-        assert!(e.give_credit(p));
-        assert_eq!(e.credits(p), CREDITS_MAX);
-        assert!(!e.give_credit(p), "credits full");
+        assert!(!e.apply(p, KinOp::Birth), "no credit left");
+        assert!(e.apply(p, KinOp::AddCredits(CREDITS_MAX - 1)));
+        assert!(e.apply(p, KinOp::GiveCredit));
+        assert_eq!(e.credits(p), Some(CREDITS_MAX));
+        assert!(!e.apply(p, KinOp::GiveCredit), "credits full");
         for _ in 0..5 {
-            assert!(e.adopt(p) && e.death(p));
+            assert!(e.apply(p, KinOp::Adopt) && e.apply(p, KinOp::Death));
         }
         for _ in 0..7 {
-            assert!(e.unadopt(p));
-            assert!(e.adopt(p) && e.death(p));
+            assert!(e.apply(p, KinOp::Unadopt));
+            assert!(e.apply(p, KinOp::Adopt) && e.apply(p, KinOp::Death));
         }
         let t = e.take().unwrap();
         assert_eq!(t.node, p);
         assert_eq!((t.births, t.adopted), (3 - 12, 5));
         assert_eq!(t.credits, CREDITS_MAX - 5);
         assert_eq!(e.take(), None);
-        assert!(!e.give_credit(p), "emptied");
+        assert!(!e.apply(p, KinOp::GiveCredit), "emptied");
         // The signed ends.
         e.install(9, q, 0);
         let mut n = 0;
-        while e.unbirth(q) {
+        while e.apply(q, KinOp::Death) {
             n += 1;
         }
         assert_eq!(n, 1 << (D_BITS - 1));
-        assert!(!e.death(q));
+        assert!(!e.apply(q, KinOp::Death));
         let t = e.take().unwrap();
         assert_eq!(t.births, -(1 << (D_BITS - 1)));
         assert_eq!((t.adopted, t.credits), (0, 0));
         // A sweep here may uncount what a death on another thread counted.
         e.install(9, q, 0);
-        assert!(e.unadopt(q));
+        assert!(e.apply(q, KinOp::Unadopt));
         assert_eq!(e.take().unwrap().adopted, -1);
     }
 }
@@ -444,7 +407,7 @@ mod cache_tests {
             c.install(i, k as u32, at(k << 12), 2);
         }
         for k in 1..=WAYS {
-            assert!(c.birth(at(k << 12)) && c.holds(at(k << 12)));
+            assert!(c.apply(at(k << 12), KinOp::Birth) && c.holds(at(k << 12)));
         }
         // Full: the next parent takes the ways in turn, folding what they held.
         let (i, old) = c.take_for_install(at(99 << 12));

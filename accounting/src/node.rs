@@ -14,6 +14,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::counter::{Counter, Hierarchy};
+use crate::kin_entry::KinOp;
 use crate::oom_state::{OomPolicy, OomState};
 use crate::stat::{StatHierarchy, Stats};
 use crate::stock::STOCK;
@@ -185,7 +186,7 @@ impl Drop for Node {
         // are the parent's (`kin_cache.rs`): the `Arc` count stays, held by the entry.
         if let Some(p) = &parent {
             let node = Arc::as_ptr(p) as *const u8;
-            if STOCK.with(|s| s.kin.give_credit(node)) {
+            if STOCK.with(|s| s.kin.apply(node, KinOp::GiveCredit)) {
                 core::mem::forget(parent.take());
             }
         }
