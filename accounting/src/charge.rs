@@ -393,7 +393,7 @@ enum Forward {
 /// read again.
 fn forward(id: ObjCgId, oc: &ObjCg, n: u64, idx: StatIdx) -> Forward {
     STOCK.with(|s| {
-        if s.flags() & (REGISTERED | EXITED) != REGISTERED {
+        if !s.registered_live() {
             return Forward::NoStock;
         }
         let mut replaced = (0, 0);
@@ -645,7 +645,7 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
     let mut parent: Option<Option<&'static ObjCg>> = None;
     let mut refs = 0;
     STOCK.with(|s| {
-        if s.flags() & (REGISTERED | EXITED) != REGISTERED {
+        if !s.registered_live() {
             return;
         }
         if s.enter() {

@@ -304,7 +304,7 @@ fn lock() -> SpinGuard<'static, ()> {
 
 /// The registry lock, for the per-thread caches of children's counts (`kin_cache.rs`): an
 /// entry is installed, evicted and swept only under it, and a thread's exit empties its
-/// entry under it, so a sweep that holds it sees every entry there is.
+/// entries under it, so a sweep that holds it sees every entry there is.
 pub(crate) fn registry_lock() -> SpinGuard<'static, ()> {
     lock()
 }

@@ -24,12 +24,14 @@
 //!   empties are all there are. A handle taken again afterwards (`upgrade`) may install
 //!   again; its drop kills again.
 //! - An entry for P keeps P's node alive while it names it: P cannot die while it holds
-//!   `BIAS`, and it holds it until a kill emptied every entry. So a thread that finds its
-//!   entry naming a node may count on it, and the births and deaths it counts there only
-//!   reach `handles` through a sweep or an eviction, under the lock.
-//! - Entries are keyed by P's node address; only their owner installs one, so the owner
-//!   reading its own entry sees it name P, or sees it emptied by a sweep (its exchange
-//!   then fails and it takes the shared path, which is always right).
+//!   `BIAS`, and it holds it until a kill emptied every entry. So a thread that finds one
+//!   of its entries naming a node may count on it, and the births and deaths it counts
+//!   there only reach `handles` through a fold under the lock: a kill's sweep, an
+//!   eviction, a refresh (`cache`), the thread's exit.
+//! - Entries are keyed by P's node address (at most one of a thread's `WAYS` names P);
+//!   only their owner installs one, so the owner reading its own entries sees one name P,
+//!   or sees it emptied by a sweep (its exchange then fails and it takes the shared path,
+//!   which is always right).
 //! - A thread caches P once it counted [`STREAK`] births of P on the shared path (per
 //!   recent parent, in a small table where a parent among many loses its slot before it
 //!   gets there: `KinCache::note_birth`), so that a worker serving the requests of many
@@ -51,7 +53,7 @@ use core::sync::atomic::Ordering;
 use crate::drain;
 use crate::kin_entry::KinOp;
 use crate::node::Node;
-use crate::stock::{EXITED, REGISTERED, STOCK};
+use crate::stock::STOCK;
 
 /// What a parent's `handles` holds while threads may cache its children's counts: more than
 /// the entries' births and deaths can ever take away (each entry holds at most 2,048 either
@@ -67,7 +69,11 @@ const STREAK: u32 = if cfg!(miri) { 2 } else { 8 };
 /// Strong references an entry takes at once (the births and re-pointings spend them, node
 /// drops and zombie sweeps give them back).
 const CREDITS: u32 = 64;
+const _: () = assert!(CREDITS <= crate::kin_entry::CREDITS_MAX);
 
+/// The key of `parent`'s entries: its node's address from `Arc::as_ptr`, whose provenance
+/// (`into_raw`'s) covers the counts, as `drain::release_credits` and `Arc::from_raw` on
+/// the credits need; a pointer cast from a `&Node` would not do.
 fn key(parent: &Arc<Node>) -> *const u8 {
     Arc::as_ptr(parent) as *const u8
 }
@@ -104,7 +110,8 @@ fn birth_slow(parent: &Arc<Node>) -> Arc<Node> {
 /// Whether [`cache`] may start the caching of a parent's counts (set `percpu`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Enable {
-    /// A birth: its caller holds a handle, whose drop will end the caching again.
+    /// A birth: its caller holds a handle, whose drop will end the caching again (or the
+    /// parent is the root, never killed).
     Yes,
     /// A death's refresh: its caller holds no handle, and the parent's last one may be gone
     /// already (its kill done), so nothing would end a caching started here.
@@ -121,8 +128,7 @@ enum Enable {
 fn cache(parent: &Arc<Node>, enable: Enable) -> bool {
     let k = key(parent);
     // The owner's own flags: registration and exit are this thread's doing.
-    let flags = STOCK.with(|s| s.flags());
-    if flags & REGISTERED == 0 || flags & EXITED != 0 {
+    if !STOCK.with(|s| s.registered_live()) {
         return false;
     }
     // The references first: the parent is alive (the caller's handle), and none of this may
@@ -167,7 +173,8 @@ pub(crate) fn unbirth(parent: &Arc<Node>) {
 }
 
 /// A dying child's objcg is to be counted on `parent` and hold a reference on it: true when
-/// this thread's entry took both (the caller re-points with `Arc::as_ptr(parent)`), false
+/// this thread's entry caching it took both (the caller re-points with
+/// `Arc::as_ptr(parent)`), false
 /// when the caller updates the shared counts.
 #[inline]
 pub(crate) fn adopt(parent: &Arc<Node>) -> bool {
@@ -196,7 +203,7 @@ fn refreshed(parent: &Arc<Node>) -> bool {
 }
 
 /// A zombie objcg pointing at `node` is uncounted there, its reference on `node` released:
-/// into this thread's entry when it caches `node` (true), else the caller does both.
+/// into the entry of this thread caching `node` (true), else the caller does both.
 pub(crate) fn unadopt(node: *const Node) -> bool {
     STOCK.with(|s| s.kin.apply(node as *const u8, KinOp::Unadopt))
 }

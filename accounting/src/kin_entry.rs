@@ -118,7 +118,8 @@ impl KinOp {
 /// (`drain::release_kin`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KinTaken {
-    /// The parent's node, a pointer from `Arc::into_raw` (as `*const u8`: this layer does
+    /// The parent's node, a pointer from `Arc::as_ptr` (`into_raw`'s provenance; as
+    /// `*const u8`: this layer does
     /// not know nodes).
     pub(crate) node: *const u8,
     pub(crate) births: i64,
@@ -130,7 +131,7 @@ pub(crate) struct KinTaken {
 /// registry's walks, exit and fork handling reach it.
 pub(crate) struct KinEntry {
     word: AtomicU64,
-    /// The parent's node (from `Arc::into_raw`), set by the owner under the registry lock
+    /// The parent's node (from `Arc::as_ptr`), set by the owner under the registry lock
     /// before it makes the word non-empty; read with the word.
     node: AtomicPtr<u8>,
 }

@@ -55,7 +55,8 @@
 //! 13. `drain.rs`: the stock registry and holding list, drains, thread exit, `release`
 //!     (and `release_kin`, what an emptied kin entry held).
 //! 14. `kin_cache.rs`: children's counts on their parent cached per thread (install, the
-//!     sweep when the parent's last handle goes, the birth/death/drop entry points).
+//!     sweep when the parent's last handle goes, the birth and death entry points; a
+//!     node's drop gives its reference back to them in `node.rs`).
 //! 15. `charge.rs`: the charge/uncharge slow paths and the failure ladder (mechanism).
 //! 16. `report.rs`: `TenantStat` and the slab geometry the allocator registers for it.
 //! 17. `oom.rs`: policy at `max`: victim choice, kill, overdraft, the background thread.

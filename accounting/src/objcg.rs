@@ -35,7 +35,7 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::node::Node;
-use crate::stock::{EXITED, REGISTERED, STOCK};
+use crate::stock::STOCK;
 use crate::types::ObjCgId;
 
 const CHUNK_SHIFT: u32 = 10;
@@ -254,8 +254,8 @@ const BATCH_CAP: usize = 64;
 struct IdBatch {
     ids: [ObjCgId; BATCH_CAP],
     len: usize,
-    /// The highest chunk of the last refill (the lowest chunk with free ids then): a sweep
-    /// keeps only ids no higher, so that the high chunks still empty out and unmap.
+    /// The highest chunk of the last refill (which took the lowest free ids): a sweep keeps
+    /// only ids no higher, so that the high chunks still empty out and unmap.
     home: u32,
 }
 
@@ -296,8 +296,8 @@ fn take_id() -> Option<ObjCgId> {
             return None;
         }
         b.len -= 1;
-        // The last in first out: a refill's highest id first (it took the lowest first),
-        // then the ids its sweeps kept, which its own tenants had (`recycle`).
+        // Last in, first out: the ids its sweeps kept (`recycle`, pushed on top) before
+        // what is left of the refill, whose highest id comes first.
         Some(b.ids[b.len])
     });
     match batched {
@@ -467,9 +467,7 @@ impl ObjCg {
         // at that length, and one that never does (it only frees dead tenants' objects)
         // then pushes to the global list, which the others' sweeps free.
         let own = STOCK.with(|s| {
-            let f = s.flags();
-            let mine = f & REGISTERED != 0
-                && f & EXITED == 0
+            let mine = s.registered_live()
                 && (s.zombies.load(Ordering::Relaxed) >> 32) < u64::from(OWN_ZOMBIES);
             if mine {
                 push_on(&s.zombies, self);

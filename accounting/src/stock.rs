@@ -751,6 +751,12 @@ impl Stock {
         self.touch(i);
     }
 
+    /// Whether the stock is registered and its thread not exiting: what its own zombie list
+    /// and kin entries need (thread exit and the registry's walks reach them then).
+    pub(crate) fn registered_live(&self) -> bool {
+        self.flags() & (REGISTERED | EXITED) == REGISTERED
+    }
+
     pub(crate) fn flags(&self) -> u8 {
         self.flags.load(Relaxed)
     }

@@ -7,19 +7,22 @@
 //! where `handles = live Tenant handles + live children` (a live child keeps its parent
 //! alive), once the counts threads cache for the parent of many children are folded in
 //! (`kin_cache.rs`, at the drop of its last handle). When `handles` drops to 0 the tenant
-//! dies (`die`): every objcg pointing at it (its own
-//! and those inherited from dead children) is re-pointed to the parent, and its own objcg
-//! loses its alive ref. The `Node` is owned by `Arc`s: the handles' (`Tenant`), its
-//! children's (`parent`) and one per objcg pointing at it (`objcg.rs`). Re-pointing moves
-//! the objcgs' references to the parent, so a dead tenant's node is freed as soon as its
-//! last handle goes, whatever objects it still owns (as the kernel frees an offlined memcg
-//! and keeps only its obj_cgroup); its statistics need no folding, since every ancestor's
-//! already include them. Zombie objcgs (no refs left) are freed in user context
-//! (`free_zombies`).
+//! dies (`die`): every objcg pointing at it (its own and those inherited from dead
+//! children) is re-pointed to the parent, and its own objcg loses its alive ref. The
+//! `Node` is owned by `Arc`s: the handles' (`Tenant`), its children's (`parent`), one per
+//! objcg pointing at it (`objcg.rs`), and the credits threads' kin entries hold.
+//! Re-pointing moves the objcgs' references to the parent, so a dead tenant's node is freed
+//! as soon as its last handle goes, whatever objects it still owns (as the kernel frees an
+//! offlined memcg and keeps only its obj_cgroup); its statistics need no folding, since
+//! every ancestor's already include them. Zombie objcgs (no refs left) are freed in user
+//! context (`free_zombies`).
 //!
-//! Lifecycle work (die, free zombies) is user context. Creating a child needs no lock
-//! beyond the objcg id allocator's, and the death of a tenant that adopted no objcgs none
-//! (`die`); the rest of a death, and zombie sweeps, are serialised by `TREE` (`tree.rs`).
+//! Lifecycle work (die, free zombies) is user context. Creating a child takes no lock
+//! beyond the objcg id allocator's (mostly not that either: ids come from a thread's batch)
+//! and the registry lock when a thread starts caching the parent's counts; the death of a
+//! tenant that adopted no objcgs takes none, but the drop of a cached parent's last handle
+//! takes the registry lock (`kin_cache::kill`); the rest of a death, and zombie sweeps,
+//! are serialised by `TREE` (`tree.rs`).
 
 use core::fmt;
 use core::sync::atomic::{fence, Ordering};
@@ -716,14 +719,15 @@ fn sweep_zombies(_tree: &TreeGuard, swept: &mut Swept) {
 
 /// Dead objcgs the lifecycle paths let wait before they free them: a tenant per query would
 /// otherwise take the tree lock once more per creation or drop, and two threads doing so
-/// would pass it back and forth.
+/// would pass it back and forth. The cap of a thread's own list: sweeping at it is what
+/// keeps a creating thread's list from spilling to the global one.
 pub(crate) const ZOMBIE_SWEEP_EVERY: u32 = objcg::OWN_ZOMBIES;
 
 /// Frees zombies on the hot lifecycle paths (creating and dropping tenants), once
-/// `ZOMBIE_SWEEP_EVERY` dead objcgs wait on this thread's list and the global one (where
-/// the threads without a registered stock push theirs): one lock round trip then frees
-/// them. Each thread sweeps its own: a check reads its own list and the global one, which
-/// only threads without a registered stock, or past their own list's cap, push to. A
+/// `ZOMBIE_SWEEP_EVERY` dead objcgs wait on this thread's list and the global one: one lock
+/// round trip then frees them. Each thread sweeps its own; the global list gets the
+/// zombies of threads without a registered stock or past their own list's cap, and the
+/// lists that exits, forks and full sweeps move there. A
 /// zombie queued just after the check, or one that another thread is freeing right now, is
 /// left to a later call; other threads' lists wait for their own sweeps, their exit, or a
 /// full one: `drain_all_stocks()`, `stat()` and deaths of tenants that adopted objcgs call

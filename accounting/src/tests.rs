@@ -525,7 +525,7 @@ fn cached_child_counts_reach_the_parent() {
         unsafe { hooks::uncharge(c.objcg_id(), 64, StatIdx::slab(0)) }
     };
     // Thread A: 50 births (6 under Miri: more than its `STREAK`), half of them die, and it
-    // exits with its entry; B: the same, and stays until told.
+    // exits with its entries; B: the same, and stays until told.
     let n = if cfg!(miri) { 6 } else { 50 };
     let worker = move |p: Tenant| {
         let mut kids = make(&p, n);
