@@ -15,7 +15,7 @@
 use std::alloc::Layout;
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 
-use slabcg::{Cache, SlabAlloc, Tenant};
+use slabcg::{Cache, CacheBox, SlabAlloc, Tenant, TypedCache};
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
@@ -558,4 +558,82 @@ fn a_bulk_free_after_a_drain_takes_the_stock_back() {
     }
     assert_eq!(c.kept_in_my_front(), 0, "the bulk free took the stock back");
     assert_all_freed(&t, &c);
+}
+
+#[test]
+fn typed_boxes_keep_uncharge_overflow_and_free_remotely() {
+    // A `CacheBox`'s drop (`Cache::free_owned`): one push into the front's kept bin (owner
+    // is the tag) or its uncharged bin (an unaccounted cache), one out-of-line call for
+    // everything else. Each branch here, with the accounting exact after it.
+    let _one = one_at_a_time();
+    type Obj = [u64; 16];
+    let c: TypedCache<Obj> = TypedCache::new("kept-typed", true);
+    let size = c.cache().info().object_size as u64;
+    let (a, b) = (Tenant::new("kept-typed-a"), Tenant::new("kept-typed-b"));
+    let mut boxes: Vec<CacheBox<'_, Obj>> = Vec::with_capacity(4096);
+    fn fill<'c>(c: &'c TypedCache<Obj>, v: &mut Vec<CacheBox<'c, Obj>>, n: usize) {
+        for i in 0..n {
+            v.push(c.alloc([i as u64; 16]).expect("under the limit"));
+        }
+    }
+    {
+        let _g = a.enter();
+        fill(&c, &mut boxes, WARM);
+        boxes.clear();
+        fill(&c, &mut boxes, 100);
+        boxes.clear();
+        let kept = c.cache().kept_in_my_front();
+        assert!(kept >= 100, "boxes dropped under the tag keep their slots");
+        let before = a.current();
+        for i in 0..10_000u64 {
+            let x = c.alloc([i; 16]).ok().unwrap();
+            assert_eq!(x[15], i);
+        }
+        assert_eq!(
+            c.cache().kept_in_my_front(),
+            kept,
+            "a box pair is a kept pop and push"
+        );
+        assert_eq!(a.current(), before);
+        fill(&c, &mut boxes, 50);
+    }
+    assert_eq!(a.current_exact(), 50 * size);
+    let mut vb = Vec::with_capacity(512);
+    {
+        // Past a retag for b, a's boxes are not b's to keep: they are uncharged from a.
+        let _g = b.enter();
+        fill(&c, &mut vb, 300);
+        vb.clear();
+        fill(&c, &mut vb, 10);
+        boxes.clear();
+    }
+    assert_eq!(a.current_exact(), 0);
+    assert_eq!(b.current_exact(), 10 * size);
+    vb.clear();
+    {
+        // More boxes than the kept bin holds: the rest are uncharged into the front's bin,
+        // which overflows back to the cache.
+        let _g = a.enter();
+        fill(&c, &mut boxes, 3000);
+        assert_eq!(a.current_exact(), 3000 * size);
+        boxes.clear();
+        fill(&c, &mut boxes, 20);
+    }
+    // Dropped on a thread in no scope, whose front is not this cache's yet.
+    std::thread::scope(|s| {
+        s.spawn(|| drop(std::mem::take(&mut boxes))).join().unwrap();
+    });
+    assert_eq!(a.current_exact(), 0);
+    assert_eq!(b.current_exact(), 0);
+    assert_eq!(c.cache().live_objects(), 0);
+    // An unaccounted typed cache: its boxes go to the front's bin, then overflow.
+    let u: TypedCache<Obj> = TypedCache::new("kept-typed-plain", false);
+    let v: Vec<_> = (0..3000u64)
+        .map(|i| u.alloc([i; 16]).ok().unwrap())
+        .collect();
+    assert!(v.iter().enumerate().all(|(i, x)| x[0] == i as u64));
+    assert_eq!(u.cache().live_objects(), 3000);
+    drop(v);
+    assert_eq!(u.cache().live_objects(), 0);
+    slabcg::allocator::testing::check_invariants();
 }

@@ -558,7 +558,7 @@ impl Cache {
             if !thread_cache::is_live(tc) {
                 return 0;
             }
-            tc.front_kept_pop_many(self.front, self.core, cg, out)
+            tc.front_kept_pop_many(self.at, self.core, cg, out)
         })
     }
 
@@ -613,7 +613,7 @@ impl Cache {
     /// `front.rs`: a closed bin has no room, so it takes and gives nothing); none on a
     /// thread that is exiting or for a cache without a front.
     fn front_bin<'t>(&self, tc: &'t ThreadCache) -> Option<&'t Bin> {
-        let f = tc.front(self.front);
+        let f = tc.front_at(self.at);
         (thread_cache::is_live(tc) && f.is_of(self.core)).then_some(&f.bin)
     }
 
@@ -634,7 +634,7 @@ impl Cache {
             return;
         }
         let mut owners = Owners::new(self.core.layout.object_size, self.stat_idx());
-        let front = tc.front(self.front);
+        let front = tc.front_at(self.at);
         let mut keep = Keep::new(tc, (live && front.is_of(self.core)).then_some(&front.kept));
         let mut rest = ptrs;
         loop {
@@ -669,7 +669,7 @@ impl Cache {
             {
                 continue;
             }
-            if keep.is_head(p) || (live && tc.front_kept_is_head(self.front, p)) {
+            if keep.is_head(p) || (live && tc.front_kept_is_head(self.at, p)) {
                 sys::fatal("double free of a dedicated cache's object in free_bulk (already kept)");
             }
             // The owner address comes from p: a pointer that is not a slot start of this

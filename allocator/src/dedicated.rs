@@ -39,10 +39,11 @@ use slabcg_accounting::hooks::{self, StatIdx};
 
 use crate::cache::SlabCache;
 use crate::front;
+use crate::init;
 use crate::object_stock::Pop;
 use crate::owner::owner_word;
 use crate::slab::{MetaPlacement, SlabLayout};
-use crate::{init, thread_cache};
+use crate::thread_cache::{self, FrontAt};
 
 /// The geometry of a dedicated cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,12 +113,11 @@ impl CacheBuilder {
         };
         let key = name_hash(&self.name);
         if let Some(core) = revive(&layout, self.account, key) {
-            return Ok(Cache {
+            return Ok(Cache::with_core(
                 core,
-                front: front::claim(core),
-                name: self.name,
-                stat: StatIdx(core.stat.load(Ordering::Relaxed)),
-            });
+                self.name,
+                StatIdx(core.stat.load(Ordering::Relaxed)),
+            ));
         }
         // The core and the stat name live as long as the process: no tenant pays for them,
         // whichever scope the cache is built in.
@@ -133,12 +133,7 @@ impl CacheBuilder {
         core.stat.store(stat.0, Ordering::Relaxed);
         // Release (in the registration): a build that finds this core reads the fields above.
         crate::cache::register_dedicated(core);
-        Ok(Cache {
-            core,
-            front: front::claim(core),
-            name: self.name,
-            stat,
-        })
+        Ok(Cache::with_core(core, self.name, stat))
     }
 }
 
@@ -205,6 +200,8 @@ pub struct Cache {
     pub(crate) core: &'static SlabCache,
     /// This cache's index in every thread's fronts (`front::NO_FRONT`: none).
     pub(crate) front: u32,
+    /// Where that index's bin lies in a thread cache, for the fast paths.
+    pub(crate) at: FrontAt,
     name: String,
     /// Where tenant stats count this cache's objects.
     stat: StatIdx,
@@ -227,6 +224,18 @@ fn stat_index(name: &str, layout: &SlabLayout) -> StatIdx {
 }
 
 impl Cache {
+    /// The handle of a built or revived core, with a front index when one is free.
+    fn with_core(core: &'static SlabCache, name: String, stat: StatIdx) -> Cache {
+        let front = front::claim(core);
+        Cache {
+            core,
+            front,
+            at: FrontAt::of(front),
+            name,
+            stat,
+        }
+    }
+
     /// Starts configuring a cache for objects of `layout` (kmem_cache_create).
     pub fn builder(name: &str, layout: Layout) -> CacheBuilder {
         // The name lives as long as the cache: like the cache's core, no tenant pays for it.
@@ -322,7 +331,7 @@ impl Cache {
         if self.core.id.accounted {
             return self.alloc_accounted();
         }
-        let p = thread_cache::with(|tc| tc.front(self.front).pop_of(self.core));
+        let p = thread_cache::with(|tc| tc.front_at(self.at).pop_of(self.core));
         if !p.is_null() {
             // SAFETY: just tested.
             return Some(unsafe { NonNull::new_unchecked(p) });
@@ -336,7 +345,7 @@ impl Cache {
     fn alloc_accounted(&self) -> Option<NonNull<u8>> {
         let cg = hooks::current_objcg();
         if cg != 0 {
-            match thread_cache::with(|tc| tc.front_kept_pop(self.front, self.core, cg)) {
+            match thread_cache::with(|tc| tc.front_kept_pop(self.at, self.core, cg)) {
                 // SAFETY: a popped slot is not null.
                 Pop::Hit(p) => return Some(unsafe { NonNull::new_unchecked(p) }),
                 Pop::Empty => {}
@@ -363,17 +372,17 @@ impl Cache {
     #[inline(never)]
     unsafe fn put_back_kept(&self, cg: u32, p: *mut u8) -> Option<NonNull<u8>> {
         // SAFETY: caller's contract.
-        thread_cache::with(|tc| unsafe { tc.front_put_back(self.front, p) });
+        thread_cache::with(|tc| unsafe { tc.front_put_back(self.at, p) });
         if !thread_cache::with(|tc| tc.transfer_on_miss(cg)) {
             return None;
         }
-        match thread_cache::with(|tc| tc.front_kept_pop(self.front, self.core, cg)) {
+        match thread_cache::with(|tc| tc.front_kept_pop(self.at, self.core, cg)) {
             // SAFETY: a popped slot is not null.
             Pop::Hit(q) => Some(unsafe { NonNull::new_unchecked(q) }),
             Pop::Empty => None,
             Pop::Foreign(q) => {
                 // SAFETY: q is what front_kept_pop just returned as Foreign.
-                thread_cache::with(|tc| unsafe { tc.front_put_back(self.front, q) });
+                thread_cache::with(|tc| unsafe { tc.front_put_back(self.at, q) });
                 None
             }
         }
@@ -390,7 +399,7 @@ impl Cache {
         if cg != 0 && !unsafe { hooks::charge(cg, size, self.stat) } {
             return None;
         }
-        let mut p = thread_cache::with(|tc| tc.front(self.front).pop_of(self.core));
+        let mut p = thread_cache::with(|tc| tc.front_at(self.at).pop_of(self.core));
         if p.is_null() {
             p = init::front_alloc_slow(self.front, self.core);
             if p.is_null() {
@@ -424,7 +433,7 @@ impl Cache {
                 let owner = unsafe { (*w).load(Ordering::Relaxed) };
                 // SAFETY: as above; p is charged to `owner` (its word says so), given up.
                 if unsafe {
-                    thread_cache::with(|tc| tc.front_kept_push(self.front, self.core, owner, p))
+                    thread_cache::with(|tc| tc.front_kept_push(self.at, self.core, owner, p))
                 } {
                     return;
                 }
@@ -452,15 +461,53 @@ impl Cache {
             return unsafe { self.free(ptr) };
         }
         let p = ptr.as_ptr();
+        // One push for both kinds of cache, into the front's uncharged bin or, for an
+        // accounted slot charged to the object stock's tag, its kept bin; anything else
+        // takes one out-of-line call. Two inlined copies of the push made a `CacheBox`'s
+        // drop glue big enough that LLVM called it rather than inlining it wherever a
+        // program dropped boxes of a type in more than one place (BENCHMARKS.md section 11).
+        let kept = thread_cache::with(|tc| {
+            let f = tc.front_at(self.at);
+            if !f.is_of(self.core) {
+                return false;
+            }
+            let bin = if self.core.id.accounted {
+                // SAFETY: p is a slot start of this accounted cache (caller's contract); its
+                // word lives as long as the cache's segments.
+                let owner = unsafe { (*self.core.owner_word_of(p)).load(Ordering::Relaxed) };
+                if !tc.stock.keeps(owner) {
+                    return false;
+                }
+                &f.kept
+            } else {
+                &f.bin
+            };
+            // SAFETY: caller's contract: p is a live slot of this cache, given up; a kept
+            // one is charged to the tag (just checked), as the kept bin's slots are.
+            unsafe { bin.push(p) }
+        });
+        if !kept {
+            // SAFETY: caller's contract.
+            unsafe { self.free_owned_slow(p) }
+        }
+    }
+
+    /// [`free_owned`](Self::free_owned) when the front did not take the slot: the checked
+    /// paths of [`free`](Self::free), which uncharge it or go through the front's slow path.
+    ///
+    /// # Safety
+    /// As [`free_owned`](Self::free_owned).
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_owned_slow(&self, p: *mut u8) {
         if !self.core.id.accounted {
             // SAFETY: caller's contract.
             return unsafe { self.free_to_front(p) };
         }
-        // SAFETY: p is a slot start of this accounted cache (caller's contract); its word
-        // lives as long as the cache's segments.
+        // SAFETY: p is a slot start of this accounted cache (caller's contract).
         let owner = unsafe { (*self.core.owner_word_of(p)).load(Ordering::Relaxed) };
         // SAFETY: caller's contract: p is a live slot of this cache, charged to `owner`.
-        if unsafe { thread_cache::with(|tc| tc.front_kept_push(self.front, self.core, owner, p)) } {
+        if unsafe { thread_cache::with(|tc| tc.front_kept_push(self.at, self.core, owner, p)) } {
             return;
         }
         // SAFETY: caller's contract.
@@ -475,7 +522,7 @@ impl Cache {
     #[inline(never)]
     unsafe fn free_uncharging(&self, p: *mut u8) {
         // The kept push refuses a slot that already heads the kept bin: a double free.
-        if thread_cache::with(|tc| tc.front_kept_is_head(self.front, p)) {
+        if thread_cache::with(|tc| tc.front_kept_is_head(self.at, p)) {
             crate::sys::fatal(
                 "double free of a dedicated cache's object (the slot is already the first kept slot of this thread)",
             );
@@ -498,7 +545,7 @@ impl Cache {
     #[inline(always)]
     unsafe fn free_to_front(&self, p: *mut u8) {
         // SAFETY: caller's contract.
-        if unsafe { thread_cache::with(|tc| tc.front(self.front).push_of(self.core, p)) } {
+        if unsafe { thread_cache::with(|tc| tc.front_at(self.at).push_of(self.core, p)) } {
             return;
         }
         // SAFETY: as above.
@@ -523,7 +570,7 @@ impl Cache {
             // SAFETY: p is a slot of this accounted cache.
             unsafe { (*owner_word(p)).store(cg, Ordering::Relaxed) };
             if cg != 0 {
-                thread_cache::count_charged(self.front, self.core, 1);
+                thread_cache::count_charged(self.at, self.core, 1);
             }
         }
     }
@@ -541,7 +588,7 @@ impl Cache {
             let cg = w.load(Ordering::Relaxed);
             if cg != 0 {
                 w.store(0, Ordering::Relaxed);
-                thread_cache::count_charged(self.front, self.core, -1);
+                thread_cache::count_charged(self.at, self.core, -1);
                 // SAFETY: an object of this cache is charged object_size to the owner its
                 // word recorded, which was just cleared (a second free finds 0: no uncharge).
                 unsafe { self.uncharge(cg, self.core.layout.object_size) };

@@ -444,6 +444,13 @@ impl ObjectStock {
         true
     }
 
+    /// Whether a slot charged to `owner` may be kept in one of this stock's tagged bins:
+    /// `owner` is the tag ([`push`](Self::push)'s check, for a caller that pushes itself).
+    #[inline(always)]
+    pub(crate) fn keeps(&self, owner: ObjCgId) -> bool {
+        self.tag.load(Ordering::Relaxed) == u64::from(owner)
+    }
+
     /// Keeps slot `p`, whose owner word says `owner`, charged in `bin` (one of this stock's
     /// tagged bins) when `owner` is the tag and there is room. False when it was not kept.
     ///
@@ -452,7 +459,7 @@ impl ObjectStock {
     /// `owner`, given up.
     #[inline(always)]
     pub(crate) unsafe fn push(&self, bin: &Bin, owner: ObjCgId, p: *mut u8) -> bool {
-        if self.tag.load(Ordering::Relaxed) != u64::from(owner) {
+        if !self.keeps(owner) {
             return false;
         }
         // SAFETY: the caller gives up p, which stays charged to the tag.

@@ -83,6 +83,29 @@ fn grow_capacity(bin: &Bin, c: usize) {
     bin.set_capacity(cap.max(2).min(max));
 }
 
+/// A front index as the byte offset of its bin in a thread cache: a `Cache` keeps it so that
+/// its fast paths address the bin with one add, not a multiply by the bin's size and two
+/// adds (two instructions of a dedicated cache's free, `BENCHMARKS.md` section 11).
+///
+/// Invariant: `.0 == offset_of!(ThreadCache, fronts) + i * size_of::<FrontBin>()` for some
+/// `i <= FRONTS` (only [`FrontAt::of`] makes one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FrontAt(usize);
+
+impl FrontAt {
+    /// The offset of front index `i` (`i <= front::NO_FRONT`).
+    #[inline(always)]
+    pub(crate) const fn of(i: u32) -> FrontAt {
+        debug_assert!(i as usize <= FRONTS);
+        let i = if i as usize <= FRONTS {
+            i as usize
+        } else {
+            FRONTS
+        };
+        FrontAt(core::mem::offset_of!(ThreadCache, fronts) + i * core::mem::size_of::<FrontBin>())
+    }
+}
+
 pub struct ThreadCache {
     /// Per class: free slots of the plain cache, and the object stock's bin (free slots of
     /// the accounted cache still charged to the stock's tag, see `object_stock.rs`).
@@ -135,9 +158,24 @@ impl ThreadCache {
     /// The front bin of index `i` (`i <= front::NO_FRONT`).
     #[inline(always)]
     pub fn front(&self, i: u32) -> &FrontBin {
-        debug_assert!(i as usize <= FRONTS);
-        // SAFETY: front indexes come from `front::claim`, which yields i <= NO_FRONT == FRONTS.
-        unsafe { self.fronts.get_unchecked(i as usize) }
+        self.front_at(FrontAt::of(i))
+    }
+
+    /// The front bin at `at`: one add to this cache's address (a cache handle keeps `at`).
+    #[inline(always)]
+    pub(crate) fn front_at(&self, at: FrontAt) -> &FrontBin {
+        // SAFETY: `FrontAt::of` made `at.0` the offset of `fronts[i]` for some i <= FRONTS,
+        // inside this struct, where a FrontBin lives, aligned (an array element).
+        let f = unsafe {
+            &*(self as *const ThreadCache as *const u8)
+                .add(at.0)
+                .cast::<FrontBin>()
+        };
+        // Through `opaque`, the bin's address is computed once, into a register: otherwise
+        // LLVM addresses every field as `tc + at + field`, and the count update and the push
+        // become indexed read-modify-writes and stores, which x86 cores split into more
+        // micro-ops than the add they save.
+        opaque(f)
     }
 
     /// The bin of class `c` of this kind (plain, or uncharged accounted slots).
@@ -202,16 +240,16 @@ impl ThreadCache {
     }
 
     /// Pops up to `out.len()` slots of dedicated cache `core` already charged to `cg` from
-    /// the kept bin of front `i`; how many (0 when the front is not `core`'s).
+    /// the kept bin of front `at`; how many (0 when the front is not `core`'s).
     #[inline]
-    pub fn front_kept_pop_many(
+    pub(crate) fn front_kept_pop_many(
         &self,
-        i: u32,
+        at: FrontAt,
         core: &SlabCache,
         cg: ObjCgId,
         out: &mut [*mut u8],
     ) -> usize {
-        let f = self.front(i);
+        let f = self.front_at(at);
         if !f.is_of(core) {
             return 0;
         }
@@ -219,10 +257,10 @@ impl ThreadCache {
     }
 
     /// Pops a slot of dedicated cache `core` already charged to `cg` from the kept bin of
-    /// front `i` (`front.rs`); `Pop::Empty` when the front is not `core`'s.
+    /// front `at` (`front.rs`); `Pop::Empty` when the front is not `core`'s.
     #[inline(always)]
-    pub fn front_kept_pop(&self, i: u32, core: &SlabCache, cg: ObjCgId) -> Pop {
-        let f = self.front(i);
+    pub(crate) fn front_kept_pop(&self, at: FrontAt, core: &SlabCache, cg: ObjCgId) -> Pop {
+        let f = self.front_at(at);
         if !f.is_of(core) {
             return Pop::Empty;
         }
@@ -231,37 +269,37 @@ impl ThreadCache {
         self.stock.pop(&f.kept, cg)
     }
 
-    /// Undoes the pop of [`Pop::Foreign`] from front `i`'s kept bin.
+    /// Undoes the pop of [`Pop::Foreign`] from front `at`'s kept bin.
     ///
     /// # Safety
-    /// `p` must be what `front_kept_pop(i, ..)` just returned as `Pop::Foreign`.
-    pub unsafe fn front_put_back(&self, i: u32, p: *mut u8) {
+    /// `p` must be what `front_kept_pop(at, ..)` just returned as `Pop::Foreign`.
+    pub(crate) unsafe fn front_put_back(&self, at: FrontAt, p: *mut u8) {
         // SAFETY: p as the caller promises.
-        unsafe { self.front(i).kept.unpop(p) }
+        unsafe { self.front_at(at).kept.unpop(p) }
     }
 
     /// Keeps slot `p` of dedicated cache `core`, whose owner word says `owner`, charged in
-    /// the kept bin of front `i` when the front is `core`'s, `owner` is the object stock's
+    /// the kept bin of front `at` when the front is `core`'s, `owner` is the object stock's
     /// tag and there is room. False when it was not kept.
     ///
     /// # Safety
     /// `p` must be a live slot of the accounted cache `core` charged to `owner`, given up.
     #[inline(always)]
-    pub unsafe fn front_kept_push(
+    pub(crate) unsafe fn front_kept_push(
         &self,
-        i: u32,
+        at: FrontAt,
         core: &SlabCache,
         owner: ObjCgId,
         p: *mut u8,
     ) -> bool {
-        let f = self.front(i);
+        let f = self.front_at(at);
         // SAFETY: caller's contract; the kept bin is `core`'s.
         f.is_of(core) && unsafe { self.stock.push(&f.kept, owner, p) }
     }
 
-    /// Whether slot `p` heads the kept bin of front `i` (freeing it is a double free).
-    pub(crate) fn front_kept_is_head(&self, i: u32, p: *mut u8) -> bool {
-        self.front(i).kept.is_head(p)
+    /// Whether slot `p` heads the kept bin of front `at` (freeing it is a double free).
+    pub(crate) fn front_kept_is_head(&self, at: FrontAt, p: *mut u8) -> bool {
+        self.front_at(at).kept.is_head(p)
     }
 
     /// Undoes the pop of [`Pop::Foreign`].
@@ -440,19 +478,20 @@ fn first_touch() -> *const ThreadCache {
     })
 }
 
-/// `tc`, through an empty `asm!` that hides where the pointer came from. Without it LLVM
+/// `tc` (a thread cache, or a front bin in one), through an empty `asm!` that hides where
+/// the pointer came from. Without it LLVM
 /// addresses some fields `%fs`-relative and others from a materialised base within one fast
 /// path, and loads the TLS offset once more for the former (one instruction on every free, and
 /// on every accounted allocation). The asm emits nothing.
 #[inline(always)]
 // The pointer goes through the asm untouched: the block really reads and writes no memory.
 #[allow(clippy::pointers_in_nomem_asm_block)]
-fn opaque(tc: &ThreadCache) -> &ThreadCache {
+fn opaque<T>(tc: &T) -> &T {
     // Miri cannot run inline assembly; the asm only steers code generation, so without it
     // the function is the identity it always was.
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
-        let mut p = tc as *const ThreadCache;
+        let mut p = tc as *const T;
         // SAFETY: an empty asm block with a register in/out operand: it reads and writes no
         // memory and leaves p unchanged, so the reference stays valid for the same lifetime.
         unsafe {
@@ -941,9 +980,9 @@ pub(crate) unsafe fn front_flush_push(
 /// Counts `d` charged objects of `core` allocated (+) or freed (-) on this thread: in the
 /// front bin when it is `core`'s (no atomic read-modify-write), else in the core's counter.
 #[inline(always)]
-pub(crate) fn count_charged(i: u32, core: &SlabCache, d: isize) {
+pub(crate) fn count_charged(at: FrontAt, core: &SlabCache, d: isize) {
     with(|tc| {
-        let f = tc.front(i);
+        let f = tc.front_at(at);
         if f.is_of(core) {
             f.add_charged(d);
         } else {
