@@ -683,9 +683,11 @@ impl SlabCache {
     /// `p` must be a slot start of this accounted cache.
     #[inline(always)]
     pub(crate) unsafe fn owner_word_of(&self, p: *mut u8) -> *const AtomicU32 {
-        let in_slab = p as usize & self.layout.slab_mask;
-        // SAFETY: caller's contract.
-        unsafe { self.owner_word_at(p, in_slab, self.layout.slot_index(in_slab)) }
+        let l = &self.layout;
+        let in_slab = p as usize & l.slab_mask;
+        // SAFETY: as in `owner_word_at`, with `meta_step` giving `index * meta_stride` for
+        // a slot start (caller's contract) without the index.
+        unsafe { p.sub(in_slab).add(l.meta_offset + l.meta_step(in_slab)) as *const AtomicU32 }
     }
 
     /// The owner word of slot `idx` of `p`'s slab, `in_slab` being `p`'s offset there.

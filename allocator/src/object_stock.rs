@@ -358,8 +358,9 @@ impl ObjectStock {
     /// bin has a stale mark: [`pop_class`](Self::pop_class).)
     #[inline(always)]
     pub(crate) fn pop(&self, bin: &Bin, cg: ObjCgId) -> Pop {
-        // A bin without a stale mark (a front's kept bin): the compare with 0 folds away.
-        self.pop_class(bin, &Cell::new(0), cg)
+        // No stale mark, no compare, and no load of the count after the barrier for it (an
+        // atomic load LLVM keeps even when the compare with a mark of 0 folds away).
+        self.pop_checked(bin, None, cg)
     }
 
     /// [`pop`](Self::pop) from a class's tagged bin, whose stale mark is `stale`
@@ -370,6 +371,12 @@ impl ObjectStock {
     /// (`ThreadCache::claim_stale`).
     #[inline(always)]
     pub(crate) fn pop_class(&self, bin: &Bin, stale: &Cell<u32>, cg: ObjCgId) -> Pop {
+        self.pop_checked(bin, Some(stale), cg)
+    }
+
+    /// [`pop`](Self::pop) and [`pop_class`](Self::pop_class): the pop, then the check.
+    #[inline(always)]
+    fn pop_checked(&self, bin: &Bin, stale: Option<&Cell<u32>>, cg: ObjCgId) -> Pop {
         let p = bin.pop();
         if p.is_null() {
             return Pop::Empty;
@@ -378,7 +385,7 @@ impl ObjectStock {
         // (module docs).
         hooks::light_barrier();
         if self.tag.load(Ordering::Relaxed) != u64::from(cg)
-            || (LAZY_OWNERS && bin.count() < stale.get())
+            || stale.is_some_and(|s| LAZY_OWNERS && bin.count() < s.get())
         {
             return Pop::Foreign(p);
         }
