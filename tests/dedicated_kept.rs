@@ -605,7 +605,13 @@ fn typed_boxes_keep_uncharge_overflow_and_free_remotely() {
         fill(&c, &mut vb, 300);
         vb.clear();
         fill(&c, &mut vb, 10);
+        let kept = c.cache().kept_in_my_front();
         boxes.clear();
+        assert_eq!(
+            c.cache().kept_in_my_front(),
+            kept,
+            "b's front kept a's boxes"
+        );
     }
     assert_eq!(a.current_exact(), 0);
     assert_eq!(b.current_exact(), 10 * size);
@@ -615,10 +621,26 @@ fn typed_boxes_keep_uncharge_overflow_and_free_remotely() {
         // which overflows back to the cache.
         let _g = a.enter();
         fill(&c, &mut boxes, 3000);
-        assert_eq!(a.current_exact(), 3000 * size);
+        // (`current`, not `current_exact`: a drain here would stop the kept bin until the
+        // stock is taken back.)
+        assert!(a.current() >= 3000 * size);
         boxes.clear();
+        let kept = c.cache().kept_in_my_front();
+        assert!(
+            kept > 0 && kept <= 256,
+            "the kept bin holds at most its capacity: {kept}"
+        );
         fill(&c, &mut boxes, 20);
     }
+    assert_eq!(a.current_exact(), 20 * size);
+    // Boxes allocated in no tenant (owner 0) are nobody's to keep or uncharge.
+    let unowned: Vec<_> = (0..100u64)
+        .map(|i| c.alloc([i; 16]).ok().unwrap())
+        .collect();
+    assert_eq!(c.cache().live_objects(), 120);
+    drop(unowned);
+    assert_eq!(c.cache().live_objects(), 20);
+    assert_eq!(a.current_exact(), 20 * size);
     // Dropped on a thread in no scope, whose front is not this cache's yet.
     std::thread::scope(|s| {
         s.spawn(|| drop(std::mem::take(&mut boxes))).join().unwrap();
@@ -635,5 +657,30 @@ fn typed_boxes_keep_uncharge_overflow_and_free_remotely() {
     assert_eq!(u.cache().live_objects(), 3000);
     drop(v);
     assert_eq!(u.cache().live_objects(), 0);
+    // A cache built while every front index is taken has none: its boxes take the locked
+    // path on both sides, through the box's out-of-line call.
+    let mut fillers = Vec::new();
+    let nf = loop {
+        let t: TypedCache<Obj> = TypedCache::new(&format!("kept-typed-{}", fillers.len()), false);
+        if t.cache().front_index().is_none() {
+            break t;
+        }
+        fillers.push(t);
+        assert!(fillers.len() <= 64, "a front index for every cache");
+    };
+    drop(nf);
+    let nf: TypedCache<Obj> = TypedCache::new("kept-typed-no-front", true);
+    assert!(nf.cache().front_index().is_none());
+    {
+        let _g = a.enter();
+        let v: Vec<_> = (0..300u64)
+            .map(|i| nf.alloc([i; 16]).ok().unwrap())
+            .collect();
+        assert_eq!(nf.cache().live_objects(), 300);
+        drop(v);
+    }
+    assert_eq!(nf.cache().live_objects(), 0);
+    assert_eq!(a.current_exact(), 0);
+    drop(fillers);
     slabcg::allocator::testing::check_invariants();
 }

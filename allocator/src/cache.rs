@@ -664,14 +664,10 @@ impl SlabCache {
             let off = off - (*seg).slabs_offset;
             let k = off >> self.layout.slab_shift;
             let within = off & (self.layout.slab_bytes() - 1);
-            let idx = self.layout.slot_index(within);
-            if k >= (*seg).nslabs
-                || idx * self.layout.stride != within
-                || idx >= self.layout.objects
-            {
-                sys::fatal("free of a pointer that is not the start of a slot");
+            match self.layout.slot_start(within) {
+                Some(idx) if k < (*seg).nslabs => (seg, k, idx),
+                _ => sys::fatal("free of a pointer that is not the start of a slot"),
             }
-            (seg, k, idx)
         }
     }
 
@@ -685,6 +681,11 @@ impl SlabCache {
     pub(crate) unsafe fn owner_word_of(&self, p: *mut u8) -> *const AtomicU32 {
         let l = &self.layout;
         let in_slab = p as usize & l.slab_mask;
+        // Off a slot start, `meta_step` would give a word between two owner words.
+        debug_assert!(
+            l.slot_start(in_slab).is_some(),
+            "owner_word_of: not a slot start"
+        );
         // SAFETY: as in `owner_word_at`, with `meta_step` giving `index * meta_stride` for
         // a slot start (caller's contract) without the index.
         unsafe { p.sub(in_slab).add(l.meta_offset + l.meta_step(in_slab)) as *const AtomicU32 }
@@ -725,20 +726,16 @@ impl SlabCache {
         let seg = segment_of(p);
         let l = &self.layout;
         let in_slab = p as usize & l.slab_mask;
-        let idx = l.slot_index(in_slab);
         // SAFETY: by the caller's contract p is a slot of this cache, whose segment header is
         // live and immutable (a broken contract gets the read described above).
         let (cache, first) = unsafe { ((*seg).cache, seg as usize + (*seg).slabs_offset) };
         // Slab 0 starts at `first`, a multiple of the slab size, and the segment's slabs run
-        // to its end, so `p >= first` and a slot index below `objects` put p on a slot of a
-        // slab of this segment.
-        if !self.owns(cache)
-            || (p as usize) < first
-            || idx * l.stride != in_slab
-            || idx >= l.objects
-        {
-            return None;
-        }
+        // to its end, so `p >= first` and a slot start's index put p on a slot of a slab of
+        // this segment.
+        let idx = match l.slot_start(in_slab) {
+            Some(idx) if self.owns(cache) && (p as usize) >= first => idx,
+            _ => return None,
+        };
         // SAFETY: p is slot idx's start in a slab of this cache (just checked).
         Some(unsafe { self.owner_word_at(p, in_slab, idx) })
     }

@@ -196,6 +196,8 @@ impl std::error::Error for CacheError {}
 /// while 64 others live takes its lock on every call. A thread's first 8 allocations from a
 /// cache take the lock too (its front opens after them), and so do its first 64 frees while
 /// it has not allocated from the cache (objects other threads allocated go home).
+///
+/// Invariant: `at == FrontAt::of(front)` (both set together, in `Cache::with_core`).
 pub struct Cache {
     pub(crate) core: &'static SlabCache,
     /// This cache's index in every thread's fronts (`front::NO_FRONT`: none).
@@ -461,9 +463,10 @@ impl Cache {
             return unsafe { self.free(ptr) };
         }
         let p = ptr.as_ptr();
-        // One push for both kinds of cache, into the front's uncharged bin or, for an
-        // accounted slot charged to the object stock's tag, its kept bin; anything else
-        // takes one out-of-line call. Two inlined copies of the push made a `CacheBox`'s
+        // One push for both kinds of cache: an unaccounted cache's slot into the front's
+        // bin, an accounted cache's into its kept bin when the slot is charged to the object
+        // stock's tag; anything else (an accounted slot of another tenant or of none, a full
+        // bin, another cache's front) takes one out-of-line call. Two inlined copies of the push made a `CacheBox`'s
         // drop glue big enough that LLVM called it rather than inlining it wherever a
         // program dropped boxes of a type in more than one place (BENCHMARKS.md section 11).
         let kept = thread_cache::with(|tc| {
@@ -492,26 +495,26 @@ impl Cache {
         }
     }
 
-    /// [`free_owned`](Self::free_owned) when the front did not take the slot: the checked
-    /// paths of [`free`](Self::free), which uncharge it or go through the front's slow path.
+    /// [`free_owned`](Self::free_owned) when the front did not take the slot: the front is
+    /// another cache's, the bin is full or headed by `p` (a double free), or the slot is
+    /// charged to a tenant other than the object stock's tag. Nothing since the fast path's
+    /// check can make a push succeed now (a drainer only makes the tag refuse), so this goes
+    /// straight to what `free` does after its push: the front's slow path, or the uncharging
+    /// free (which reports a double free at the kept bin's head).
     ///
     /// # Safety
     /// As [`free_owned`](Self::free_owned).
     #[cold]
     #[inline(never)]
     unsafe fn free_owned_slow(&self, p: *mut u8) {
-        if !self.core.id.accounted {
+        if self.core.id.accounted {
             // SAFETY: caller's contract.
-            return unsafe { self.free_to_front(p) };
+            unsafe { self.free_uncharging(p) }
+        } else {
+            // SAFETY: caller's contract; the front's slow path handles a full bin, a bin of
+            // another cache and a double free at its head.
+            unsafe { init::front_free_slow(p, self.front, self.core) }
         }
-        // SAFETY: p is a slot start of this accounted cache (caller's contract).
-        let owner = unsafe { (*self.core.owner_word_of(p)).load(Ordering::Relaxed) };
-        // SAFETY: caller's contract: p is a live slot of this cache, charged to `owner`.
-        if unsafe { thread_cache::with(|tc| tc.front_kept_push(self.at, self.core, owner, p)) } {
-            return;
-        }
-        // SAFETY: caller's contract.
-        unsafe { self.free_uncharging(p) }
     }
 
     /// The accounted free that uncharges the owner (any but the tag's tenant, or no room

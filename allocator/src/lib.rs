@@ -19,11 +19,14 @@
 //!                        → accounting never used, or plain segment: bin(c, Kind::Plain).push()
 //!                        → accounted segment: charge::free_small → owner word (owner.rs,
 //!                          the class's OwnerGeom in the thread cache) → tagged_push
-//! Cache::alloc         → ThreadCache::front(i).pop_of(core)  (dedicated; front.rs: tag
-//!                        compare, pop); accounted, in a tenant: ThreadCache::front_kept_pop
+//! Cache::alloc         → ThreadCache::front_at(at).pop_of(core)  (dedicated; front.rs:
+//!                        tag compare, pop); accounted, in a tenant: front_kept_pop
 //!                        (ObjectStock::pop), else byte-stock charge, pop, owner word
 //! Cache::free          → accounted: owner_word_if_slot (header and slot checks) →
-//!                        ThreadCache::front_kept_push, else uncharge → front(i).push_of
+//!                        ThreadCache::front_kept_push, else uncharge → front_at(at).push_of
+//! CacheBox drop        → Cache::free_owned: tag compare, owner word from the layout (no
+//!                        checks: only a box frees its slot), one push into the kept bin
+//!                        (owner is the tag) or the bin (unaccounted); else free_owned_slow
 //!                        misses: init::{front_alloc_slow, front_free_slow}
 //! ```
 //! C's `free` (crate `slabcg-capi`) carries no layout: `raw::free` finds the class from the

@@ -185,8 +185,7 @@ impl Segment {
         // Below slab 0 (in the header) the offset wraps around and no slab index fits.
         let off = (p as usize - seg as usize).wrapping_sub(slabs_offset);
         let within = off & (l.slab_bytes() - 1);
-        let idx = l.slot_index(within);
-        (off >> l.slab_shift) < nslabs && idx * l.stride == within && idx < l.objects
+        (off >> l.slab_shift) < nslabs && l.slot_start(within).is_some()
     }
 
     /// Segment, slab index and slab start of a descriptor.

@@ -89,6 +89,12 @@ pub struct SlabLayout {
     /// `ceil(2^40 / stride)`: `offset * recip >> 40 == offset / stride` for every offset
     /// inside a slab (offset < 2^20 and stride <= 2^20 keep the error below one).
     pub recip: u64,
+    /// The inverse of `stride`'s odd part modulo 2^64, and its power of two's exponent
+    /// (`stride == odd << stride_shift`): [`slot_start`](Self::slot_start) tells a slot
+    /// start from any other offset with one multiply, one rotate and one compare.
+    pub stride_inv: u64,
+    /// `stride.trailing_zeros()`.
+    pub stride_shift: u32,
     /// `ceil(2^40 * meta_stride / stride)`: for a slot start at `offset == index * stride`,
     /// `offset * meta_recip >> 40 == index * meta_stride` ([`meta_step`](Self::meta_step)),
     /// one multiply instead of two on a dedicated cache's free (the error,
@@ -200,6 +206,8 @@ impl SlabLayout {
             meta_cost_slots: natural - objects,
             recip: (1u64 << 40).div_ceil(stride as u64),
             meta_recip: ((meta_stride as u64) << 40).div_ceil(stride as u64),
+            stride_inv: odd_inverse((stride >> stride.trailing_zeros()) as u64),
+            stride_shift: stride.trailing_zeros(),
         })
     }
 
@@ -207,6 +215,25 @@ impl SlabLayout {
     #[inline(always)]
     pub fn slot_index(&self, offset: usize) -> usize {
         ((offset as u64 * self.recip) >> 40) as usize
+    }
+
+    /// The index of the slot that starts exactly `offset` bytes into a slab, or None for an
+    /// offset inside a slot or past the last one (`offset < 2^20`, as every offset in a slab).
+    ///
+    /// Why it is exact (divisibility by an inverse, after Granlund and Montgomery): with
+    /// `stride == d << k`, `d` odd and `inv * d == 1 (mod 2^64)`, an offset `q * stride`
+    /// becomes `q << k` after the multiply and `q` after rotating right by `k`. An offset with
+    /// one of its low `k` bits set keeps it through the multiply by the odd `inv`, and the
+    /// rotate puts it at the top: at least `2^(64-k) > 2^44`. An offset `m << k` with `m` not
+    /// a multiple of `d` gives `m * inv mod 2^(64-k)`, which for such `m` exceeds
+    /// `(2^(64-k) - 1) / d`, itself above `2^20 / stride >= objects`. So a result below
+    /// `objects` is a slot start's index and nothing else.
+    #[inline(always)]
+    pub fn slot_start(&self, offset: usize) -> Option<usize> {
+        let q = (offset as u64)
+            .wrapping_mul(self.stride_inv)
+            .rotate_right(self.stride_shift);
+        (q < self.objects as u64).then_some(q as usize)
     }
 
     /// `index * meta_stride` for the slot that starts `offset` bytes into its slab: the
@@ -225,6 +252,18 @@ impl SlabLayout {
             _ => 0,
         }
     }
+}
+
+/// The inverse of the odd `d` modulo 2^64, by Newton's iteration: `d` is its own inverse
+/// modulo 8, and each step doubles the bits that are right (3, 6, 12, 24, 48, 96).
+const fn odd_inverse(d: u64) -> u64 {
+    let mut inv = d;
+    let mut i = 0;
+    while i < 5 {
+        inv = inv.wrapping_mul(2u64.wrapping_sub(d.wrapping_mul(inv)));
+        i += 1;
+    }
+    inv
 }
 
 /// The leftover bounds SLUB's calculate_order tries in turn (1/16, 1/8, 1/4 of the slab),
@@ -336,6 +375,51 @@ mod tests {
                 for delta in [0, 1, l.stride - 1] {
                     assert_eq!(l.slot_index(i * l.stride + delta), i);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn slot_start_finds_exactly_the_slot_starts() {
+        // Every offset of a slab, for the classes' layouts and strides of every shape: odd
+        // multiples of 8, powers of two, cache-line aligned, page-sized and above.
+        let mut layouts: Vec<SlabLayout> = (0..NUM_CLASSES)
+            .map(|c| SlabLayout::for_class(class_size(c), true).unwrap())
+            .collect();
+        for (size, align, hw) in [
+            (2312, 8, false),
+            (2896, 64, true),
+            (1144, 8, false),
+            (992, 64, true),
+            (24, 8, false),
+            (40, 8, false),
+            (4096, 4096, false),
+            (12_288, 8, false),
+            (700_000, 8, false),
+        ] {
+            layouts.push(SlabLayout::new(size, align, true, hw).unwrap());
+        }
+        // Under Miri (scripts/verify.sh runs this crate's tests there): every 997th offset
+        // and each slot start's neighbours, not all 60 million.
+        let step = if cfg!(miri) { 997 } else { 1 };
+        for l in layouts {
+            assert_eq!(
+                l.stride_inv
+                    .wrapping_mul((l.stride >> l.stride_shift) as u64),
+                1
+            );
+            let near_starts = (0..=l.objects).flat_map(|i| {
+                [
+                    i * l.stride,
+                    i * l.stride + 1,
+                    (i * l.stride).wrapping_sub(1),
+                ]
+            });
+            let offsets = (0..l.slab_bytes()).step_by(step).chain(near_starts);
+            for off in offsets.filter(|&o| o < l.slab_bytes()) {
+                let want =
+                    (off % l.stride == 0 && off / l.stride < l.objects).then_some(off / l.stride);
+                assert_eq!(l.slot_start(off), want, "{l:?} offset {off}");
             }
         }
     }
