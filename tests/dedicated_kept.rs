@@ -634,9 +634,8 @@ fn typed_boxes_keep_uncharge_overflow_and_free_remotely() {
     }
     assert_eq!(a.current_exact(), 20 * size);
     // Boxes allocated in no tenant (owner 0) are nobody's to keep or uncharge.
-    let unowned: Vec<_> = (0..100u64)
-        .map(|i| c.alloc([i; 16]).ok().unwrap())
-        .collect();
+    let mut unowned = Vec::new();
+    fill(&c, &mut unowned, 100);
     assert_eq!(c.cache().live_objects(), 120);
     drop(unowned);
     assert_eq!(c.cache().live_objects(), 20);
@@ -650,9 +649,8 @@ fn typed_boxes_keep_uncharge_overflow_and_free_remotely() {
     assert_eq!(c.cache().live_objects(), 0);
     // An unaccounted typed cache: its boxes go to the front's bin, then overflow.
     let u: TypedCache<Obj> = TypedCache::new("kept-typed-plain", false);
-    let v: Vec<_> = (0..3000u64)
-        .map(|i| u.alloc([i; 16]).ok().unwrap())
-        .collect();
+    let mut v = Vec::new();
+    fill(&u, &mut v, 3000);
     assert!(v.iter().enumerate().all(|(i, x)| x[0] == i as u64));
     assert_eq!(u.cache().live_objects(), 3000);
     drop(v);
@@ -673,9 +671,8 @@ fn typed_boxes_keep_uncharge_overflow_and_free_remotely() {
     assert!(nf.cache().front_index().is_none());
     {
         let _g = a.enter();
-        let v: Vec<_> = (0..300u64)
-            .map(|i| nf.alloc([i; 16]).ok().unwrap())
-            .collect();
+        let mut v = Vec::new();
+        fill(&nf, &mut v, 300);
         assert_eq!(nf.cache().live_objects(), 300);
         drop(v);
     }
