@@ -56,20 +56,20 @@ const HOME_FREES: u8 = 64;
 /// Bytes a bin may hold before it gives half back.
 const BIN_BYTES: usize = 128 * 1024;
 
-/// Capacity of the bin of class `c`: 128 KiB, at most 256 slots. 1,024 (as a tagged bin
-/// holds) took a tenth of the allocator instructions off glibc's bench-malloc-simple
-/// (batches of 25 to 1,600 small objects); larson and rptest under LD_PRELOAD ran 1.4x
-/// slower in that run, within their spread between rounds: not settled (BENCHMARKS.md
-/// section 9).
+/// Capacity of the bin of class `c`: 128 KiB, at most 1,024 slots, as a tagged bin holds.
+/// With at most 256, the classes up to 256 bytes overflowed and refilled far more often on
+/// random replacement: alloc_test took 1.18x-1.25x mimalloc's time on two threads, against
+/// 1.01x-1.02x at 1,024 (and the accounted builds, whose tagged bins held 1,024 already,
+/// 1.00x); glibc's bench-malloc-simple 0.89x of the time at 256 (BENCHMARKS.md section 2).
 pub fn bin_max(c: usize) -> u32 {
-    (BIN_BYTES / class_size(c)).clamp(2, 256) as u32
+    (BIN_BYTES / class_size(c)).clamp(2, 1024) as u32
 }
 
 /// Bytes a bin holds when it opens; it doubles on each refill and each overflow up to
 /// [`bin_max`]. A refill writes the link of every slot it hands over, so a bin that opened
 /// at its full 128 KiB pulled 64 KiB resident for a class the program used a few times:
 /// about 2 MB over 30 classes of 384 B to 20 KiB in redis under LD_PRELOAD. The classes of
-/// at most 64 bytes open at their full 256 slots.
+/// at most 16 bytes open at their full 1,024 slots.
 const BIN_START_BYTES: usize = 16 * 1024;
 
 /// Opens bin `bin` of class `c` (capacity 0) at its starting capacity, or doubles an open
