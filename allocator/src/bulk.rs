@@ -790,8 +790,9 @@ fn alloc_bulk_many(layout: Layout, out: &mut [*mut u8]) -> usize {
         let out = &mut out[kept..];
         let bin = thread_cache::is_live(tc).then(|| {
             let bin = tc.bin(c, kind);
-            // A thread that allocates from the class keeps a bin of it (as its first refill
-            // would open it), so that its bulk frees come back through the bin.
+            // A thread that allocates from the class keeps a bin of it, so that its bulk
+            // frees come back through the bin; at its full capacity at once (a first refill
+            // opens it at 16 KiB and doubles), as a bulk caller allocates in runs.
             if bin.capacity() == 0 {
                 bin.set_capacity(thread_cache::bin_max(c));
             }

@@ -56,9 +56,9 @@ const HOME_FREES: u8 = 64;
 /// Bytes a bin may hold before it gives half back.
 const BIN_BYTES: usize = 128 * 1024;
 
-/// Capacity of the bin of class `c`: 128 KiB, at most 1,024 slots, as a tagged bin holds.
-/// With at most 256, the classes up to 256 bytes overflowed and refilled far more often on
-/// random replacement: alloc_test took 1.18x-1.25x mimalloc's time on two threads, against
+/// Capacity of the bin of class `c` (plain, or uncharged accounted slots): 128 KiB, at most
+/// 1,024 slots, as a tagged bin holds. With at most 256, the bins of the classes below 512
+/// bytes overflowed and refilled far more often on random replacement: alloc_test took 1.18x-1.25x mimalloc's time on two threads, against
 /// 1.01x-1.08x at 1,024 (and the accounted builds, whose tagged bins held 1,024 already,
 /// about 1.0x); glibc's bench-malloc-simple 0.89x of the time at 256 (BENCHMARKS.md
 /// section 2).
