@@ -466,9 +466,9 @@ impl Cache {
         // One push for both kinds of cache: an unaccounted cache's slot into the front's
         // bin, an accounted cache's into its kept bin when the slot is charged to the object
         // stock's tag; anything else (an accounted slot of another tenant or of none, a full
-        // bin, another cache's front) takes one out-of-line call. Two inlined copies of the push made a `CacheBox`'s
-        // drop glue big enough that LLVM called it rather than inlining it wherever a
-        // program dropped boxes of a type in more than one place (BENCHMARKS.md section 11).
+        // bin, another cache's front) takes one out-of-line call. Two inlined copies of the
+        // push made a `CacheBox`'s drop glue big enough that LLVM called it rather than
+        // inlining it wherever a program dropped boxes of a type in more than one place.
         let kept = thread_cache::with(|tc| {
             let f = tc.front_at(self.at);
             if !f.is_of(self.core) {

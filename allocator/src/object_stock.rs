@@ -184,8 +184,9 @@ const TAGGED_BYTES: usize = 128 << 10;
 
 /// Capacity of the tagged bin of class `c`: 128 KiB, at most 1,024 objects (one object of
 /// the 128 KiB class), as a plain bin (`thread_cache::bin_max`). Small classes need that
-/// many slots: a request's working set is mostly small strings (a map of 80 records frees 240 objects of 8 bytes), and
-/// every object that does not fit is uncharged on free and charged again on reuse.
+/// many slots: a request's working set is mostly small strings (a map of 80 records frees
+/// 240 objects of 8 bytes), and every object that does not fit is uncharged on free and
+/// charged again on reuse.
 pub fn tagged_max(c: usize) -> u32 {
     (TAGGED_BYTES / class_size(c)).clamp(1, 1024) as u32
 }

@@ -58,10 +58,10 @@ const BIN_BYTES: usize = 128 * 1024;
 
 /// Capacity of the bin of class `c` (plain, or uncharged accounted slots): 128 KiB, at most
 /// 1,024 slots, as a tagged bin holds. With at most 256, the bins of the classes below 512
-/// bytes overflowed and refilled far more often on random replacement: alloc_test took 1.18x-1.25x mimalloc's time on two threads, against
-/// 1.01x-1.08x at 1,024 (and the accounted builds, whose tagged bins held 1,024 already,
-/// about 1.0x); glibc's bench-malloc-simple 0.89x of the time at 256 (BENCHMARKS.md
-/// section 2).
+/// bytes overflowed and refilled far more often on random replacement: alloc_test took
+/// 1.18x-1.25x mimalloc's time on two threads, against 1.01x-1.08x at 1,024 (and the
+/// accounted builds, whose tagged bins held 1,024 already, about 1.0x); glibc's
+/// bench-malloc-simple took 0.89x of the time at 256 (BENCHMARKS.md section 2).
 pub fn bin_max(c: usize) -> u32 {
     (BIN_BYTES / class_size(c)).clamp(2, 1024) as u32
 }
