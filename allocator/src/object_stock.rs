@@ -173,6 +173,10 @@ const TRANSFER_MAX: u32 = 1024;
 /// Fewest: a tenant that frees a few objects (a query's scratch buffer) leaves them for the
 /// usual retag after `RETAG_AFTER` misses, which costs less than a transfer per tenant.
 const TRANSFER_MIN: u32 = 8;
+/// Frees in a row of one other live tenant's objects, with no charging allocation between,
+/// after which a thread whose tagged bins are empty keeps that tenant's objects
+/// ([`ObjectStock::adopt_on_free`]).
+const ADOPT_AFTER: u32 = 64;
 /// Fronts whose kept slots a transfer hands over; with more, the retag gives back instead.
 const KEPT_PARTS: usize = 8;
 
@@ -235,6 +239,11 @@ pub struct ObjectStock {
     /// The tenant of the latest allocation that missed the tagged bins (`note_miss`), so
     /// that the first miss under each new tenant can look at whether the tag's tenant died.
     pub(crate) miss_cg: Cell<u32>,
+    /// Frees in a row of objects of `free_miss_cg`, a tenant the tagged bins did not keep,
+    /// with no charging allocation between (`adopt_on_free`).
+    free_misses: Cell<u32>,
+    /// The tenant of the latest such free.
+    free_miss_cg: Cell<u32>,
     /// The armed list of stocks that may hold charged objects, and where this one is on it
     /// (`UNARMED`, `LISTED`, `HELD`): under that list's lock.
     pub(crate) armed: AtomicU8,
@@ -268,6 +277,8 @@ impl ObjectStock {
             lock: SpinLock::new(Drained::NONE),
             tag_misses: Cell::new(0),
             miss_cg: Cell::new(0),
+            free_misses: Cell::new(0),
+            free_miss_cg: Cell::new(0),
             armed: AtomicU8::new(UNARMED),
             aged: AtomicBool::new(false),
             caching: AtomicBool::new(true),
@@ -692,6 +703,90 @@ impl ObjectStock {
         }
         self.note_retag(lines, cg);
         self.set_tag(cg);
+        true
+    }
+
+    /// A charging allocation ran on this thread: the frees before it were not a freeing
+    /// thread's alone ([`adopt_on_free`](Self::adopt_on_free)).
+    #[inline]
+    pub(crate) fn note_charging(&self) {
+        self.free_misses.set(0);
+    }
+
+    /// Called by the uncharging free of an object of `x` (its owner, checked, a tenant other
+    /// than the tag): retags the stock for `x` when `x`'s objects were freed `ADOPT_AFTER`
+    /// times in a row with no charging allocation between, `x`'s tenant is alive and the
+    /// tagged bins are empty. True when it did. So a thread that frees what another thread's
+    /// tenant allocates (a consumer, `xmalloc` with a tenant per thread) keeps those objects
+    /// charged as their owner's own thread would, instead of uncharging each (about 150
+    /// instructions), and gives them back in one uncharge per class when a bin fills
+    /// ([`give_back_full`](Self::give_back_full)) or when it allocates for its own tenant
+    /// again (`note_miss`). The kernel's object stock follows frees the same way
+    /// (`refill_obj_stock` replaces the cached objcg). A thread that keeps its own objects
+    /// has slots in its tagged bins, or allocates between the frees, and is left as it is.
+    ///
+    /// # Safety
+    /// `x` is the owner of a live object of this thread's caller, charged to it and not yet
+    /// uncharged (those bytes' refs keep `x`'s objcg alive for the call).
+    #[cold]
+    #[inline(never)]
+    pub(crate) unsafe fn adopt_on_free(&self, lines: &Lines, x: ObjCgId) -> bool {
+        if self.free_miss_cg.replace(x) != x {
+            self.free_misses.set(1);
+            return false;
+        }
+        let n = self.free_misses.get() + 1;
+        self.free_misses.set(n);
+        if n < ADOPT_AFTER {
+            return false;
+        }
+        self.free_misses.set(0);
+        if self.tag.load(Ordering::Relaxed) & (STEAL | DRAINED) != 0 || holds_tagged(self, lines) {
+            return false;
+        }
+        // SAFETY: caller's contract.
+        if !unsafe { hooks::objcg_tenant_alive(x) } {
+            return false;
+        }
+        let d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        // Under the lock, as `note_miss`'s retag of empty bins: no drainer's bit, nothing to
+        // give back (`rec` is all zero without DRAINED).
+        if t & (STEAL | DRAINED) != 0 || holds_tagged(self, lines) {
+            return false;
+        }
+        self.note_retag(lines, x);
+        self.set_tag(x);
+        drop(d);
+        true
+    }
+
+    /// Class `c`'s tagged bin is full: under the lock, when no drainer has been here, takes
+    /// its slots and, after the lock, gives them back with one uncharge (`give_back`, to the
+    /// uncharged bin and the slabs), so that the free that found the bin full keeps its slot.
+    /// Before, every free past a full bin uncharged its object alone. False, nothing taken,
+    /// when a drainer's bit is set (the free uncharges; the next slow path settles).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn give_back_full(&self, lines: &Lines, uncharged: &Uncharged, c: usize) -> bool {
+        let d = self.lock();
+        let tag = self.tag.load(Ordering::Relaxed);
+        if tag & (NO_TAG | STEAL | DRAINED) != 0 {
+            return false;
+        }
+        // Without DRAINED, `rec` is all zero (`Drained`'s invariant): every slot of the bin,
+        // the stale ones included (a transfer moved their charge), is charged to the tag.
+        lines[c].stale.set(0);
+        let mut chains = [(core::ptr::null_mut(), 0); NUM_CLASSES];
+        chains[c] = lines[c].tagged.take_all();
+        drop(d);
+        let taken = Taken {
+            tag,
+            chains,
+            rec: [0; NUM_CLASSES],
+            fronts: FrontMap::EMPTY,
+        };
+        give_back(lines, self.fronts(), &taken, GiveTo::OwnBins(uncharged));
         true
     }
 

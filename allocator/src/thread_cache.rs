@@ -323,6 +323,59 @@ impl ThreadCache {
         unsafe { self.stock.push(&self.line(c).tagged, owner, p) }
     }
 
+    /// The free of slot `p` of class `c`, whose owner word says `owner`, that the tagged
+    /// push refused: keeps it anyway when the refusal was a full bin of the tag's objects
+    /// (the bin is given back in one uncharge first, `ObjectStock::give_back_full`). False
+    /// when not kept: the caller uncharges.
+    ///
+    /// # Safety
+    /// As [`tagged_push`](Self::tagged_push).
+    #[inline]
+    pub(crate) unsafe fn keep_past_full(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
+        let bin = &self.line(c).tagged;
+        if !self.stock.keeps(owner) || bin.capacity() == 0 || bin.count() < bin.capacity() {
+            return false;
+        }
+        // SAFETY: caller's contract (p is the owner's slot, charged, given up).
+        is_live(self)
+            && self.stock.give_back_full(&self.bins, &self.accounted, c)
+            && unsafe { self.keep_again(c, owner, p) }
+    }
+
+    /// The uncharging free of slot `p` of class `c`, checked, whose owner `owner` is not the
+    /// tag: keeps it when the thread now keeps `owner`'s objects
+    /// (`ObjectStock::adopt_on_free`). False when not kept.
+    ///
+    /// # Safety
+    /// As [`tagged_push`](Self::tagged_push), `p` checked as a slot of class `c`'s
+    /// accounted cache.
+    #[inline]
+    pub(crate) unsafe fn keep_adopting(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
+        // SAFETY: caller's contract: p's bytes are charged to owner, not yet uncharged.
+        is_live(self)
+            && unsafe { self.stock.adopt_on_free(&self.bins, owner) }
+            && unsafe { self.keep_again(c, owner, p) }
+    }
+
+    /// After a give-back or a retag: pushes `p` when its owner word still says `owner` (a
+    /// slot freed twice, its first free in the bin given back, has a cleared word: the
+    /// caller's uncharging path reports it).
+    ///
+    /// # Safety
+    /// As [`tagged_push`](Self::tagged_push).
+    unsafe fn keep_again(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
+        // SAFETY: caller's contract: p is a slot of the accounted cache of class c.
+        let w = unsafe { &*self.owner_word(p, c) };
+        // SAFETY: caller's contract.
+        w.load(Ordering::Relaxed) == owner && unsafe { self.tagged_push(c, owner, p) }
+    }
+
+    /// A charging allocation ran (`ObjectStock::note_charging`).
+    #[inline]
+    pub(crate) fn note_charging(&self) {
+        self.stock.note_charging();
+    }
+
     /// Whether slot `p` heads the object-stock bin of class `c` (freeing it is a double free).
     pub(crate) fn tagged_is_head(&self, c: usize, p: *mut u8) -> bool {
         self.line(c).tagged.is_head(p)
