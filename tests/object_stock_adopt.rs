@@ -165,3 +165,74 @@ fn a_full_tagged_bin_of_the_threads_own_tenant_is_given_back_in_one_go() {
     assert_eq!(t.current_exact(), 0);
     slabcg::allocator::testing::check_invariants();
 }
+
+#[test]
+fn a_consumer_follows_the_next_producer_and_its_own_allocations() {
+    let _one = one_at_a_time();
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let x = Tenant::new("adopt-first");
+    let y = Tenant::new("adopt-second");
+    let b = Tenant::new("adopt-consumer-2");
+    let (from_x, from_y) = (produce(&x, 1500), produce(&y, 1500));
+    let b2 = b.clone();
+    let (kept_x, kept_y, own) = std::thread::spawn(move || {
+        let _in = b2.enter();
+        let warm = warm_up();
+        let kept_x = free_counting_kept(from_x);
+        // The bins hold x's objects now: a run of y's gives them back and adopts y.
+        let kept_y = free_counting_kept(from_y);
+        drop(warm);
+        // The consumer's own allocations: the first miss gives y's objects back (or hands
+        // them to b in place) and retags for b at once, so its own frees are kept again.
+        let c = class_of(SIZE);
+        let mut own = [false; 8];
+        for k in &mut own {
+            let v = black_box(vec![3u8; SIZE]);
+            let before = uncharged_in_bin(c);
+            drop(v);
+            *k = uncharged_in_bin(c) == before;
+        }
+        (kept_x, kept_y, own)
+    })
+    .join()
+    .unwrap();
+    assert!(kept_x > 1000, "x's objects: {kept_x} of 1500 kept");
+    assert!(kept_y > 1000, "after x, y's objects: {kept_y} of 1500 kept");
+    assert!(
+        own[2..].iter().all(|&k| k),
+        "the consumer's own frees after its first allocations: {own:?}"
+    );
+    assert_eq!(x.current_exact(), 0);
+    assert_eq!(y.current_exact(), 0);
+    assert_eq!(b.current_exact(), 0);
+    slabcg::allocator::testing::check_invariants();
+}
+
+#[test]
+fn a_dead_tenants_objects_are_not_adopted() {
+    let _one = one_at_a_time();
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let parent = Tenant::new("adopt-dead-parent");
+    let child = parent.child("request");
+    let objs = produce(&child, 600);
+    drop(child);
+    let kept = std::thread::spawn(move || {
+        let _w = warm_up_outside();
+        free_counting_kept(objs)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        kept, 0,
+        "a dead request's objects were kept by the freeing thread"
+    );
+    assert_eq!(parent.current_exact(), 0);
+}
+
+/// [`warm_up`] for a thread in no scope: one object in a tenant of its own, entered for the
+/// allocation only.
+fn warm_up_outside() -> Vec<u8> {
+    let t = Tenant::new("adopt-warm");
+    let _in = t.enter();
+    warm_up()
+}

@@ -112,7 +112,6 @@ unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
 /// The allocation path that charges, after the tagged bins had nothing for `cg`.
 #[inline(never)]
 fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
-    thread_cache::with(|tc| tc.note_charging());
     let p = charge_slot(c, cg);
     if !p.is_null() {
         thread_cache::with(|tc| tc.note_charged(cg));
@@ -166,12 +165,6 @@ pub unsafe fn free_small(p: *mut u8, c: usize) {
 /// As [`free_small`].
 #[inline(never)]
 unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
-    // SAFETY: caller's contract (`free_small` read the word already).
-    let owner = unsafe { (*class_owner_word(p, c)).load(Ordering::Relaxed) };
-    // SAFETY: caller's contract: p is charged to owner (its word says so) and given up.
-    if unsafe { thread_cache::with(|tc| tc.keep_past_full(c, owner, p)) } {
-        return;
-    }
     // Before anything is written through the owner address computed from p, make sure p is
     // a slot of this accounted class: an invalid free (a foreign pointer, the middle of a
     // slot, the wrong layout) is reported instead of clearing some other slot's owner.
@@ -186,8 +179,9 @@ unsafe fn free_small_uncharging(p: *mut u8, c: usize) {
     if owner == 0 {
         crate::sys::fatal("double free of an accounted object (owner already cleared)");
     }
+    // A full bin of the tag's objects, or a run of frees of another tenant's (out of line).
     // SAFETY: p is a checked slot of class c's accounted cache, charged to owner, given up.
-    if unsafe { thread_cache::with(|tc| tc.keep_adopting(c, owner, p)) } {
+    if unsafe { thread_cache::with(|tc| tc.keep_slow(c, owner, p)) } {
         return;
     }
     w.store(0, Ordering::Relaxed);

@@ -244,6 +244,10 @@ pub struct ObjectStock {
     free_misses: Cell<u32>,
     /// The tenant of the latest such free.
     free_miss_cg: Cell<u32>,
+    /// The tag was set by a free (`adopt_on_free`), not by an allocation: the bins hold
+    /// objects this thread freed for another thread's tenant, which the next free run of
+    /// yet another tenant, or this thread's next allocation that misses, hands on at once.
+    adopted: Cell<bool>,
     /// The armed list of stocks that may hold charged objects, and where this one is on it
     /// (`UNARMED`, `LISTED`, `HELD`): under that list's lock.
     pub(crate) armed: AtomicU8,
@@ -279,6 +283,7 @@ impl ObjectStock {
             miss_cg: Cell::new(0),
             free_misses: Cell::new(0),
             free_miss_cg: Cell::new(0),
+            adopted: Cell::new(false),
             armed: AtomicU8::new(UNARMED),
             aged: AtomicBool::new(false),
             caching: AtomicBool::new(true),
@@ -490,6 +495,7 @@ impl ObjectStock {
     pub(crate) fn set_tag(&self, cg: ObjCgId) {
         self.tag.store(u64::from(cg), Ordering::Relaxed);
         self.tag_misses.set(0);
+        self.adopted.set(false);
     }
 
     /// Whether a drainer has been at this thread's tagged bins since the owner last
@@ -617,6 +623,7 @@ impl ObjectStock {
         if self.miss_cg.get() != cg
             || misses >= RETAG_AFTER
             || self.tag.load(Ordering::Relaxed) & (NO_TAG | STEAL | DRAINED) != 0
+            || self.adopted.get()
         {
             return false;
         }
@@ -643,7 +650,10 @@ impl ObjectStock {
         let new_cg = self.miss_cg.replace(cg) != cg;
         // NO_TAG (the bins were given back: this thread's own drain, `trim`, a settle) retags at
         // once below, as do a drainer's bits.
-        if !new_cg && misses < RETAG_AFTER && t & (NO_TAG | STEAL | DRAINED) == 0 {
+        // Bins a free adopted (`adopt_on_free`) go at the first miss: this thread allocates
+        // for a tenant of its own again.
+        let adopted = self.adopted.get();
+        if !new_cg && misses < RETAG_AFTER && t & (NO_TAG | STEAL | DRAINED) == 0 && !adopted {
             self.tag_misses.set(misses);
             return;
         }
@@ -659,6 +669,7 @@ impl ObjectStock {
             self.set_tag(cg);
             drop(d);
         } else if drained
+            || adopted
             || misses >= RETAG_AFTER
             || (new_cg && tagged_slots(self, lines) >= TRANSFER_MIN && !tag_alive(t))
         {
@@ -708,29 +719,42 @@ impl ObjectStock {
 
     /// A charging allocation ran on this thread: the frees before it were not a freeing
     /// thread's alone ([`adopt_on_free`](Self::adopt_on_free)).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn note_charging(&self) {
         self.free_misses.set(0);
     }
 
-    /// Called by the uncharging free of an object of `x` (its owner, checked, a tenant other
-    /// than the tag): retags the stock for `x` when `x`'s objects were freed `ADOPT_AFTER`
-    /// times in a row with no charging allocation between, `x`'s tenant is alive and the
-    /// tagged bins are empty. True when it did. So a thread that frees what another thread's
-    /// tenant allocates (a consumer, `xmalloc` with a tenant per thread) keeps those objects
-    /// charged as their owner's own thread would, instead of uncharging each (about 150
-    /// instructions), and gives them back in one uncharge per class when a bin fills
-    /// ([`give_back_full`](Self::give_back_full)) or when it allocates for its own tenant
-    /// again (`note_miss`). The kernel's object stock follows frees the same way
-    /// (`refill_obj_stock` replaces the cached objcg). A thread that keeps its own objects
-    /// has slots in its tagged bins, or allocates between the frees, and is left as it is.
+    /// Called by the uncharging free of an object of `x` (its owner, checked, not the tag):
+    /// retags the stock for `x` when `x`'s objects were freed `ADOPT_AFTER` times in a row
+    /// with no charging allocation between, `x`'s tenant is alive, and the tagged bins are
+    /// empty or were themselves adopted (their objects are given back first). True when it
+    /// did. So a thread that frees what another thread's tenant allocates (a consumer,
+    /// `xmalloc` with a tenant per thread) keeps those objects charged as their owner's own
+    /// thread would, instead of uncharging each (about 150 instructions), and gives them back
+    /// in one uncharge per class when a bin fills ([`give_back_full`](Self::give_back_full)),
+    /// when it frees for another tenant, or at its next allocation that misses (`note_miss`).
+    /// The kernel's object stock follows frees the same way (`refill_obj_stock` replaces the
+    /// cached objcg). A thread that keeps its own tenant's objects has them in its tagged
+    /// bins, or allocates between the frees, and is left as it is. `x`'s tenant may die
+    /// after the check: its kept objects are then a dead tenant's, as when a request ends
+    /// while a thread is tagged for it, and go back at the next retag or drain.
     ///
     /// # Safety
-    /// `x` is the owner of a live object of this thread's caller, charged to it and not yet
+    /// `x` is the owner of an object the caller is freeing, charged to it and not yet
     /// uncharged (those bytes' refs keep `x`'s objcg alive for the call).
     #[cold]
     #[inline(never)]
-    pub(crate) unsafe fn adopt_on_free(&self, lines: &Lines, x: ObjCgId) -> bool {
+    pub(crate) unsafe fn adopt_on_free(
+        &self,
+        lines: &Lines,
+        uncharged: &Uncharged,
+        x: ObjCgId,
+    ) -> bool {
+        if self.keeps(x) {
+            // Tagged for x with no capacity (its byte stock had no slot): the allocation
+            // path's `recheck_caching` decides.
+            return false;
+        }
         if self.free_miss_cg.replace(x) != x {
             self.free_misses.set(1);
             return false;
@@ -741,31 +765,43 @@ impl ObjectStock {
             return false;
         }
         self.free_misses.set(0);
-        if self.tag.load(Ordering::Relaxed) & (STEAL | DRAINED) != 0 || holds_tagged(self, lines) {
+        if self.tag.load(Ordering::Relaxed) & (STEAL | DRAINED) != 0
+            || (!self.adopted.get() && holds_tagged(self, lines))
+        {
             return false;
         }
         // SAFETY: caller's contract.
         if !unsafe { hooks::objcg_tenant_alive(x) } {
             return false;
         }
-        let d = self.lock();
+        let mut d = self.lock();
         let t = self.tag.load(Ordering::Relaxed);
-        // Under the lock, as `note_miss`'s retag of empty bins: no drainer's bit, nothing to
-        // give back (`rec` is all zero without DRAINED).
-        if t & (STEAL | DRAINED) != 0 || holds_tagged(self, lines) {
+        // Under the lock, as `note_miss`'s retags: no drainer's bit, so `rec` is all zero.
+        if t & (STEAL | DRAINED) != 0 {
             return false;
         }
+        let taken = if holds_tagged(self, lines) {
+            if !self.adopted.get() {
+                return false;
+            }
+            self.take_bins(lines, &mut d, Count::Trusted)
+        } else {
+            NOTHING
+        };
         self.note_retag(lines, x);
         self.set_tag(x);
+        self.adopted.set(true);
         drop(d);
+        give_back(lines, self.fronts(), &taken, GiveTo::OwnBins(uncharged));
         true
     }
 
     /// Class `c`'s tagged bin is full: under the lock, when no drainer has been here, takes
-    /// its slots and, after the lock, gives them back with one uncharge (`give_back`, to the
-    /// uncharged bin and the slabs), so that the free that found the bin full keeps its slot.
-    /// Before, every free past a full bin uncharged its object alone. False, nothing taken,
-    /// when a drainer's bit is set (the free uncharges; the next slow path settles).
+    /// its newest half (as a plain bin's overflow does) and, after the lock, gives it back
+    /// with one uncharge (`give_back`, to the uncharged bin and the slabs), so that the free
+    /// that found the bin full keeps its slot. Before, every free past a full bin uncharged
+    /// its object alone. False, nothing taken, when a drainer's bit is set (the free
+    /// uncharges; the next slow path settles).
     #[cold]
     #[inline(never)]
     pub(crate) fn give_back_full(&self, lines: &Lines, uncharged: &Uncharged, c: usize) -> bool {
@@ -776,9 +812,12 @@ impl ObjectStock {
         }
         // Without DRAINED, `rec` is all zero (`Drained`'s invariant): every slot of the bin,
         // the stale ones included (a transfer moved their charge), is charged to the tag.
-        lines[c].stale.set(0);
+        let line = &lines[c];
+        let k = (line.tagged.count() / 2).max(1);
         let mut chains = [(core::ptr::null_mut(), 0); NUM_CLASSES];
-        chains[c] = lines[c].tagged.take_all();
+        chains[c] = (line.tagged.take(k), k);
+        // The stale slots are the bottom ones: those left stay below the mark.
+        line.stale.set(line.stale.get().min(line.tagged.count()));
         drop(d);
         let taken = Taken {
             tag,

@@ -323,38 +323,31 @@ impl ThreadCache {
         unsafe { self.stock.push(&self.line(c).tagged, owner, p) }
     }
 
-    /// The free of slot `p` of class `c`, whose owner word says `owner`, that the tagged
-    /// push refused: keeps it anyway when the refusal was a full bin of the tag's objects
-    /// (the bin is given back in one uncharge first, `ObjectStock::give_back_full`). False
-    /// when not kept: the caller uncharges.
-    ///
-    /// # Safety
-    /// As [`tagged_push`](Self::tagged_push).
-    #[inline]
-    pub(crate) unsafe fn keep_past_full(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
-        let bin = &self.line(c).tagged;
-        if !self.stock.keeps(owner) || bin.capacity() == 0 || bin.count() < bin.capacity() {
-            return false;
-        }
-        // SAFETY: caller's contract (p is the owner's slot, charged, given up).
-        is_live(self)
-            && self.stock.give_back_full(&self.bins, &self.accounted, c)
-            && unsafe { self.keep_again(c, owner, p) }
-    }
-
-    /// The uncharging free of slot `p` of class `c`, checked, whose owner `owner` is not the
-    /// tag: keeps it when the thread now keeps `owner`'s objects
-    /// (`ObjectStock::adopt_on_free`). False when not kept.
+    /// The uncharging free of slot `p` of class `c`, checked, whose owner word says `owner`
+    /// (the tagged push refused it): keeps it anyway when the refusal was a full bin of the
+    /// tag's objects (its newest half is given back in one uncharge first,
+    /// `ObjectStock::give_back_full`), or when the thread now keeps `owner`'s objects
+    /// (`ObjectStock::adopt_on_free`). False when not kept: the caller uncharges.
     ///
     /// # Safety
     /// As [`tagged_push`](Self::tagged_push), `p` checked as a slot of class `c`'s
-    /// accounted cache.
+    /// accounted cache: its bytes are charged to `owner`, not yet uncharged.
     #[inline]
-    pub(crate) unsafe fn keep_adopting(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
-        // SAFETY: caller's contract: p's bytes are charged to owner, not yet uncharged.
-        is_live(self)
-            && unsafe { self.stock.adopt_on_free(&self.bins, owner) }
-            && unsafe { self.keep_again(c, owner, p) }
+    pub(crate) unsafe fn keep_slow(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
+        if !is_live(self) {
+            return false;
+        }
+        let bin = &self.line(c).tagged;
+        let kept = if self.stock.keeps(owner) {
+            bin.capacity() != 0
+                && bin.count() >= bin.capacity()
+                && self.stock.give_back_full(&self.bins, &self.accounted, c)
+        } else {
+            // SAFETY: caller's contract.
+            unsafe { self.stock.adopt_on_free(&self.bins, &self.accounted, owner) }
+        };
+        // SAFETY: caller's contract.
+        kept && unsafe { self.keep_again(c, owner, p) }
     }
 
     /// After a give-back or a retag: pushes `p` when its owner word still says `owner` (a
@@ -368,12 +361,6 @@ impl ThreadCache {
         let w = unsafe { &*self.owner_word(p, c) };
         // SAFETY: caller's contract.
         w.load(Ordering::Relaxed) == owner && unsafe { self.tagged_push(c, owner, p) }
-    }
-
-    /// A charging allocation ran (`ObjectStock::note_charging`).
-    #[inline]
-    pub(crate) fn note_charging(&self) {
-        self.stock.note_charging();
     }
 
     /// Whether slot `p` heads the object-stock bin of class `c` (freeing it is a double free).
@@ -421,9 +408,10 @@ impl ThreadCache {
     /// After an allocation under `cg` that charged (it missed the object stock): retags for
     /// `cg` when the tag is another tenant's (`note_miss`), or starts caching once the byte
     /// stock holds a slot for `cg` (`recheck_caching`), so that what this thread frees later
-    /// is kept.
+    /// is kept; and ends the run of frees that may adopt another tenant (`adopt_on_free`).
     #[inline(always)]
     pub(crate) fn note_charged(&self, cg: ObjCgId) {
+        self.stock.note_charging();
         if self.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
             self.note_miss(cg);
         } else if !self.stock.caching.load(Ordering::Relaxed) {
