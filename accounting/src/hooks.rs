@@ -215,7 +215,8 @@ pub unsafe fn objcg_tenant_alive(id: ObjCgId) -> bool {
 /// stock takes. Not a fast path; never allocates or panics.
 ///
 /// # Safety
-/// `id` is the objcg of the calling thread's current scope (its tenant is alive).
+/// `id` is the objcg of the calling thread's current scope (its tenant is alive), or the
+/// caller holds bytes charged to `id` for the call (their refs keep the objcg alive).
 pub unsafe fn note_object_stock(id: ObjCgId) {
     if let Some(oc) = crate::objcg::lookup(id) {
         crate::charge::note_stocked(oc);

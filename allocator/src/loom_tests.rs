@@ -3,7 +3,8 @@
 //! (`ObjectStock::push`, which checks the tag before the push; `ObjectStock::pop` and
 //! `pop_class`, which check it after the pop and its `light_barrier`, and `Bin::unpop` on a
 //! mismatch; the claim of a stale slot is the model's copy of `ThreadCache::claim_stale`), its
-//! ways back (`reclaim_take`, a retag's `take_bins` + `set_tag`, `take_own` at exit), and a
+//! ways back (`reclaim_take`, a retag's `take_bins` + `set_tag`, `take_half` when a free finds
+//! the bin full, `take_own` at exit), and a
 //! drainer's passes on that stock (`request_steal`, the remote barrier, `record`, the second
 //! barrier, `recheck`). Under loom both barriers are `SeqCst` fences (what membarrier
 //! guarantees: a full barrier on every running thread, between the owner's bin store and
@@ -223,13 +224,29 @@ impl Owner {
     }
 
     /// `free_small` of the `i`-th live object: kept in the tagged bin when its owner is the
-    /// tag (`ObjectStock::push`), else uncharged (`free_small_uncharging`), which settles
-    /// when a drainer has been here.
+    /// tag (`ObjectStock::push`); when that bin (a class's) is full, its newest half is
+    /// taken (`ObjectStock::take_half`, which `give_back_full` runs) and given back, and the
+    /// push tried again; else uncharged (`free_small_uncharging`), which settles when a
+    /// drainer has been here.
     fn free(&mut self, i: usize) {
         let (p, owner) = self.live.remove(i);
         let w = self.w.clone();
+        let bin = w.bin();
         // SAFETY: p is a live slot of class C charged to `owner`, given up here.
-        if !unsafe { w.stock.push(w.bin(), owner, p) } {
+        let mut kept = unsafe { w.stock.push(bin, owner, p) };
+        if !kept
+            && w.at == Where::Class
+            && w.stock.keeps(owner)
+            && bin.capacity() != 0
+            && bin.count() >= bin.capacity()
+        {
+            if let Some(t) = w.stock.take_half(&w.lines, C) {
+                self.give_back(&t);
+                // SAFETY: as above.
+                kept = unsafe { w.stock.push(bin, owner, p) };
+            }
+        }
+        if !kept {
             w.charged(owner).fetch_sub(1, Relaxed);
             self.spare.push(p);
             if w.stock.must_reclaim() {
@@ -518,6 +535,25 @@ fn drain_races_bulk_free(at: Where) {
 }
 
 both!(drain_races_bulk_free: loom_object_stock_drain_races_bulk_free, loom_front_kept_drain_races_bulk_free);
+
+/// Three frees under A, the third past the full bin (capacity 2), then an allocation, while
+/// a drainer drains: the take of the bin's newest half under the lock, the give-back after
+/// it and the push again must neither uncharge an object twice nor keep one uncharged.
+fn drain_races_full_bin() {
+    let mut o = World::build(3, 0, Where::Class);
+    o.race(1, |o| {
+        o.free(0);
+        o.free(0);
+        o.free(0);
+        o.alloc(A);
+    });
+    o.check_quiescent();
+}
+
+#[test]
+fn loom_object_stock_drain_races_full_bin() {
+    model(drain_races_full_bin);
+}
 
 /// Two drains in a row against a free, an allocation and a free under A: the second drain
 /// reads the counts of a thread the first one drained while the owner still runs.

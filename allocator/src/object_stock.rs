@@ -39,7 +39,11 @@
 //!   owner word and the mark are written, `ThreadCache::claim_stale`) or put back.
 //!
 //! Every other change of `tag` or of the tagged bins (retagging, giving back, a drainer's
-//! work) happens under the thread's `stock` lock. A retag either gives the tagged objects
+//! work) happens under the thread's `stock` lock. The allocation path retags
+//! ([`ObjectStock::note_miss`]); so does the free path, in two cases: a full bin gives its
+//! newest half back ([`ObjectStock::give_back_full`]), and a thread that frees a run of
+//! another live tenant's objects with no charging allocation between, its bins empty,
+//! retags for that tenant ([`ObjectStock::adopt_on_free`]: a consumer thread). A retag either gives the tagged objects
 //! back (uncharged, to the owner's accounted bins or their slabs) or hands them to the new
 //! tenant in place ([`transfer_bins`]: their charge moves below the two tenants' common
 //! ancestor). A class's slots keep the previous tenant's owner words until an allocation
@@ -95,7 +99,8 @@
 //! owner's [`push`](ObjectStock::push), [`pop`](ObjectStock::pop) and
 //! [`pop_class`](ObjectStock::pop_class) with the claim of a stale slot, its
 //! [`reclaim_take`](ObjectStock::reclaim_take), retag ([`take_bins`](ObjectStock::take_bins),
-//! [`set_tag`](ObjectStock::set_tag)) and [`take_own`](ObjectStock::take_own), against a
+//! [`set_tag`](ObjectStock::set_tag); a free's adoption retags the same way),
+//! [`take_half`](ObjectStock::take_half) and [`take_own`](ObjectStock::take_own), against a
 //! drainer's passes on the stock ([`request_steal`](ObjectStock::request_steal),
 //! [`record`](ObjectStock::record), [`recheck`](ObjectStock::recheck), which [`drain`] runs
 //! on each thread), with membarrier as a `SeqCst` fence on both sides (what it guarantees).
@@ -174,8 +179,8 @@ const TRANSFER_MAX: u32 = 1024;
 /// usual retag after `RETAG_AFTER` misses, which costs less than a transfer per tenant.
 const TRANSFER_MIN: u32 = 8;
 /// Frees in a row of one other live tenant's objects, with no charging allocation between,
-/// after which a thread whose tagged bins are empty keeps that tenant's objects
-/// ([`ObjectStock::adopt_on_free`]).
+/// after which a thread whose tagged bins are empty (or hold what it adopted before) keeps
+/// that tenant's objects ([`ObjectStock::adopt_on_free`]).
 const ADOPT_AFTER: u32 = 64;
 /// Fronts whose kept slots a transfer hands over; with more, the retag gives back instead.
 const KEPT_PARTS: usize = 8;
@@ -189,8 +194,8 @@ const TAGGED_BYTES: usize = 128 << 10;
 /// Capacity of the tagged bin of class `c`: 128 KiB, at most 1,024 objects (one object of
 /// the 128 KiB class), as a plain bin (`thread_cache::bin_max`). Small classes need that
 /// many slots: a request's working set is mostly small strings (a map of 80 records frees
-/// 240 objects of 8 bytes), and every object that does not fit is uncharged on free and
-/// charged again on reuse.
+/// 240 objects of 8 bytes), and each overflow gives half the bin back (uncharged, in one
+/// call: [`ObjectStock::give_back_full`]) to be charged again on reuse.
 pub fn tagged_max(c: usize) -> u32 {
     (TAGGED_BYTES / class_size(c)).clamp(1, 1024) as u32
 }
@@ -742,29 +747,41 @@ impl ObjectStock {
     /// # Safety
     /// `x` is the owner of an object the caller is freeing, charged to it and not yet
     /// uncharged (those bytes' refs keep `x`'s objcg alive for the call).
-    #[cold]
-    #[inline(never)]
+    #[inline(always)]
     pub(crate) unsafe fn adopt_on_free(
         &self,
         lines: &Lines,
         uncharged: &Uncharged,
         x: ObjCgId,
     ) -> bool {
-        if self.keeps(x) {
-            // Tagged for x with no capacity (its byte stock had no slot): the allocation
-            // path's `recheck_caching` decides.
-            return false;
-        }
+        // Counting inline: most uncharging frees come here and go (a thread that frees
+        // another's objects between allocations of its own).
         if self.free_miss_cg.replace(x) != x {
             self.free_misses.set(1);
             return false;
         }
         let n = self.free_misses.get() + 1;
-        self.free_misses.set(n);
         if n < ADOPT_AFTER {
+            self.free_misses.set(n);
             return false;
         }
         self.free_misses.set(0);
+        // SAFETY: caller's contract.
+        unsafe { self.adopt(lines, uncharged, x) }
+    }
+
+    /// [`adopt_on_free`](Self::adopt_on_free) past its count.
+    ///
+    /// # Safety
+    /// As [`adopt_on_free`](Self::adopt_on_free).
+    #[cold]
+    #[inline(never)]
+    unsafe fn adopt(&self, lines: &Lines, uncharged: &Uncharged, x: ObjCgId) -> bool {
+        if self.keeps(x) {
+            // Tagged for x with no capacity (its byte stock had no slot): the allocation
+            // path's `recheck_caching` decides.
+            return false;
+        }
         if self.tag.load(Ordering::Relaxed) & (STEAL | DRAINED) != 0
             || (!self.adopted.get() && holds_tagged(self, lines))
         {
@@ -796,37 +813,45 @@ impl ObjectStock {
         true
     }
 
-    /// Class `c`'s tagged bin is full: under the lock, when no drainer has been here, takes
-    /// its newest half (as a plain bin's overflow does) and, after the lock, gives it back
-    /// with one uncharge (`give_back`, to the uncharged bin and the slabs), so that the free
-    /// that found the bin full keeps its slot. Before, every free past a full bin uncharged
-    /// its object alone. False, nothing taken, when a drainer's bit is set (the free
-    /// uncharges; the next slow path settles).
+    /// Class `c`'s tagged bin is full: takes its newest half ([`take_half`](Self::take_half))
+    /// and gives it back with one uncharge (`give_back`, to the uncharged bin and the slabs),
+    /// so that the free that found the bin full keeps its slot, as a plain bin's overflow
+    /// does. Before, every free past a full bin uncharged its object alone. False, nothing
+    /// taken, when a drainer's bit is set (the free uncharges; the next slow path settles).
     #[cold]
     #[inline(never)]
     pub(crate) fn give_back_full(&self, lines: &Lines, uncharged: &Uncharged, c: usize) -> bool {
-        let d = self.lock();
+        let Some(taken) = self.take_half(lines, c) else {
+            return false;
+        };
+        give_back(lines, self.fronts(), &taken, GiveTo::OwnBins(uncharged));
+        true
+    }
+
+    /// Under the lock, when no drainer has been here, takes the newest half of class `c`'s
+    /// tagged bin (at least one slot; the bin is not empty), to be given back after the
+    /// lock. None, nothing taken, when the tag has a drainer's bit or none.
+    pub(crate) fn take_half(&self, lines: &Lines, c: usize) -> Option<Taken> {
+        let _d = self.lock();
         let tag = self.tag.load(Ordering::Relaxed);
         if tag & (NO_TAG | STEAL | DRAINED) != 0 {
-            return false;
+            return None;
         }
         // Without DRAINED, `rec` is all zero (`Drained`'s invariant): every slot of the bin,
         // the stale ones included (a transfer moved their charge), is charged to the tag.
         let line = &lines[c];
         let k = (line.tagged.count() / 2).max(1);
+        debug_assert!(line.tagged.count() >= k);
         let mut chains = [(core::ptr::null_mut(), 0); NUM_CLASSES];
         chains[c] = (line.tagged.take(k), k);
         // The stale slots are the bottom ones: those left stay below the mark.
         line.stale.set(line.stale.get().min(line.tagged.count()));
-        drop(d);
-        let taken = Taken {
+        Some(Taken {
             tag,
             chains,
             rec: [0; NUM_CLASSES],
             fronts: FrontMap::EMPTY,
-        };
-        give_back(lines, self.fronts(), &taken, GiveTo::OwnBins(uncharged));
-        true
+        })
     }
 
     /// Just before a retag, under the thread's `stock` lock (which a drain of this object stock
@@ -856,7 +881,8 @@ impl ObjectStock {
             }
         }
         // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
-        // it), so its tenant is alive.
+        // it), so its tenant is alive; or, from `adopt`, the owner of the object being freed,
+        // whose charged bytes hold refs on its objcg.
         unsafe { hooks::note_object_stock(cg) };
     }
 
