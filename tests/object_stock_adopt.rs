@@ -118,7 +118,10 @@ fn a_thread_that_allocates_between_the_frees_does_not_adopt() {
         let _in = b2.enter();
         let c = class_of(SIZE);
         let mut kept = 0;
-        let mut mine = vec![warm_up()];
+        // Room for all of them: a growth would free the old buffer into b's tagged bin,
+        // and a thread holding its own tenant's objects never adopts anyway.
+        let mut mine = Vec::with_capacity(n + 1);
+        mine.push(warm_up());
         for v in objs {
             // The worker's own allocation of another class, kept for the whole run: each
             // is charged, so no run of frees of a's objects is without a charging

@@ -40,11 +40,12 @@
 //!
 //! Every other change of `tag` or of the tagged bins (retagging, giving back, a drainer's
 //! work) happens under the thread's `stock` lock. The allocation path retags
-//! ([`ObjectStock::note_miss`]); so does the free path, in two cases: a full bin gives its
-//! newest half back ([`ObjectStock::give_back_full`]), and a thread that frees a run of
-//! another live tenant's objects with no charging allocation between, its bins empty,
-//! retags for that tenant ([`ObjectStock::adopt_on_free`]: a consumer thread). A retag either gives the tagged objects
-//! back (uncharged, to the owner's accounted bins or their slabs) or hands them to the new
+//! ([`ObjectStock::note_miss`]); the free path gives back and retags in two cases: a full
+//! bin gives its newest half back ([`ObjectStock::give_back_full`]), and a thread that
+//! frees a run of another live tenant's objects with no charging allocation between, its
+//! bins empty or holding what it adopted so, retags for that tenant
+//! ([`ObjectStock::adopt_on_free`]: a consumer thread). A retag either gives the tagged
+//! objects back (uncharged, to the owner's accounted bins or their slabs) or hands them to the new
 //! tenant in place ([`transfer_bins`]: their charge moves below the two tenants' common
 //! ancestor). A class's slots keep the previous tenant's owner words until an allocation
 //! pops them and writes its own (`ClassBins::stale` marks how many, from the bottom of the
@@ -244,13 +245,13 @@ pub struct ObjectStock {
     /// The tenant of the latest allocation that missed the tagged bins (`note_miss`), so
     /// that the first miss under each new tenant can look at whether the tag's tenant died.
     pub(crate) miss_cg: Cell<u32>,
-    /// Frees in a row of objects of `free_miss_cg`, a tenant the tagged bins did not keep,
-    /// with no charging allocation between (`adopt_on_free`).
-    free_misses: Cell<u32>,
-    /// The tenant of the latest such free.
-    free_miss_cg: Cell<u32>,
-    /// The tag was set by a free (`adopt_on_free`), not by an allocation: the bins hold
-    /// objects this thread freed for another thread's tenant, which the next free run of
+    /// The run of uncharging frees ([`count_free_miss`](Self::count_free_miss)): the
+    /// tenant of the latest such free in the high 32 bits, how many frees of its objects in
+    /// a row, with no charging allocation between, in the low 32 (one word: one load and
+    /// one store per uncharging free).
+    free_run: Cell<u64>,
+    /// The tag was set by a free (`adopt_on_free`), and no allocation charged for it since:
+    /// the bins hold objects this thread freed for another thread's tenant, which the next free run of
     /// yet another tenant, or this thread's next allocation that misses, hands on at once.
     adopted: Cell<bool>,
     /// The armed list of stocks that may hold charged objects, and where this one is on it
@@ -286,8 +287,7 @@ impl ObjectStock {
             lock: SpinLock::new(Drained::NONE),
             tag_misses: Cell::new(0),
             miss_cg: Cell::new(0),
-            free_misses: Cell::new(0),
-            free_miss_cg: Cell::new(0),
+            free_run: Cell::new(0),
             adopted: Cell::new(false),
             armed: AtomicU8::new(UNARMED),
             aged: AtomicBool::new(false),
@@ -726,18 +726,46 @@ impl ObjectStock {
     /// thread's alone ([`adopt_on_free`](Self::adopt_on_free)).
     #[inline(always)]
     pub(crate) fn note_charging(&self) {
-        self.free_misses.set(0);
+        self.free_run.set(0);
     }
 
-    /// Called by the uncharging free of an object of `x` (its owner, checked, not the tag):
-    /// retags the stock for `x` when `x`'s objects were freed `ADOPT_AFTER` times in a row
-    /// with no charging allocation between, `x`'s tenant is alive, and the tagged bins are
-    /// empty or were themselves adopted (their objects are given back first). True when it
-    /// did. So a thread that frees what another thread's tenant allocates (a consumer,
+    /// An allocation charged for the tag's own tenant: the tag is this thread's tenant now,
+    /// whoever set it, and its bins are not handed on at the next miss.
+    #[inline(always)]
+    pub(crate) fn note_own(&self) {
+        self.adopted.set(false);
+    }
+
+    /// Counts the uncharging free of an object of `x` (not the tag's) in the run of frees of
+    /// one tenant's objects; true when the run reached `ADOPT_AFTER`, and starts it again.
+    /// Inline: most uncharging frees come here and go (a thread that frees another's objects
+    /// between allocations of its own, or the objects of many dead requests).
+    #[inline(always)]
+    pub(crate) fn count_free_miss(&self, x: ObjCgId) -> bool {
+        let run = self.free_run.get();
+        if (run >> 32) as u32 != x {
+            self.free_run.set(u64::from(x) << 32 | 1);
+            return false;
+        }
+        if (run as u32) + 1 < ADOPT_AFTER {
+            self.free_run.set(run + 1);
+            return false;
+        }
+        self.free_run.set(u64::from(x) << 32);
+        true
+    }
+
+    /// Called by the uncharging free of an object of `x` (its owner, checked, not the tag)
+    /// once `x`'s objects were freed `ADOPT_AFTER` times in a row with no charging
+    /// allocation between ([`count_free_miss`](Self::count_free_miss)): retags the stock for
+    /// `x` when `x`'s tenant is alive and the tagged bins are empty or were themselves
+    /// adopted (their objects are given back first). True when it did. So a thread that frees what another thread's tenant allocates (a consumer,
     /// `xmalloc` with a tenant per thread) keeps those objects charged as their owner's own
     /// thread would, instead of uncharging each (about 150 instructions), and gives them back
     /// in one uncharge per class when a bin fills ([`give_back_full`](Self::give_back_full)),
-    /// when it frees for another tenant, or at its next allocation that misses (`note_miss`).
+    /// when it frees for another tenant, or at its next allocation that misses (`note_miss`,
+    /// which hands them to its tenant in place when it can, `transfer_bins`: the transfer
+    /// moves their charge, as for a dead request's).
     /// The kernel's object stock follows frees the same way (`refill_obj_stock` replaces the
     /// cached objcg). A thread that keeps its own tenant's objects has them in its tagged
     /// bins, or allocates between the frees, and is left as it is. `x`'s tenant may die
@@ -747,41 +775,16 @@ impl ObjectStock {
     /// # Safety
     /// `x` is the owner of an object the caller is freeing, charged to it and not yet
     /// uncharged (those bytes' refs keep `x`'s objcg alive for the call).
-    #[inline(always)]
+    #[cold]
+    #[inline(never)]
     pub(crate) unsafe fn adopt_on_free(
         &self,
         lines: &Lines,
         uncharged: &Uncharged,
         x: ObjCgId,
     ) -> bool {
-        // Counting inline: most uncharging frees come here and go (a thread that frees
-        // another's objects between allocations of its own).
-        if self.free_miss_cg.replace(x) != x {
-            self.free_misses.set(1);
-            return false;
-        }
-        let n = self.free_misses.get() + 1;
-        if n < ADOPT_AFTER {
-            self.free_misses.set(n);
-            return false;
-        }
-        self.free_misses.set(0);
-        // SAFETY: caller's contract.
-        unsafe { self.adopt(lines, uncharged, x) }
-    }
-
-    /// [`adopt_on_free`](Self::adopt_on_free) past its count.
-    ///
-    /// # Safety
-    /// As [`adopt_on_free`](Self::adopt_on_free).
-    #[cold]
-    #[inline(never)]
-    unsafe fn adopt(&self, lines: &Lines, uncharged: &Uncharged, x: ObjCgId) -> bool {
-        if self.keeps(x) {
-            // Tagged for x with no capacity (its byte stock had no slot): the allocation
-            // path's `recheck_caching` decides.
-            return false;
-        }
+        // The caller came here because `x` is not the tag (`keeps`); with a drainer's bit the
+        // allocation path settles first.
         if self.tag.load(Ordering::Relaxed) & (STEAL | DRAINED) != 0
             || (!self.adopted.get() && holds_tagged(self, lines))
         {

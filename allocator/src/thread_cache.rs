@@ -334,33 +334,45 @@ impl ThreadCache {
     /// accounted cache: its bytes are charged to `owner`, not yet uncharged.
     #[inline]
     pub(crate) unsafe fn keep_slow(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
-        if !is_live(self) {
-            return false;
-        }
-        let bin = &self.line(c).tagged;
         let kept = if self.stock.keeps(owner) {
+            let bin = &self.line(c).tagged;
             bin.capacity() != 0
                 && bin.count() >= bin.capacity()
+                && is_live(self)
                 && self.stock.give_back_full(&self.bins, &self.accounted, c)
         } else {
-            // SAFETY: caller's contract.
-            unsafe { self.stock.adopt_on_free(&self.bins, &self.accounted, owner) }
+            // The count first: it is all most uncharging frees do here.
+            self.stock.count_free_miss(owner)
+                && is_live(self)
+                // SAFETY: caller's contract.
+                && unsafe { self.stock.adopt_on_free(&self.bins, &self.accounted, owner) }
         };
         // SAFETY: caller's contract.
         kept && unsafe { self.keep_again(c, owner, p) }
     }
 
-    /// After a give-back or a retag: pushes `p` when its owner word still says `owner` (a
-    /// slot freed twice, its first free in the bin given back, has a cleared word: the
-    /// caller's uncharging path reports it).
+    /// After a give-back or a retag: pushes `p`. Reports a double free: `p`'s owner word
+    /// cleared by the give-back (`p` was in the bin already, a free of it not caught on the
+    /// fast path), or `p` heading the bin now.
     ///
     /// # Safety
     /// As [`tagged_push`](Self::tagged_push).
     unsafe fn keep_again(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
         // SAFETY: caller's contract: p is a slot of the accounted cache of class c.
         let w = unsafe { &*self.owner_word(p, c) };
+        // Only a give-back of p itself clears its word (an adoption gives back another
+        // tenant's slots, and p is owner's): p was in the bin when it was freed again.
+        if w.load(Ordering::Relaxed) != owner {
+            sys::fatal("double free of an accounted object (it was in the thread's kept slots)");
+        }
         // SAFETY: caller's contract.
-        w.load(Ordering::Relaxed) == owner && unsafe { self.tagged_push(c, owner, p) }
+        if unsafe { self.tagged_push(c, owner, p) } {
+            return true;
+        }
+        if self.tagged_is_head(c, p) {
+            sys::fatal("double free of an accounted object (it heads the thread's kept slots)");
+        }
+        false
     }
 
     /// Whether slot `p` heads the object-stock bin of class `c` (freeing it is a double free).
@@ -414,7 +426,10 @@ impl ThreadCache {
         self.stock.note_charging();
         if self.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
             self.note_miss(cg);
-        } else if !self.stock.caching.load(Ordering::Relaxed) {
+            return;
+        }
+        self.stock.note_own();
+        if !self.stock.caching.load(Ordering::Relaxed) {
             self.recheck_caching(cg);
         }
     }

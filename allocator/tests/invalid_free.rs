@@ -164,6 +164,37 @@ fn double_free_of_a_slot_handed_to_the_next_request_is_reported() {
     println!("not detected");
 }
 
+/// A double free of a slot deep in a full tagged bin: the push refuses it (the bin is full),
+/// the free gives the bin's newest half back, the slot with it, and finds its owner word
+/// cleared: reported, instead of uncharging the tenant again and listing the slot twice.
+#[test]
+fn double_free_of_a_slot_in_a_full_kept_bin_is_reported() {
+    const NAME: &str = "double_free_of_a_slot_in_a_full_kept_bin_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: double free of an accounted object (it was in the thread's kept slots)",
+        );
+    }
+    let l = Layout::from_size_align(48, 8).unwrap();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _in = tenant.enter();
+    // The tagged bin of the 48-byte class holds 1,024 slots (`tagged_max`).
+    let ptrs: Vec<*mut u8> = (0..1024)
+        // SAFETY: valid layout.
+        .map(|_| unsafe { GLOBAL.alloc(l) })
+        .collect();
+    // SAFETY: each block freed once (the bin fills up); then deliberately invalid: a slot
+    // 24 below the bin's head, in its newest half, freed again.
+    unsafe {
+        for &p in &ptrs {
+            GLOBAL.dealloc(p, l);
+        }
+        GLOBAL.dealloc(ptrs[1000], l);
+    }
+    println!("not detected");
+}
+
 /// A dedicated cache has no thread bins: a double free with live neighbours used to put the
 /// slot on its slab's free list twice, and the cache then handed it out twice.
 #[test]
