@@ -143,7 +143,8 @@ fn charge_slot(c: usize, cg: ObjCgId) -> *mut u8 {
 }
 
 /// Frees an accounted slot of class `c`: kept charged in the object stock when its owner is
-/// this thread's tag, else uncharged from its recorded owner.
+/// this thread's tag, else uncharged from its recorded owner (unless the slow path keeps it
+/// after all: a full tagged bin, or an adoption, `ThreadCache::keep_slow`).
 ///
 /// # Safety
 /// `p` must be a live slot of the accounted cache of class `c`.
@@ -159,7 +160,9 @@ pub unsafe fn free_small(p: *mut u8, c: usize) {
     unsafe { free_small_uncharging(p, c) }
 }
 
-/// The free path that uncharges the owner and clears the owner word.
+/// The free path that uncharges the owner and clears the owner word, after the checks,
+/// unless `ThreadCache::keep_slow` keeps the slot (its owner's full tagged bin gives back
+/// half first, or the thread adopts its owner's objects).
 ///
 /// # Safety
 /// As [`free_small`].

@@ -251,8 +251,9 @@ pub struct ObjectStock {
     /// one store per uncharging free).
     free_run: Cell<u64>,
     /// The tag was set by a free (`adopt_on_free`), and no allocation charged for it since:
-    /// the bins hold objects this thread freed for another thread's tenant, which the next free run of
-    /// yet another tenant, or this thread's next allocation that misses, hands on at once.
+    /// the bins hold objects this thread freed for another thread's tenant. The thread's next
+    /// allocation that misses retags at once (`note_miss`), and a run of `ADOPT_AFTER` frees
+    /// of another live tenant's objects adopts that one, giving these back.
     adopted: Cell<bool>,
     /// The armed list of stocks that may hold charged objects, and where this one is on it
     /// (`UNARMED`, `LISTED`, `HELD`): under that list's lock.
@@ -759,13 +760,15 @@ impl ObjectStock {
     /// once `x`'s objects were freed `ADOPT_AFTER` times in a row with no charging
     /// allocation between ([`count_free_miss`](Self::count_free_miss)): retags the stock for
     /// `x` when `x`'s tenant is alive and the tagged bins are empty or were themselves
-    /// adopted (their objects are given back first). True when it did. So a thread that frees what another thread's tenant allocates (a consumer,
-    /// `xmalloc` with a tenant per thread) keeps those objects charged as their owner's own
-    /// thread would, instead of uncharging each (about 150 instructions), and gives them back
-    /// in one uncharge per class when a bin fills ([`give_back_full`](Self::give_back_full)),
-    /// when it frees for another tenant, or at its next allocation that misses (`note_miss`,
-    /// which hands them to its tenant in place when it can, `transfer_bins`: the transfer
-    /// moves their charge, as for a dead request's).
+    /// adopted (their objects are given back first). True when it did.
+    ///
+    /// So a thread that frees what another thread's tenant allocates (a consumer, `xmalloc`
+    /// with a tenant per thread) keeps those objects charged as their owner's own thread
+    /// would, instead of uncharging each (about 150 instructions), and gives them back in one
+    /// uncharge per class when a bin fills ([`give_back_full`](Self::give_back_full)), when a
+    /// run of `ADOPT_AFTER` frees adopts another live tenant, or at its next allocation that
+    /// misses (`note_miss`, which hands them to its tenant in place when it can,
+    /// `transfer_bins`: the transfer moves their charge, as for a dead request's).
     /// The kernel's object stock follows frees the same way (`refill_obj_stock` replaces the
     /// cached objcg). A thread that keeps its own tenant's objects has them in its tagged
     /// bins, or allocates between the frees, and is left as it is. `x`'s tenant may die
@@ -864,9 +867,10 @@ impl ObjectStock {
     /// The object stock follows the byte stock's budget (the accounting's stock budget: 4
     /// slots per CPU for one tenant, all threads together): a thread keeps `cg`'s freed objects
     /// only if its byte stock holds a slot for `cg` now (it just charged the allocation that
-    /// missed). Else its tagged bins get no capacity until the next retag, and it stays off the
-    /// armed list: so thousands of threads that served one tenant leave about as many armed
-    /// caches as the budget has slots, and a refusal's drain visits those, not every thread.
+    /// missed; after an adoption, the uncharging frees before it may have made one). Else
+    /// its tagged bins get no capacity until the next retag, and it stays off the armed list:
+    /// so thousands of threads that served one tenant leave about as many armed caches as
+    /// the budget has slots, and a refusal's drain visits those, not every thread.
     fn note_retag(&self, lines: &Lines, cg: ObjCgId) {
         {
             // Tagged bins that still hold objects at a retag (a transfer hands them over in
@@ -884,7 +888,8 @@ impl ObjectStock {
             }
         }
         // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
-        // it), so its tenant is alive; or, from `adopt`, the owner of the object being freed,
+        // it), so its tenant is alive; or, from `adopt_on_free`, the owner of the object being
+        // freed,
         // whose charged bytes hold refs on its objcg.
         unsafe { hooks::note_object_stock(cg) };
     }
