@@ -4,11 +4,11 @@
 //! `pop_class`, which check it after the pop and its `light_barrier`, and `Bin::unpop` on a
 //! mismatch; the claim of a stale slot is the model's copy of `ThreadCache::claim_stale`), its
 //! ways back (`reclaim_take`, a retag's `take_bins` + `set_tag`, `take_half` when a free finds
-//! the bin full, `take_own` at exit), and a
-//! drainer's passes on that stock (`request_steal`, the remote barrier, `record`, the second
-//! barrier, `recheck`). Under loom both barriers are `SeqCst` fences (what membarrier
-//! guarantees: a full barrier on every running thread, between the owner's bin store and
-//! its load of the tag), and the `stock` lock is the real spin lock on loom's atomics.
+//! the bin full, `take_own` at exit), and a drainer's passes on that stock (`request_steal`,
+//! the remote barrier, `record`, the second barrier, `recheck`). Under loom both barriers
+//! are `SeqCst` fences (what membarrier guarantees: a full barrier on every running thread,
+//! between the owner's bin store and its load of the tag), and the `stock` lock is the real
+//! spin lock on loom's atomics.
 //!
 //! What stays a model: the tenants' charges (two loom atomics: the objects charged to A
 //! and to B), which the real paths keep in the byte stock (`hooks::charge`/`uncharge`); the
@@ -226,7 +226,8 @@ impl Owner {
     /// `free_small` of the `i`-th live object: kept in the tagged bin when its owner is the
     /// tag (`ObjectStock::push`); when that bin (a class's) is full, its newest half is
     /// taken (`ObjectStock::take_half`, which `give_back_full` runs) and given back, and the
-    /// push tried again; else uncharged (`free_small_uncharging`), which settles when a
+    /// push tried again (the real path does so for bins of `GIVE_BACK_MIN` slots or more;
+    /// the model's holds 2); else uncharged (`free_small_uncharging`), which settles when a
     /// drainer has been here.
     fn free(&mut self, i: usize) {
         let (p, owner) = self.live.remove(i);

@@ -336,7 +336,7 @@ impl ThreadCache {
     pub(crate) unsafe fn keep_slow(&self, c: usize, owner: ObjCgId, p: *mut u8) -> bool {
         let kept = if self.stock.keeps(owner) {
             let bin = &self.line(c).tagged;
-            bin.capacity() != 0
+            bin.capacity() >= object_stock::GIVE_BACK_MIN
                 && bin.count() >= bin.capacity()
                 && is_live(self)
                 && self.stock.give_back_full(&self.bins, &self.accounted, c)
