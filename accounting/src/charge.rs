@@ -185,7 +185,8 @@ pub(crate) fn charge_slow(
 /// count in the parent and above, so only the tenant itself (and its limit) is charged and
 /// the parent's pool gives them up. A tenant per request then charges no shared line when it
 /// starts. `None`, with nothing changed, when the parent has no such slot here or the
-/// tenant's limit refuses (the counter path then decides, with its ladder). In no CS; takes
+/// batch does not fit below the tenant's `max` and `high` (the counter path then decides,
+/// with its ladder). In no CS; takes
 /// one.
 fn borrow_from_parent(s: &Stock, oc: &ObjCg, batch: u64) -> Option<u64> {
     let mut got = None;
@@ -206,7 +207,7 @@ fn borrow_from_parent(s: &Stock, oc: &ObjCg, batch: u64) -> Option<u64> {
             // A slot for the live parent's own objcg holds a ref on it, so the id is its.
             let j = s.find(p.objcg())?;
             let b = s.api[j].load(Relaxed);
-            if b < batch || !counter::try_charge_below_of(&*t, p, batch) {
+            if b < batch || !counter::try_charge_batch_below(&*t, p, batch) {
                 return None;
             }
             s.api[j].store(b - batch, Relaxed);
@@ -233,7 +234,8 @@ fn charge_direct(
     Ok(())
 }
 
-/// Charges `batch` (if more than `n` and it fits) or exactly `n` to the objcg's tenant,
+/// Charges `batch` (if more than `n` and it fits below every `max` and `high` on the way,
+/// `counter::try_charge_batch`) or exactly `n` to the objcg's tenant,
 /// running the failure ladder for `n` with `ladder`'s policy steps. Returns the bytes
 /// charged.
 fn charge_counter(
@@ -256,7 +258,7 @@ fn charge_counter(
         let Some(t) = (unsafe { oc.read() }) else {
             return Ok(n);
         };
-        if batch > n && counter::try_charge(&*t, batch).is_ok() {
+        if batch > n && counter::try_charge_batch(&*t, batch) {
             return Ok(batch);
         }
         let stocked = match counter::try_charge(&*t, n) {

@@ -172,6 +172,18 @@ impl Counter {
         })
     }
 
+    /// Adds `n` for a stock's refill beyond what the charge itself needs: only within both
+    /// `max` and `high`, and never through an overdraft window, so that bytes nobody uses
+    /// yet neither raise `high` events and pressure nor take the room the OOM killer grants
+    /// to the work in flight. The caller charges exactly what it needs when this refuses.
+    fn try_add_batch(&self, n: u64) -> bool {
+        let bound = self.max.load(Relaxed).min(self.high.load(Relaxed));
+        if bound == u64::MAX {
+            return self.add_unbounded(n);
+        }
+        self.add_if(|cur| cur.checked_add(n).filter(|&new| new <= bound))
+    }
+
     /// Adds `n` for bytes that move here from another branch of the tree (free objects an
     /// object stock hands to the next tenant, `charge::transfer`). Stricter than
     /// [`try_add`](Self::try_add): never through an overdraft window (the OOM killer's grant
@@ -327,27 +339,21 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
     Ok(())
 }
 
-/// Charges `n` to `node` and its ancestors strictly below `stop` (an ancestor of `node`
-/// whose usage already counts the bytes: they come from what a stock pre-charged to it), each
-/// checking its limit as [`try_charge`] does, and records `high` events on them. False, with
-/// nothing charged, when one of them refuses.
-pub(crate) fn try_charge_below_of<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
+/// Charges a stock's refill of `n` bytes to `node` and all its ancestors, each within its
+/// `max` and `high` ([`Counter::try_add_batch`]): no event is due. False, with nothing left
+/// charged, when one of them has no such room (the caller then charges what it needs with
+/// [`try_charge`], which decides on events and refusals).
+pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64) -> bool {
+    add_below(node, None, n, Counter::try_add_batch)
+}
+
+/// [`try_charge_batch`] for `node` and its ancestors strictly below `stop` (an ancestor of
+/// `node` whose usage already counts the bytes: they come from what a stock pre-charged to
+/// it).
+pub(crate) fn try_charge_batch_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
     #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node) && !core::ptr::eq(node, stop));
-    if !add_below(node, stop, n, Counter::try_add) {
-        return false;
-    }
-    let mut cur = node;
-    while !core::ptr::eq(cur, stop) {
-        if cur.counter().over_high() {
-            record_event(cur, Event::High);
-        }
-        match cur.parent() {
-            Some(p) => cur = p,
-            None => break,
-        }
-    }
-    true
+    add_below(node, Some(stop), n, Counter::try_add_batch)
 }
 
 /// The lowest common ancestor of `a` and `b` (one of them, when it is the other's ancestor;
@@ -417,14 +423,19 @@ pub(crate) fn uncharge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) {
 pub(crate) fn try_charge_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
     #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node));
-    add_below(node, stop, n, Counter::try_add_moved)
+    add_below(node, Some(stop), n, Counter::try_add_moved)
 }
 
-/// Adds `n` with `add` to `node` and its ancestors strictly below `stop`; when one refuses,
-/// takes back what was added below it and returns false.
-fn add_below<N: Hierarchy>(node: &N, stop: &N, n: u64, add: fn(&Counter, u64) -> bool) -> bool {
+/// Adds `n` with `add` to `node` and its ancestors strictly below `stop` (all of them for
+/// `None`); when one refuses, takes back what was added below it and returns false.
+fn add_below<N: Hierarchy>(
+    node: &N,
+    stop: Option<&N>,
+    n: u64,
+    add: fn(&Counter, u64) -> bool,
+) -> bool {
     let mut cur = node;
-    while !core::ptr::eq(cur, stop) {
+    while !stop.is_some_and(|s| core::ptr::eq(cur, s)) {
         if !add(cur.counter(), n) {
             let mut r = node;
             while !core::ptr::eq(r, cur) {

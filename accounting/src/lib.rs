@@ -169,7 +169,8 @@ pub mod testing {
     }
 
     /// Stock slots, all threads together, that may cache one tenant's objcg at once (4 per
-    /// CPU): what stocks pre-charge for it stays under that times 256 KiB.
+    /// CPU): what stocks pre-charge for it stays under that times 1 MiB (two pools of at most
+    /// 512 KiB).
     /// `tests/many_idle_threads.rs`, `tests/object_stock_budget_caching.rs`.
     pub fn stock_budget_slots() -> u32 {
         crate::objcg::hold_budget()

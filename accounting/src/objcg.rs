@@ -491,8 +491,8 @@ impl ObjCg {
 }
 
 /// Stock slots that may cache one objcg at once, all threads together: 4 per CPU. A slot
-/// holds at most `STOCK_HIGH` bytes in each of its two pools (`stock.rs`), 256 KiB, so what
-/// all stocks pre-charge for one objcg stays within 1 MiB per CPU however many threads
+/// holds at most `STOCK_HIGH` bytes in each of its two pools (`stock.rs`), 1 MiB, so what
+/// all stocks pre-charge for one objcg stays within 4 MiB per CPU however many threads
 /// there are, as the kernel's per-CPU stocks bound it by the CPUs (there: 64 pages per slot
 /// and CPU). Threads past the budget charge the counters directly (`charge.rs`).
 pub(crate) fn hold_budget() -> u32 {

@@ -70,13 +70,16 @@ use crate::types::{ObjCgId, StatIdx, NR_STAT};
 
 /// Slots per stock (the kernel's `NR_MEMCG_STOCK`).
 pub(crate) const NR_SLOTS: usize = 7;
-/// Bytes a refill charges to the counter at once (unless near the limit).
-pub(crate) const CHARGE_BATCH: u64 = 64 << 10;
+/// Bytes a refill charges to the counter at once (unless near the limit): the kernel's
+/// `MEMCG_CHARGE_BATCH` (64 pages). With 64 KiB, a thread allocating objects of 8 KiB and
+/// more (the server shape's 8 B-32 KiB) went to the shared counters every few allocations.
+pub(crate) const CHARGE_BATCH: u64 = 256 << 10;
 /// A slot holding more than this after an uncharge gives back everything above `STOCK_LOW`.
 pub(crate) const STOCK_HIGH: u64 = 2 * CHARGE_BATCH;
 pub(crate) const STOCK_LOW: u64 = CHARGE_BATCH;
-/// A cached stat delta is flushed to the shared stats once its magnitude passes this.
-pub(crate) const STAT_FLUSH: i64 = 64 << 10;
+/// A cached stat delta is flushed to the shared stats once its magnitude passes this (one
+/// charge batch: a stat per size class flushed every two 32 KiB objects at 64 KiB).
+pub(crate) const STAT_FLUSH: i64 = 256 << 10;
 
 /// Forwarding entries per stock (`charge::forward`; a power of two), in sets of
 /// `FWD_WAYS`. A thread freeing the objects of many dead requests at random (larson: about
@@ -609,7 +612,7 @@ impl Stock {
                 continue;
             }
             if let Some(r) = rest.stats.get_mut(k) {
-                // |over| <= STAT_FLUSH + |d| fits an i32 (both are below 2^17).
+                // |over| <= STAT_FLUSH + |d| fits an i32 (both are at most 2^18).
                 *r = over as i32;
                 rest.dirty |= 1 << (k % 64);
             }

@@ -281,7 +281,7 @@ impl Tenant {
     /// allocator's ownership records (which objects' frees rely on); its effects stay in the
     /// numbers, as with the kernel's `page_counter_cancel`:
     /// - the excess can sit in this thread's stock as credit that later charges of this
-    ///   tenant use without charging the counter (at most 128 KiB per thread, until a drain);
+    ///   tenant use without charging the counter (at most 512 KiB per thread, until a drain);
     /// - the usage of this tenant and of each ancestor stops at 0 on its own, so an ancestor
     ///   can lose usage that its other children hold, and stats can read low;
     /// - when a counter would go below 0, a warning is printed (once per process).

@@ -3,7 +3,7 @@
 use crate::drain::{drain_all, registered_count};
 use crate::hooks::{self, StatIdx};
 use crate::objcg;
-use crate::stock::{NR_SLOTS, STOCK, STOCK_HIGH, STOCK_LOW};
+use crate::stock::{CHARGE_BATCH, NR_SLOTS, STAT_FLUSH, STOCK, STOCK_HIGH, STOCK_LOW};
 use crate::{StatItem, Tenant};
 
 /// Taken by every test of this file: they look at this thread's stock or at shared lists,
@@ -449,16 +449,19 @@ fn a_dying_childs_slot_merges_into_its_parents_slot() {
                 .map(|i| (s.bytes[i].load(Relaxed), s.api[i].load(Relaxed)))
         })
     };
-    // 40 KiB of objects each: each slot caches a +40 KiB delta at k, below STAT_FLUSH, and
-    // the two together pass it.
-    assert!(charge(pid, 40 << 10, k));
-    assert!(charge(cid, 40 << 10, k));
-    // Fill the parent's API pool: charges and uncharges of socket bytes through it.
+    // 5/8 of STAT_FLUSH in objects each: each slot caches that delta at k, below
+    // STAT_FLUSH, and the two together pass it.
+    let objs = STAT_FLUSH as u64 * 5 / 8;
+    assert!(charge(pid, objs as usize, k));
+    assert!(charge(cid, objs as usize, k));
+    // Fill the parent's API pool: charges and uncharges of socket bytes through it (two
+    // refills of CHARGE_BATCH leave 2/16 of one; the uncharges bring it to STOCK_HIGH).
+    let sock = CHARGE_BATCH * 15 / 16;
     for _ in 0..2 {
-        parent.charge(60 << 10, StatItem::Sock).unwrap();
+        parent.charge(sock, StatItem::Sock).unwrap();
     }
     for _ in 0..2 {
-        parent.uncharge(60 << 10, StatItem::Sock);
+        parent.uncharge(sock, StatItem::Sock);
     }
     let (_, papi) = slot(pid).expect("the parent has a slot here");
     let (cbytes, capi) = slot(cid).expect("the child has a slot here");
@@ -478,17 +481,17 @@ fn a_dying_childs_slot_merges_into_its_parents_slot() {
     assert_eq!(papi_after, STOCK_LOW, "the merged pool is trimmed");
     assert_eq!(
         parent.stat_flushed(k.0 as usize),
-        80 << 10,
+        2 * objs,
         "the merged delta passed its flush: both halves reached the shared stats"
     );
     // The child's objects are the parent's now; the trimmed bytes went back.
-    assert_eq!(parent.current_exact(), 80 << 10);
+    assert_eq!(parent.current_exact(), 2 * objs);
     let st = parent.stat();
-    assert_eq!((st.slab, st.sock), (80 << 10, 0));
+    assert_eq!((st.slab, st.sock), (2 * objs, 0));
     // SAFETY: gives back the objects charged above, the child's through its dead objcg.
     unsafe {
-        hooks::uncharge(cid, 40 << 10, k);
-        hooks::uncharge(pid, 40 << 10, k);
+        hooks::uncharge(cid, objs as usize, k);
+        hooks::uncharge(pid, objs as usize, k);
     }
     assert_eq!(parent.current_exact(), 0);
     assert_eq!(parent.stat().slab, 0);
