@@ -79,8 +79,8 @@
 //! # Stocks and drains
 //!
 //! Each thread keeps bytes pre-charged for up to 7 tenants and keeps freed objects charged
-//! for the tenant it allocates for; together, stocks hold at most 4 slots (256 KiB each)
-//! per CPU for one tenant. A drain (before a refusal, in `current_exact()` and `stat()`)
+//! for the tenant it allocates for; together, stocks hold at most 4 slots (refills of 256
+//! KiB, at most 1 MiB each) per CPU for one tenant. A drain (before a refusal, in `current_exact()` and `stat()`)
 //! uses `membarrier` so the owner's fast path needs no atomic read-modify-write, and
 //! uncharges an idle thread's object stock in place: the slots go back to their slabs when
 //! that thread next leaves its fast path or exits. Where `membarrier`'s private expedited

@@ -22,9 +22,10 @@ fn idle_threads_give_their_stocks_back() {
     let idle = idle_threads::IdleThreads::start(&t, threads);
     let exact = threads as u64 * idle_threads::KEPT_PER_THREAD;
     let first = t.current();
-    // Within the stock budget: 4 slots per CPU of at most 256 KiB each.
+    // Within the stock budget: 4 slots per CPU, each two pools of at most two refills.
+    let slot_max = 4 * slabcg::accounting::testing::charge_batch();
     assert!(
-        first > exact && first <= exact + cpus as u64 * (1 << 20),
+        first > exact && first <= exact + 4 * cpus as u64 * slot_max,
         "the stocks hold pre-charged bytes at first, within the budget: {first}"
     );
     let bound = exact;

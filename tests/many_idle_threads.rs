@@ -7,7 +7,7 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 
-use slabcg::accounting::testing::{drain_visits, stock_budget_slots};
+use slabcg::accounting::testing::{charge_batch, drain_visits, stock_budget_slots};
 use slabcg::{SlabAlloc, Tenant};
 
 #[global_allocator]
@@ -78,11 +78,12 @@ fn idle_threads_hold_little_and_refusals_stay_exact(threads: usize) {
     let idle = start_idle(&t, threads);
     let kept = (threads * KEPT * SMALL.size()) as u64;
     let budget = u64::from(stock_budget_slots());
-    // The byte stocks hold at most `budget` slots of the tenant, 256 KiB each, and only
+    // The byte stocks hold at most `budget` slots of the tenant, one refill each, and only
     // threads with such a slot keep the objects they freed charged in their object stocks:
     // what the idle threads pre-charge follows the CPUs, not the threads.
     let current = t.current();
-    let bound = kept + budget * ((256 << 10) + (FREED * SMALL.size()) as u64);
+    let refill = charge_batch();
+    let bound = kept + budget * (refill + (FREED * SMALL.size()) as u64);
     assert!(
         current <= bound,
         "{threads} idle threads pre-charge {} over the {kept} they keep (bound {})",

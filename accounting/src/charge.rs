@@ -100,7 +100,7 @@ pub(crate) fn charge_slow(
             flush_stat(oc, idx, d);
             return Ok(());
         }
-        // 2. Refill: charge a batch (or exactly n near the limit) to the counter. A new slot
+        // 2. Refill: charge a batch (or exactly n near a `max` or `high`) to the counter. A new slot
         // needs a share of the objcg's stock budget and a place on the holding list
         // (drain.rs), both taken before the CS; without a share only `n` is charged, and
         // the thread charges the counters directly until a share is free (what all stocks
@@ -234,8 +234,9 @@ fn charge_direct(
     Ok(())
 }
 
-/// Charges `batch` (if more than `n` and it fits below every `max` and `high` on the way,
-/// `counter::try_charge_batch`) or exactly `n` to the objcg's tenant,
+/// Charges `batch` (if more than `n` and it fits within every `max` on the way and crosses
+/// no `high`, `counter::try_charge_batch`), else a quarter of it rounded up to `n`, or
+/// exactly `n` to the objcg's tenant,
 /// running the failure ladder for `n` with `ladder`'s policy steps. Returns the bytes
 /// charged.
 fn charge_counter(
@@ -258,8 +259,16 @@ fn charge_counter(
         let Some(t) = (unsafe { oc.read() }) else {
             return Ok(n);
         };
-        if batch > n && counter::try_charge_batch(&*t, batch) {
-            return Ok(batch);
+        // A full refill, else a quarter of one (a tenant within a refill of its `max` or
+        // `high`, or with a bound below one: its charges do not all go to the counters),
+        // else exactly n below.
+        if batch > n {
+            let quarter = n.div_ceil(CHARGE_BATCH / 4) * (CHARGE_BATCH / 4);
+            for b in [batch, quarter] {
+                if b > n && counter::try_charge_batch(&*t, b) {
+                    return Ok(b);
+                }
+            }
         }
         let stocked = match counter::try_charge(&*t, n) {
             Ok(()) => return Ok(n),

@@ -1,7 +1,8 @@
 //! The hierarchical lock-free counter (the kernel's `page_counter`): mechanism only, no
 //! policy. A charge of `n` adds `n` to a node and every ancestor *including the root*; the
 //! root is never limited, so its step is a plain `fetch_add` (the root line is contended only
-//! by stock refills, i.e. once per `CHARGE_BATCH` bytes per thread).
+//! by stock refills, i.e. once per `CHARGE_BATCH` bytes per thread, and by the charges of
+//! tenants within a refill's quarter of their `max` or `high`, which go one by one).
 //!
 //! Invariant per node, at every observation: `usage <= max + allowance` (for limited nodes),
 //! where `allowance` is 0 except while an overdraft window is open (`open_overdraft`: the
@@ -172,16 +173,21 @@ impl Counter {
         })
     }
 
-    /// Adds `n` for a stock's refill beyond what the charge itself needs: only within both
-    /// `max` and `high`, and never through an overdraft window, so that bytes nobody uses
-    /// yet neither raise `high` events and pressure nor take the room the OOM killer grants
-    /// to the work in flight. The caller charges exactly what it needs when this refuses.
+    /// Adds `n` for a stock's refill beyond what the charge itself needs: within `max`, never
+    /// through an overdraft window (the OOM killer's grant to the work in flight), and never
+    /// across `high`, so that bytes nobody uses yet do not start pressure. Usage already
+    /// above `high` (the tenant's own objects put it there) takes refills again: a tenant
+    /// that lives above its `high` would otherwise charge every object on the shared
+    /// counters. The caller charges exactly what it needs when this refuses.
     fn try_add_batch(&self, n: u64) -> bool {
-        let bound = self.max.load(Relaxed).min(self.high.load(Relaxed));
-        if bound == u64::MAX {
+        let (max, high) = (self.max.load(Relaxed), self.high.load(Relaxed));
+        if max == u64::MAX && high == u64::MAX {
             return self.add_unbounded(n);
         }
-        self.add_if(|cur| cur.checked_add(n).filter(|&new| new <= bound))
+        self.add_if(|cur| {
+            let new = cur.checked_add(n)?;
+            (new <= max && (new <= high || cur > high)).then_some(new)
+        })
     }
 
     /// Adds `n` for bytes that move here from another branch of the tree (free objects an
@@ -329,22 +335,21 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
         }
         cur = c.parent();
     }
-    let mut cur = Some(node);
-    while let Some(c) = cur {
-        if c.counter().over_high() {
-            record_event(c, Event::High);
-        }
-        cur = c.parent();
-    }
+    note_high_below(node, None);
     Ok(())
 }
 
 /// Charges a stock's refill of `n` bytes to `node` and all its ancestors, each within its
-/// `max` and `high` ([`Counter::try_add_batch`]): no event is due. False, with nothing left
-/// charged, when one of them has no such room (the caller then charges what it needs with
-/// [`try_charge`], which decides on events and refusals).
+/// `max` and not across its `high` ([`Counter::try_add_batch`]), and records `high` events
+/// on those that were above `high` already, as [`try_charge`] would for their own
+/// objects. False, with nothing left charged, when one of them has no such room (the
+/// caller then charges what it needs with [`try_charge`], which decides on events and
+/// refusals).
 pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64) -> bool {
-    add_below(node, None, n, Counter::try_add_batch)
+    add_below(node, None, n, Counter::try_add_batch) && {
+        note_high_below(node, None);
+        true
+    }
 }
 
 /// [`try_charge_batch`] for `node` and its ancestors strictly below `stop` (an ancestor of
@@ -353,7 +358,25 @@ pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64) -> bool {
 pub(crate) fn try_charge_batch_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
     #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node) && !core::ptr::eq(node, stop));
-    add_below(node, Some(stop), n, Counter::try_add_batch)
+    add_below(node, Some(stop), n, Counter::try_add_batch) && {
+        note_high_below(node, Some(stop));
+        true
+    }
+}
+
+/// Records a `high` event on each of `node` and its ancestors strictly below `stop` (all of
+/// them for `None`) whose usage is above its `high`.
+fn note_high_below<N: Hierarchy>(node: &N, stop: Option<&N>) {
+    let mut cur = node;
+    while !stop.is_some_and(|s| core::ptr::eq(cur, s)) {
+        if cur.counter().over_high() {
+            record_event(cur, Event::High);
+        }
+        match cur.parent() {
+            Some(p) => cur = p,
+            None => break,
+        }
+    }
 }
 
 /// The lowest common ancestor of `a` and `b` (one of them, when it is the other's ancestor;

@@ -20,7 +20,9 @@
 //!     a new slot takes a share of the objcg's stock budget (objcg::try_hold, 4 slots per
 //!     CPU for one objcg) and a place on the holding list (drain::join); without a share
 //!     only n is charged, straight to the counters;
-//!     refill a batch from counter::try_charge (CAS walk up the ancestors), evict LRU slot,
+//!     refill: borrow a batch from the parent's slot (a dead sibling's bytes), else charge
+//!     one (256 KiB, or 64 KiB within that of a max or high: counter::try_charge_batch, a
+//!     CAS walk up the ancestors) or exactly n (counter::try_charge), evict LRU slot,
 //!     failure ladder: exact n -> drain (unless clean) -> retry -> reclaim callback -> retry
 //!     -> (if a callback ran) drain (unless clean) -> retry -> OOM killer (under Kill)
 //!     (reclaim and the OOM killer are policy: reached only through the `charge::Ladder`
@@ -174,6 +176,16 @@ pub mod testing {
     /// `tests/many_idle_threads.rs`, `tests/object_stock_budget_caching.rs`.
     pub fn stock_budget_slots() -> u32 {
         crate::objcg::hold_budget()
+    }
+
+    /// Bytes a stock refill charges at once (`stock::CHARGE_BATCH`).
+    pub fn charge_batch() -> u64 {
+        crate::stock::CHARGE_BATCH
+    }
+
+    /// A cached stat delta's largest magnitude before it is flushed (`stock::STAT_FLUSH`).
+    pub fn stat_flush() -> u64 {
+        crate::stock::STAT_FLUSH as u64
     }
 
     /// Bytes the objcg id table holds now (its chunks, directories and free lists): what

@@ -70,7 +70,8 @@ use crate::types::{ObjCgId, StatIdx, NR_STAT};
 
 /// Slots per stock (the kernel's `NR_MEMCG_STOCK`).
 pub(crate) const NR_SLOTS: usize = 7;
-/// Bytes a refill charges to the counter at once (unless near the limit): the kernel's
+/// Bytes a refill charges to the counter at once (a quarter, then exactly what is asked, near
+/// a `max` or `high`: `charge::charge_counter`): the kernel's
 /// `MEMCG_CHARGE_BATCH` (64 pages). With 64 KiB, a thread allocating objects of 8 KiB and
 /// more (the server shape's 8 B-32 KiB) went to the shared counters every few allocations.
 pub(crate) const CHARGE_BATCH: u64 = 256 << 10;

@@ -159,10 +159,18 @@ impl Tenant {
         self.node.counter.max()
     }
     /// Sets the soft limit: going above it never fails, it counts `events.high` and raises
-    /// [`under_pressure`](Self::under_pressure). Ignored on the root.
+    /// [`under_pressure`](Self::under_pressure). Stocks pre-charge no bytes across it: a
+    /// refill that would cross it charges what is asked. Ignored on the root.
     pub fn set_high(&self, bytes: u64) {
-        if !self.is_root() {
-            self.node.counter.set_high(bytes);
+        if self.is_root() {
+            return;
+        }
+        self.node.counter.set_high(bytes);
+        // Bytes pre-charged into stocks count in usage: above the new value, give them back,
+        // so that pressure and the refills' batches follow what is in use (a tenant above
+        // its `high` is refilled again); as a write to cgroup's memory.high drains stocks.
+        if self.node.counter.usage() > bytes {
+            drain::drain_all();
         }
     }
     /// The soft limit in bytes (`u64::MAX`: none, the default).

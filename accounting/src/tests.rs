@@ -699,3 +699,63 @@ fn assert_freed_after_sweeps(weak: &std::sync::Weak<crate::node::Node>) {
         weak.strong_count()
     );
 }
+
+/// A refill's batch stays within `max` and does not cross `high` (pre-charged bytes start no
+/// pressure), a quarter of one where a whole one does not fit, exactly what is asked where
+/// neither does; and a tenant whose own objects put it above `high` gets whole refills
+/// again: without them it would charge every object on the shared counters.
+#[test]
+fn refill_batches_respect_max_and_high() {
+    use core::sync::atomic::Ordering::Relaxed;
+    let _serial = serial();
+    let stocked = |id| STOCK.with(|s| s.find(id).map_or(0, |i| s.bytes[i].load(Relaxed)));
+    let k = StatIdx::slab(3);
+    let b = CHARGE_BATCH as usize;
+
+    // Below high with less than a quarter refill of room: exactly what is asked.
+    let t = Tenant::new("batch-high");
+    let id = t.objcg_id();
+    t.set_high(CHARGE_BATCH / 8);
+    assert!(charge(id, 64, k));
+    assert_eq!((t.current(), stocked(id)), (64, 0));
+    assert!(!t.under_pressure());
+    assert_eq!(t.events().high, 0);
+    // Its own objects take it above high: an event, then whole refills again.
+    assert!(charge(id, b / 8, k));
+    assert!(t.under_pressure());
+    let events = t.events().high;
+    assert!(events >= 1);
+    assert!(charge(id, 64, k));
+    assert_eq!(
+        stocked(id),
+        CHARGE_BATCH - 64,
+        "above high, a refill takes a batch"
+    );
+    assert!(
+        t.events().high > events,
+        "a charge above high counts an event"
+    );
+    // SAFETY: gives back what this test charged to the id above.
+    unsafe { hooks::uncharge(id, 64 + b / 8 + 64, k) };
+    drain_all();
+    assert_eq!(t.current_exact(), 0);
+
+    // A max of half a refill: a quarter refill; at max, refused.
+    let m = Tenant::new("batch-max");
+    let id = m.objcg_id();
+    m.set_max(CHARGE_BATCH / 2);
+    assert!(charge(id, 64, k));
+    assert_eq!(
+        (m.current(), stocked(id)),
+        (CHARGE_BATCH / 4, CHARGE_BATCH / 4 - 64)
+    );
+    assert!(!m.under_pressure());
+    // Up to max (the refusal of the first try drains the quarter back), then refused.
+    assert!(charge(id, b / 2 - 64, k));
+    assert!(!charge(id, 64, k));
+    assert!(m.events().max >= 1);
+    // SAFETY: as above.
+    unsafe { hooks::uncharge(id, b / 2, k) };
+    drain_all();
+    assert_eq!(m.current_exact(), 0);
+}

@@ -45,7 +45,7 @@ fn no_spurious_failure_with_idle_stocks() {
         done_rx.recv().unwrap();
     }
     assert!(
-        t.current() >= 6 * 64 * KIB,
+        t.current() >= 6 * slabcg_accounting::testing::charge_batch(),
         "stocks hold batches: {}",
         t.current()
     );

@@ -30,8 +30,9 @@
  *   killed and the charge goes through the overdraft; the victim's code sees it at its next
  *   slabcg_checkpoint(). Nothing ever blocks inside malloc.
  * - Exceeding high never fails; it counts events_high.
- * - Per-thread stocks pre-charge bytes in batches, so current may read up to a few hundred
- *   KiB above the bytes in use per thread; slabcg_tenant_current_exact drains them first.
+ * - Per-thread stocks pre-charge bytes in batches of 256 KiB, so current may read up to
+ *   about 1 MiB above the bytes in use per thread (at most 4 MiB per CPU, all threads
+ *   together); slabcg_tenant_current_exact drains them first.
  *
  * Errors: every function returning int returns 0 on success or a negative errno value:
  * -EINVAL for a NULL handle or a bad argument, -ENOMEM for a refused charge, -EPERM for a
