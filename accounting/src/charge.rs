@@ -234,9 +234,9 @@ fn charge_direct(
     Ok(())
 }
 
-/// Charges `batch` (if more than `n` and it fits within every `max` on the way and crosses
-/// no `high`, `counter::try_charge_batch`), else a quarter of it rounded up to `n`, or
-/// exactly `n` to the objcg's tenant,
+/// Charges `batch` (if more than `n` and it fits within every `max` and `high` on the way,
+/// `counter::try_charge_batch`), else `n` rounded up to a quarter of `CHARGE_BATCH` (also
+/// above a `high`), or exactly `n` to the objcg's tenant,
 /// running the failure ladder for `n` with `ladder`'s policy steps. Returns the bytes
 /// charged.
 fn charge_counter(
@@ -259,14 +259,17 @@ fn charge_counter(
         let Some(t) = (unsafe { oc.read() }) else {
             return Ok(n);
         };
-        // A full refill, else a quarter of one (a tenant within a refill of its `max` or
-        // `high`, or with a bound below one: its charges do not all go to the counters),
-        // else exactly n below.
+        // A whole refill, else a quarter of one (a tenant within a refill of its `max` or
+        // `high`, above its `high`, or with a bound below a refill: its charges do not all go
+        // to the counters), else exactly n below.
         if batch > n {
-            let quarter = n.div_ceil(CHARGE_BATCH / 4) * (CHARGE_BATCH / 4);
-            for b in [batch, quarter] {
-                if b > n && counter::try_charge_batch(&*t, b) {
-                    return Ok(b);
+            if counter::try_charge_batch(&*t, batch, false) {
+                return Ok(batch);
+            }
+            let quarter = n.checked_next_multiple_of(CHARGE_BATCH / 4);
+            if let Some(q) = quarter.filter(|&q| q > n && q < batch) {
+                if counter::try_charge_batch(&*t, q, true) {
+                    return Ok(q);
                 }
             }
         }

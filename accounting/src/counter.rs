@@ -173,13 +173,25 @@ impl Counter {
         })
     }
 
-    /// Adds `n` for a stock's refill beyond what the charge itself needs: within `max`, never
-    /// through an overdraft window (the OOM killer's grant to the work in flight), and never
-    /// across `high`, so that bytes nobody uses yet do not start pressure. Usage already
-    /// above `high` (the tenant's own objects put it there) takes refills again: a tenant
-    /// that lives above its `high` would otherwise charge every object on the shared
-    /// counters. The caller charges exactly what it needs when this refuses.
+    /// Adds `n` for a stock's whole refill, beyond what the charge itself needs: within
+    /// `max`, never through an overdraft window (the OOM killer's grant to the work in
+    /// flight), and never above `high`, so that bytes nobody uses yet do not start pressure.
+    /// The caller tries a smaller refill ([`try_add_small_batch`](Self::try_add_small_batch))
+    /// or exactly what it needs when this refuses.
     fn try_add_batch(&self, n: u64) -> bool {
+        let bound = self.max.load(Relaxed).min(self.high.load(Relaxed));
+        if bound == u64::MAX {
+            return self.add_unbounded(n);
+        }
+        self.add_if(|cur| cur.checked_add(n).filter(|&new| new <= bound))
+    }
+
+    /// [`try_add_batch`](Self::try_add_batch) for a quarter refill, which a node already
+    /// above `high` also takes: a tenant that lives above its `high` would otherwise charge
+    /// every object on the shared counters. Quarter refills keep what stocks add to the
+    /// usage of such a tenant (and so how long its pressure outlasts its own objects) to
+    /// 64 KiB per thread.
+    fn try_add_small_batch(&self, n: u64) -> bool {
         let (max, high) = (self.max.load(Relaxed), self.high.load(Relaxed));
         if max == u64::MAX && high == u64::MAX {
             return self.add_unbounded(n);
@@ -339,22 +351,28 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
     Ok(())
 }
 
-/// Charges a stock's refill of `n` bytes to `node` and all its ancestors, each within its
-/// `max` and not across its `high` ([`Counter::try_add_batch`]), and records `high` events
-/// on those that were above `high` already, as [`try_charge`] would for their own
-/// objects. False, with nothing left charged, when one of them has no such room (the
-/// caller then charges what it needs with [`try_charge`], which decides on events and
-/// refusals).
-pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64) -> bool {
-    add_below(node, None, n, Counter::try_add_batch) && {
+/// Charges a stock's refill of `n` bytes to `node` and all its ancestors: a whole refill
+/// (`small` false) within every `max` and `high` ([`Counter::try_add_batch`]), a quarter
+/// one also on nodes already above their `high` ([`Counter::try_add_small_batch`]), where
+/// it records a `high` event as [`try_charge`] would for the tenant's own objects. False,
+/// with nothing left charged, when one of them has no such room (the caller then charges
+/// what it needs with [`try_charge`], which decides on events and refusals). A refused
+/// refill was added below the refusing node for a moment: their `peak` may count it.
+pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64, small: bool) -> bool {
+    let add = if small {
+        Counter::try_add_small_batch
+    } else {
+        Counter::try_add_batch
+    };
+    add_below(node, None, n, add) && {
         note_high_below(node, None);
         true
     }
 }
 
-/// [`try_charge_batch`] for `node` and its ancestors strictly below `stop` (an ancestor of
-/// `node` whose usage already counts the bytes: they come from what a stock pre-charged to
-/// it).
+/// [`try_charge_batch`] for a whole refill of `node` and its ancestors strictly below `stop`
+/// (an ancestor of `node` whose usage already counts the bytes: they come from what a stock
+/// pre-charged to it).
 pub(crate) fn try_charge_batch_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
     #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node) && !core::ptr::eq(node, stop));

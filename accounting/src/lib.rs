@@ -21,8 +21,9 @@
 //!     CPU for one objcg) and a place on the holding list (drain::join); without a share
 //!     only n is charged, straight to the counters;
 //!     refill: borrow a batch from the parent's slot (a dead sibling's bytes), else charge
-//!     one (256 KiB, or 64 KiB within that of a max or high: counter::try_charge_batch, a
-//!     CAS walk up the ancestors) or exactly n (counter::try_charge), evict LRU slot,
+//!     one (256 KiB; else n rounded up to 64 KiB near a max or high, or above a high:
+//!     counter::try_charge_batch, a CAS walk up the ancestors) or exactly n
+//!     (counter::try_charge), evict LRU slot,
 //!     failure ladder: exact n -> drain (unless clean) -> retry -> reclaim callback -> retry
 //!     -> (if a callback ran) drain (unless clean) -> retry -> OOM killer (under Kill)
 //!     (reclaim and the OOM killer are policy: reached only through the `charge::Ladder`

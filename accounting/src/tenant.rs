@@ -159,17 +159,20 @@ impl Tenant {
         self.node.counter.max()
     }
     /// Sets the soft limit: going above it never fails, it counts `events.high` and raises
-    /// [`under_pressure`](Self::under_pressure). Stocks pre-charge no bytes across it: a
-    /// refill that would cross it charges what is asked. Ignored on the root.
+    /// [`under_pressure`](Self::under_pressure). Stock refills stop at it (a refill that
+    /// would cross it is a quarter one or exactly what is asked). Lowering it below the
+    /// current usage first takes back the bytes pre-charged into every thread's stock (one
+    /// drain), as `set_max` does. Ignored on the root.
     pub fn set_high(&self, bytes: u64) {
         if self.is_root() {
             return;
         }
+        let old = self.node.counter.high();
         self.node.counter.set_high(bytes);
-        // Bytes pre-charged into stocks count in usage: above the new value, give them back,
-        // so that pressure and the refills' batches follow what is in use (a tenant above
-        // its `high` is refilled again); as a write to cgroup's memory.high drains stocks.
-        if self.node.counter.usage() > bytes {
+        // Bytes pre-charged into stocks count in usage: below it, give them back so that the
+        // pressure follows what is in use; as a write to cgroup's memory.high drains stocks.
+        // Only when lowered: a controller that raises it or writes it again pays no drain.
+        if bytes < old && self.node.counter.usage() > bytes {
             drain::drain_all();
         }
     }

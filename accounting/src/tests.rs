@@ -700,17 +700,18 @@ fn assert_freed_after_sweeps(weak: &std::sync::Weak<crate::node::Node>) {
     );
 }
 
-/// A refill's batch stays within `max` and does not cross `high` (pre-charged bytes start no
-/// pressure), a quarter of one where a whole one does not fit, exactly what is asked where
-/// neither does; and a tenant whose own objects put it above `high` gets whole refills
-/// again: without them it would charge every object on the shared counters.
+/// A refill's batch stays within `max` and `high` (pre-charged bytes start no pressure), a
+/// quarter of one where a whole one does not fit, exactly what is asked where neither does;
+/// a tenant whose own objects put it above `high` gets quarter refills: without them it
+/// would charge every object on the shared counters. Lowering `high` below the usage gives
+/// the pre-charged bytes back.
 #[test]
 fn refill_batches_respect_max_and_high() {
     use core::sync::atomic::Ordering::Relaxed;
     let _serial = serial();
     let stocked = |id| STOCK.with(|s| s.find(id).map_or(0, |i| s.bytes[i].load(Relaxed)));
     let k = StatIdx::slab(3);
-    let b = CHARGE_BATCH as usize;
+    let (b, q) = (CHARGE_BATCH as usize, CHARGE_BATCH / 4);
 
     // Below high with less than a quarter refill of room: exactly what is asked.
     let t = Tenant::new("batch-high");
@@ -720,7 +721,7 @@ fn refill_batches_respect_max_and_high() {
     assert_eq!((t.current(), stocked(id)), (64, 0));
     assert!(!t.under_pressure());
     assert_eq!(t.events().high, 0);
-    // Its own objects take it above high: an event, then whole refills again.
+    // Its own objects take it above high: an event, then quarter refills.
     assert!(charge(id, b / 8, k));
     assert!(t.under_pressure());
     let events = t.events().high;
@@ -728,8 +729,8 @@ fn refill_batches_respect_max_and_high() {
     assert!(charge(id, 64, k));
     assert_eq!(
         stocked(id),
-        CHARGE_BATCH - 64,
-        "above high, a refill takes a batch"
+        q - 64,
+        "above high, a refill takes a quarter batch"
     );
     assert!(
         t.events().high > events,
@@ -740,16 +741,32 @@ fn refill_batches_respect_max_and_high() {
     drain_all();
     assert_eq!(t.current_exact(), 0);
 
+    // Room for a quarter refill below high, not for a whole one.
+    let h = Tenant::new("batch-quarter");
+    let id = h.objcg_id();
+    h.set_high(3 * q / 2);
+    assert!(charge(id, 64, k));
+    assert_eq!((h.current(), stocked(id)), (q, q - 64));
+    assert!(!h.under_pressure());
+    // Lowered below the usage, high takes the pre-charged bytes back: no pressure from them.
+    h.set_high(q / 2);
+    assert_eq!(
+        h.current(),
+        64,
+        "set_high below the usage drains the stocks"
+    );
+    assert!(!h.under_pressure());
+    // SAFETY: as above.
+    unsafe { hooks::uncharge(id, 64, k) };
+    drain_all();
+    assert_eq!(h.current_exact(), 0);
+
     // A max of half a refill: a quarter refill; at max, refused.
     let m = Tenant::new("batch-max");
     let id = m.objcg_id();
     m.set_max(CHARGE_BATCH / 2);
     assert!(charge(id, 64, k));
-    assert_eq!(
-        (m.current(), stocked(id)),
-        (CHARGE_BATCH / 4, CHARGE_BATCH / 4 - 64)
-    );
-    assert!(!m.under_pressure());
+    assert_eq!((m.current(), stocked(id)), (q, q - 64));
     // Up to max (the refusal of the first try drains the quarter back), then refused.
     assert!(charge(id, b / 2 - 64, k));
     assert!(!charge(id, 64, k));

@@ -30,9 +30,10 @@
  *   killed and the charge goes through the overdraft; the victim's code sees it at its next
  *   slabcg_checkpoint(). Nothing ever blocks inside malloc.
  * - Exceeding high never fails; it counts events_high.
- * - Per-thread stocks pre-charge bytes in batches of 256 KiB, so current may read up to
- *   about 1 MiB above the bytes in use per thread (at most 4 MiB per CPU, all threads
- *   together); slabcg_tenant_current_exact drains them first.
+ * - Per-thread stocks pre-charge bytes in batches of 256 KiB and keep freed objects charged
+ *   (up to 128 KiB per size class), so current may read above the bytes in use: by up to
+ *   4 MiB per CPU of pre-charged bytes for one tenant, all threads together, plus what
+ *   each thread keeps; slabcg_tenant_current_exact drains them first.
  *
  * Errors: every function returning int returns 0 on success or a negative errno value:
  * -EINVAL for a NULL handle or a bad argument, -ENOMEM for a refused charge, -EPERM for a
@@ -92,7 +93,8 @@ int slabcg_tenant_new(const slabcg_tenant *parent, const char *name, slabcg_tena
 int slabcg_tenant_drop(slabcg_tenant *t);
 
 /* Limits. set_max below the current usage refuses later charges until usage drops; it
- * evicts nothing. Both are ignored on the root. */
+ * evicts nothing. Either, lowered below the current usage, first drains the bytes that
+ * threads' stocks pre-charged. Both are ignored on the root. */
 int slabcg_tenant_set_max(const slabcg_tenant *t, uint64_t bytes);
 int slabcg_tenant_set_high(const slabcg_tenant *t, uint64_t bytes);
 int slabcg_tenant_set_oom_policy(const slabcg_tenant *t, int policy); /* SLABCG_OOM_* */
