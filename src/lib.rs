@@ -79,13 +79,14 @@
 //! # Stocks and drains
 //!
 //! Each thread keeps bytes pre-charged for up to 7 tenants and keeps freed objects charged
-//! for the tenant it allocates for; together, stocks hold at most 4 slots (refills of 256
-//! KiB, at most 1 MiB each) per CPU for one tenant. A drain (before a refusal, in `current_exact()` and `stat()`)
-//! uses `membarrier` so the owner's fast path needs no atomic read-modify-write, and
-//! uncharges an idle thread's object stock in place: the slots go back to their slabs when
-//! that thread next leaves its fast path or exits. Where `membarrier`'s private expedited
-//! mode is missing, drains use `MEMBARRIER_CMD_GLOBAL` (milliseconds); without `membarrier`
-//! (or with `SLABCG_MEMBARRIER=0`, read at the first allocation), x86-64 uses an `mprotect`
+//! for the tenant it allocates for; together, stocks hold at most 4 slots (refills of
+//! 256 KiB, at most 1 MiB each) per CPU for one tenant. A drain (before a refusal, in
+//! `current_exact()` and `stat()`) uses `membarrier` so the owner's fast path needs no
+//! atomic read-modify-write, and uncharges an idle thread's object stock in place: the
+//! slots go back to their slabs when that thread next leaves its fast path or exits.
+//! Where `membarrier`'s private expedited mode is missing, drains use
+//! `MEMBARRIER_CMD_GLOBAL` (milliseconds); without `membarrier` (or with
+//! `SLABCG_MEMBARRIER=0`, read at the first allocation), x86-64 uses an `mprotect`
 //! TLB-shootdown barrier (about 7 us) and other CPUs drain only the calling thread's stocks,
 //! so a charge can then fail while other threads hold pre-charged bytes
 //! (`accounting::hooks::remote_barrier_kind()` says which barrier is in use). With more

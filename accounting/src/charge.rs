@@ -100,12 +100,12 @@ pub(crate) fn charge_slow(
             flush_stat(oc, idx, d);
             return Ok(());
         }
-        // 2. Refill: charge a batch (or exactly n near a `max` or `high`) to the counter. A new slot
-        // needs a share of the objcg's stock budget and a place on the holding list
-        // (drain.rs), both taken before the CS; without a share only `n` is charged, and
-        // the thread charges the counters directly until a share is free (what all stocks
-        // hold for one objcg stays within the budget, objcg.rs). `find` outside the CS is
-        // a hint (a drainer may empty the slot meanwhile): the CS decides below.
+        // 2. Refill: charge a batch (or less near a `max` or `high`, `charge_counter`) to the
+        // counter. A new slot needs a share of the objcg's stock budget and a place on the
+        // holding list (drain.rs), both taken before the CS; without a share only `n` is
+        // charged, and the thread charges the counters directly until a share is free (what
+        // all stocks hold for one objcg stays within the budget, objcg.rs). `find` outside
+        // the CS is a hint (a drainer may empty the slot meanwhile): the CS decides below.
         let has_slot = s.find(id).is_some();
         let mut share = false;
         if !has_slot {
@@ -186,8 +186,7 @@ pub(crate) fn charge_slow(
 /// the parent's pool gives them up. A tenant per request then charges no shared line when it
 /// starts. `None`, with nothing changed, when the parent has no such slot here or the
 /// batch does not fit below the tenant's `max` and `high` (the counter path then decides,
-/// with its ladder). In no CS; takes
-/// one.
+/// with its ladder). In no CS; takes one.
 fn borrow_from_parent(s: &Stock, oc: &ObjCg, batch: u64) -> Option<u64> {
     let mut got = None;
     if s.enter() {
