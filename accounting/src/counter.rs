@@ -173,32 +173,22 @@ impl Counter {
         })
     }
 
-    /// Adds `n` for a stock's whole refill, beyond what the charge itself needs: within
-    /// `max`, never through an overdraft window (the OOM killer's grant to the work in
-    /// flight), and never above `high`, so that bytes nobody uses yet do not start pressure.
-    /// The caller tries a smaller refill ([`try_add_small_batch`](Self::try_add_small_batch))
-    /// or exactly what it needs when this refuses.
-    fn try_add_batch(&self, n: u64) -> bool {
-        let bound = self.max.load(Relaxed).min(self.high.load(Relaxed));
-        if bound == u64::MAX {
-            return self.add_unbounded(n);
-        }
-        self.add_if(|cur| cur.checked_add(n).filter(|&new| new <= bound))
-    }
-
-    /// [`try_add_batch`](Self::try_add_batch) for a quarter refill, which a node already
-    /// above `high` also takes: a tenant that lives above its `high` would otherwise charge
-    /// every object on the shared counters. Quarter refills keep what stocks add to the
-    /// usage of such a tenant (and so how long its pressure outlasts its own objects) to
-    /// 64 KiB per thread.
-    fn try_add_small_batch(&self, n: u64) -> bool {
+    /// Adds `n` for a stock's refill, beyond what the charge itself needs: within `max`,
+    /// never through an overdraft window (the OOM killer's grant to the work in flight), and
+    /// never across `high`, so that bytes nobody uses yet do not start pressure. With
+    /// `above_high` (a quarter refill), a node already above `high` takes it too: a tenant
+    /// that lives above its `high` would otherwise charge every object on the shared
+    /// counters, and quarter refills keep what stocks add to its usage (and so how long its
+    /// pressure outlasts its own objects) to 64 KiB per thread. The caller tries a smaller
+    /// refill or exactly what it needs when this refuses.
+    fn try_add_refill(&self, n: u64, above_high: bool) -> bool {
         let (max, high) = (self.max.load(Relaxed), self.high.load(Relaxed));
         if max == u64::MAX && high == u64::MAX {
             return self.add_unbounded(n);
         }
         self.add_if(|cur| {
             let new = cur.checked_add(n)?;
-            (new <= max && (new <= high || cur > high)).then_some(new)
+            (new <= max && (new <= high || (above_high && cur > high))).then_some(new)
         })
     }
 
@@ -351,20 +341,15 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
     Ok(())
 }
 
-/// Charges a stock's refill of `n` bytes to `node` and all its ancestors: a whole refill
-/// (`small` false) within every `max` and `high` ([`Counter::try_add_batch`]), a quarter
-/// one also on nodes already above their `high` ([`Counter::try_add_small_batch`]), where
-/// it records a `high` event as [`try_charge`] would for the tenant's own objects. False,
+/// Charges a stock's refill of `n` bytes to `node` and all its ancestors
+/// ([`Counter::try_add_refill`]): a whole refill (`small` false) within every `max` and
+/// `high`, a quarter one also on nodes already above their `high`, where it records a `high`
+/// event as [`try_charge`] would for the tenant's own objects. False,
 /// with nothing left charged, when one of them has no such room (the caller then charges
 /// what it needs with [`try_charge`], which decides on events and refusals). A refused
 /// refill was added below the refusing node for a moment: their `peak` may count it.
 pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64, small: bool) -> bool {
-    let add = if small {
-        Counter::try_add_small_batch
-    } else {
-        Counter::try_add_batch
-    };
-    add_below(node, None, n, add) && {
+    add_below(node, None, n, |c, n| c.try_add_refill(n, small)) && {
         note_high_below(node, None);
         true
     }
@@ -376,7 +361,7 @@ pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64, small: bool) -> b
 pub(crate) fn try_charge_batch_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
     #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node) && !core::ptr::eq(node, stop));
-    add_below(node, Some(stop), n, Counter::try_add_batch) && {
+    add_below(node, Some(stop), n, |c, n| c.try_add_refill(n, false)) && {
         note_high_below(node, Some(stop));
         true
     }
@@ -473,7 +458,7 @@ fn add_below<N: Hierarchy>(
     node: &N,
     stop: Option<&N>,
     n: u64,
-    add: fn(&Counter, u64) -> bool,
+    add: impl Fn(&Counter, u64) -> bool,
 ) -> bool {
     let mut cur = node;
     while !stop.is_some_and(|s| core::ptr::eq(cur, s)) {
