@@ -25,7 +25,11 @@ for _ in $(seq "$rounds"); do
         done
         oha -z 2s -c "$conc" --no-tui --output-format quiet --rand-regex-url "$url"
         oha -z "${dur}s" -c "$conc" --no-tui --output-format json --rand-regex-url "$url" |
-            python3 -c 'import json, sys; d = json.load(sys.stdin); print(sys.argv[1], d["summary"]["requestsPerSec"], d["latencyPercentiles"]["p99"] * 1000)' "$v"
+            python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(sys.argv[1], d["summary"]["requestsPerSec"], d["latencyPercentiles"]["p99"] * 1000)
+' "$v"
         kill "$server"
         wait "$server" 2>/dev/null || true
         server=
