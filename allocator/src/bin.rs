@@ -321,13 +321,24 @@ pub struct ClassBins {
     /// How many of the tagged bin's slots, counted from the end of its list, may still hold
     /// a previous tenant's owner word: a transfer hands the bin to a new tenant without
     /// rewriting them (`ObjectStock::transfer_bins`), and the allocation that pops one of
-    /// them writes it ([`claim`](Self::claim)). A slot pushed since sits above the mark, so
+    /// them writes it, and a few more at the head of the bin ([`claim`](Self::claim)),
+    /// lowering the mark past them. A slot pushed since sits above the mark, so
     /// the word of every slot above the bottom `stale` is the tag; `stale <= tagged.count()`
     /// outside a pop (`ObjectStock`'s invariants, which say why). Only the owner thread
     /// touches it (and a fork child's `take_bins`, for a thread that did not survive, which
     /// resets it).
     pub(crate) stale: Cell<u32>,
+    /// Whether a pop claimed a stale slot since the bin was last handed over (its mark
+    /// set by `ObjectStock::transfer_bins`): the second claim on reaches ahead
+    /// ([`claim`](Self::claim)). A hint only: any value is safe.
+    pub(crate) claimed: Cell<bool>,
 }
+
+/// Stale slots a claim writes beyond the one it popped, at most (`ClassBins::claim`). With
+/// four, the service's working set handed from request to request (`examples/request_probe
+/// records`) costs 7,200 instructions less per request; eight saved 1,250 more there but
+/// cost requests of mixed sizes (`random`) 300 more (callgrind, BENCHMARKS.md section 10).
+pub(crate) const CLAIM_AHEAD: u32 = 4;
 
 // The fast paths count on one line per class (the `class * 64` offset). (Loom's atomics are
 // larger; a model does not care.)
@@ -341,13 +352,14 @@ impl ClassBins {
             tagged: Bin::new(),
             owner: OwnerGeom::of_layout(&class_caches::class_layout(c, Kind::Accounted)),
             stale: Cell::new(0),
+            claimed: Cell::new(false),
         }
     }
 
     /// Makes slot `p` of class `c`, just popped from the tagged bin for the tag's tenant `cg`,
     /// `cg`'s in its owner word if it was one of the slots a transfer left with a previous
-    /// tenant's word ([`stale`](Self::stale)), and with it the next [`CLAIM_AHEAD`] slots
-    /// of the bin (all of them stale then).
+    /// tenant's word ([`stale`](Self::stale)); from the second such claim since the transfer,
+    /// up to [`CLAIM_AHEAD`] more of the bin's slots with it (all of them stale then).
     ///
     /// # Safety
     /// `p` must be the slot the last pop of `tagged` returned, a slot of class `c`'s accounted
@@ -358,19 +370,27 @@ impl ClassBins {
         if n < self.stale.get() {
             // SAFETY: caller's contract.
             unsafe { self.write_owner(p, c, cg) };
-            // SAFETY: caller's contract: the bin's slots are charged to the tag `cg`.
-            let k = unsafe { self.claim_ahead(n, c, cg) };
+            let k = if self.claimed.replace(true) {
+                // SAFETY: caller's contract: the bin's slots are slots of class c's accounted
+                // cache charged to the tag `cg`.
+                unsafe { self.claim_ahead(n, c, cg) }
+            } else {
+                0
+            };
             self.stale.set(n - k);
         }
     }
 
     /// Writes `cg` into the owner words of the first `min(n, CLAIM_AHEAD)` slots of the
-    /// tagged bin, which holds `n` slots, all below the stale mark; how many. A pop that
-    /// claims one stale slot is out of line (an allocation's slow path), and a request
-    /// handed the previous one's bins pops hundreds of them: claimed a few at a time, most
-    /// of those pops stay on the fast path, and a slot claimed ahead that this tenant never
-    /// pops only costs the write (its word names a live tenant's charge either way: the bin's
-    /// slots are all charged to the tag).
+    /// tagged bin, which holds `n` slots, all below the stale mark; how many. Each claim is
+    /// an out-of-line call (an allocation's slow path), and a request handed a bin by one
+    /// that used the class a lot (the same working set again: a service's next request)
+    /// pops tens of its slots: claimed a few at a time, most of those pops stay on the fast
+    /// path. Only from a class's second claim: a request that takes one object of a class
+    /// (requests of mixed sizes) would not pop the others, and writing their words ahead,
+    /// each a line of its own for large slots, cost more than it saved (callgrind and time
+    /// in BENCHMARKS.md, section 10). A slot claimed ahead has been charged to `cg` since
+    /// the transfer: its word is the one its pop would write.
     ///
     /// # Safety
     /// As [`claim`](Self::claim); `n` is the tagged bin's count, below the stale mark.
@@ -419,9 +439,10 @@ impl ClassBins {
         self.stale.set(n);
     }
 
-    /// Writes `cg` into the owner word of `p`, a slot just popped from the tagged bin. Every
-    /// slot there was charged, so its word is not 0: a 0 means a double free cleared it
-    /// (while the slot waited in the bin), and is reported.
+    /// Writes `cg` into the owner word of `p`, a slot just popped from the tagged bin or one
+    /// still in it below the stale mark. Every slot there was charged, so its word is not 0:
+    /// a 0 means a double free cleared it (while the slot waited in the bin), and is
+    /// reported.
     ///
     /// # Safety
     /// `p` must be a slot of class `c`'s accounted cache.
@@ -447,9 +468,6 @@ pub(crate) const fn new_lines() -> [ClassBins; NUM_CLASSES] {
     }
     bins
 }
-
-/// Stale slots a claim writes beyond the one popped (`ClassBins::claim`).
-const CLAIM_AHEAD: u32 = 4;
 
 /// A bin's list ends before its count: a slot freed twice while its first free was still in
 /// a bin (not caught on the fast path, `lib.rs`) relinked the list. Reported, not followed

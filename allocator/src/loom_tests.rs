@@ -268,7 +268,17 @@ impl Owner {
                 let line = &w.lines[C];
                 match w.stock.pop_class(&line.tagged, &line.stale, cg) {
                     Pop::Foreign(p) if w.stock.tag.load(Relaxed) == u64::from(cg) => {
-                        line.stale.set(line.tagged.count());
+                        // `ClassBins::claim`'s mark (the model's slots have no owner words
+                        // to write): from the second claim, some slots claimed ahead.
+                        let n = line.tagged.count();
+                        if n < line.stale.get() {
+                            let k = if line.claimed.replace(true) {
+                                n.min(crate::bin::CLAIM_AHEAD)
+                            } else {
+                                0
+                            };
+                            line.stale.set(n - k);
+                        }
                         Pop::Hit(p)
                     }
                     other => other,
@@ -488,16 +498,23 @@ fn drain_races_frees(at: Where) {
 
 both!(drain_races_frees: loom_object_stock_drain_races_frees, loom_front_kept_drain_races_frees);
 
-/// Two frees under A, the slots then marked stale (as a transfer to A leaves them), and two
-/// allocations under A while a drainer drains: each pop is refused for the mark and the slot
-/// claimed after a second read of the tag, which must not take a slot the drainer uncharged.
+/// Three frees under A, the slots then marked stale (as a transfer to A leaves them), and
+/// three allocations under A while a drainer drains: a pop refused for the mark claims its
+/// slot after a second read of the tag, which must not take a slot the drainer uncharged;
+/// the second claim also claims the last slot ahead, which the third allocation then pops
+/// as a hit (checked after the pop like any other).
 fn drain_races_stale_claims() {
-    let mut o = World::build(2, 0, Where::Class);
+    let mut o = World::build(3, 0, Where::Class);
+    // Room for all three, so that the second claim has one to claim ahead.
+    o.w.lines[C].tagged.set_capacity(3);
+    o.free(0);
     o.free(0);
     o.free(0);
     let line = &o.w.lines[C];
     line.stale.set(line.tagged.count());
+    line.claimed.set(false);
     o.race(1, |o| {
+        o.alloc(A);
         o.alloc(A);
         o.alloc(A);
     });

@@ -48,8 +48,9 @@
 //! objects back (uncharged, to the owner's accounted bins or their slabs) or hands them to
 //! the new tenant in place ([`transfer_bins`]: their charge moves below the two tenants'
 //! common ancestor). A class's slots keep the previous tenant's owner words until an allocation
-//! pops them and writes its own (`ClassBins::stale` marks how many, from the bottom of the
-//! bin), so a request pays for the slots it takes, not for all it was handed; a front's kept
+//! pops them and writes its own, or claims them a few ahead of its pop (`ClassBins::stale`
+//! marks how many, from the bottom of the bin; `ClassBins::claim`), so a request pays for
+//! about the slots it takes, not for all it was handed; a front's kept
 //! slots are rewritten before the lock is released. Nothing reads the owner word of a free
 //! slot in a tagged bin but the owner's give-back (which checks it is not 0 and clears it),
 //! the invariant walk ([`ObjectStock::check`]), the claim (which reports a 0 word as a double
@@ -59,7 +60,9 @@
 //! and files the slot in the uncharged bin too. It is reported when an allocation or a
 //! give-back reaches the slot in the tagged bin and finds its word 0, unless the uncharged
 //! bin hands the slot out first. Before lazy words, the loop such a free makes was reported
-//! at the next transfer's walk. Hardened builds still rewrite the words at the transfer
+//! at the next transfer's walk. A slot claimed ahead has the tag's word like any kept slot,
+//! so a double free of it while it waits deeper in the bin is not caught on the fast path
+//! (`src/lib.rs`, invalid frees). Hardened builds still rewrite the words at the transfer
 //! (`LAZY_OWNERS`), so their push check reports the double free at once
 //! (`allocator/tests/invalid_free.rs`).
 //!
@@ -116,7 +119,8 @@
 //!   bin, whose words are a previous tenant's (nonzero)`;
 //! - `stale[c] <= count[c]`, and `stale[c] == 0` without `LAZY_OWNERS`: a transfer sets the
 //!   mark to the count, a push raises only the count, and every pop that takes a slot
-//!   below the mark claims it, which sets the mark to the count left (`ClassBins::claim`);
+//!   below the mark claims it, with up to `CLAIM_AHEAD` slots of the bin's head from the
+//!   class's second claim on, and sets the mark to the count left less those (`ClassBins::claim`);
 //!   a pop refused otherwise puts the slot back, and `take_bins` empties bin and mark.
 //! - `tag == T | DRAINED  =>  the bin of class c holds count slots whose owner word is T (but
 //!   for the stale ones, as above), of
@@ -999,6 +1003,7 @@ impl ObjectStock {
                 // (`ClassBins::claim`): a request pays for the slots it takes, not, again and
                 // again, for every leftover of the requests before.
                 b.stale.set(n);
+                b.claimed.set(false);
                 continue;
             }
             let mut o = b.tagged.head();
