@@ -15,7 +15,8 @@
 # a runaway (`/spin`), on the main workers and on the heavy lane.
 #
 # The loops send one request every GAP seconds (env GAP, default 1) after the last answer.
-# ONLY_RUNAWAY=1 skips the throughput table and wrk.
+# ONLY_RUNAWAY=1 skips the throughput table and wrk. HEAVY_SCHED=idle runs the heavy lane of
+# the runaway table's servers under SCHED_IDLE instead of nice 19 (`--heavy-sched`).
 #
 # Installs oha (cargo install) and wrk (apt-get) if missing. Traffic goes to 127.0.0.1 only.
 # Raw results: target/load-service/*.json; the summary table is printed at the end.
@@ -27,6 +28,7 @@ CONC=${3:-32}
 KB=${4:-16}
 RATE=${5:-4000}
 GAP=${GAP:-1}
+HEAVY_SCHED=${HEAVY_SCHED:-nice}
 ONLY_RUNAWAY=${ONLY_RUNAWAY:-0}
 PORT=${PORT:-3917}
 OUT=target/load-service
@@ -84,7 +86,7 @@ beside() { # output file, request path, file for the loop's status codes and tim
 # with the heavy lane (they pass their 4 MiB high and finish there), then the controls; and
 # in one without it (`--heavy-bytes off`); each against the load alone in its own server.
 lane_server() { # round
-  start slabcg
+  start slabcg --heavy-sched "$HEAVY_SCHED"
   oha -z 2s -c "$CONC" --no-tui --output-format quiet --rand-regex-url "$URL"
   load "$OUT/quiet.$1.json" -q "$RATE" --latency-correction
   beside "runaway.$1.json" "work?kb=1000000&tenant=evil" runaway-codes.txt

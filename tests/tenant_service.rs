@@ -84,6 +84,7 @@ fn config(
         tenants: true,
         heavy_bytes: 1 << 20,
         heavy_workers,
+        heavy_idle: false,
         heavy_queue,
         heavy_release_budget,
     }

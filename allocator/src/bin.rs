@@ -321,24 +321,25 @@ pub struct ClassBins {
     /// How many of the tagged bin's slots, counted from the end of its list, may still hold
     /// a previous tenant's owner word: a transfer hands the bin to a new tenant without
     /// rewriting them (`ObjectStock::transfer_bins`), and the allocation that pops one of
-    /// them writes it, and a few more at the head of the bin ([`claim`](Self::claim)),
-    /// lowering the mark past them. A slot pushed since sits above the mark, so
+    /// them writes it, from the class's second claim on with a few more at the head of the
+    /// bin ([`claim`](Self::claim)), lowering the mark past them. A slot pushed since sits above the mark, so
     /// the word of every slot above the bottom `stale` is the tag; `stale <= tagged.count()`
     /// outside a pop (`ObjectStock`'s invariants, which say why). Only the owner thread
     /// touches it (and a fork child's `take_bins`, for a thread that did not survive, which
     /// resets it).
     pub(crate) stale: Cell<u32>,
     /// Whether a pop claimed a stale slot since the bin was last handed over (its mark
-    /// set by `ObjectStock::transfer_bins`): the second claim on reaches ahead
-    /// ([`claim`](Self::claim)). A hint only: any value is safe.
+    /// set by `ObjectStock::transfer_bins`, which clears this): the second claim on reaches
+    /// ahead ([`claim_reach`](Self::claim_reach)). A hint only: any value is safe. The owner
+    /// thread's alone, as `stale`.
     pub(crate) claimed: Cell<bool>,
 }
 
-/// Stale slots a claim writes beyond the one it popped, at most (`ClassBins::claim`). With
-/// four, the service's working set handed from request to request (`examples/request_probe
-/// records`) costs 7,200 instructions less per request; eight saved 1,250 more there but
-/// cost requests of mixed sizes (`random`) 300 more (callgrind, BENCHMARKS.md section 10).
-pub(crate) const CLAIM_AHEAD: u32 = 4;
+/// Stale slots a claim writes beyond the one it popped, at most (`ClassBins::claim_reach`).
+/// With four, the service's working set handed from request to request (`examples/
+/// request_probe 5000 records` under callgrind) costs 7,200 instructions less per request;
+/// eight saved 1,250 more there but cost requests of mixed sizes (`random`) 300 more.
+const CLAIM_AHEAD: u32 = 4;
 
 // The fast paths count on one line per class (the `class * 64` offset). (Loom's atomics are
 // larger; a model does not care.)
@@ -370,33 +371,42 @@ impl ClassBins {
         if n < self.stale.get() {
             // SAFETY: caller's contract.
             unsafe { self.write_owner(p, c, cg) };
-            let k = if self.claimed.replace(true) {
-                // SAFETY: caller's contract: the bin's slots are slots of class c's accounted
-                // cache charged to the tag `cg`.
-                unsafe { self.claim_ahead(n, c, cg) }
-            } else {
-                0
-            };
+            let k = self.claim_reach(n);
+            // SAFETY: caller's contract: the bin's slots are slots of class c's accounted
+            // cache charged to the tag `cg`; k <= n, its count.
+            unsafe { self.claim_ahead(k, c, cg) };
             self.stale.set(n - k);
         }
     }
 
-    /// Writes `cg` into the owner words of the first `min(n, CLAIM_AHEAD)` slots of the
-    /// tagged bin, which holds `n` slots, all below the stale mark; how many. Each claim is
-    /// an out-of-line call (an allocation's slow path), and a request handed a bin by one
-    /// that used the class a lot (the same working set again: a service's next request)
-    /// pops tens of its slots: claimed a few at a time, most of those pops stay on the fast
-    /// path. Only from a class's second claim: a request that takes one object of a class
+    /// How many of the `n` stale slots left in the tagged bin a claim writes ahead of its
+    /// pop; notes the claim ([`claimed`](Self::claimed)). Each claim is an out-of-line call
+    /// (an allocation's slow path), and a request handed a bin by one that used the class a
+    /// lot (the same working set again: a service's next request) pops tens of its slots:
+    /// claimed a few at a time, most of those pops stay on the fast path. Only from a
+    /// class's second claim since the hand-over: a request that takes one object of a class
     /// (requests of mixed sizes) would not pop the others, and writing their words ahead,
-    /// each a line of its own for large slots, cost more than it saved (callgrind and time
-    /// in BENCHMARKS.md, section 10). A slot claimed ahead has been charged to `cg` since
-    /// the transfer: its word is the one its pop would write.
+    /// each a line of its own for large slots, cost more than it saved (BENCHMARKS.md,
+    /// section 10). The price: a class popped two to five times pays a second call and some
+    /// writes for nothing (`request_probe random` +1.4% instructions). Shared with the loom
+    /// model's copy of the claim (`loom_tests.rs`).
+    pub(crate) fn claim_reach(&self, n: u32) -> u32 {
+        if self.claimed.replace(true) {
+            n.min(CLAIM_AHEAD)
+        } else {
+            0
+        }
+    }
+
+    /// Writes `cg` into the owner words of the first `k` slots of the tagged bin. A slot
+    /// claimed ahead has been charged to `cg` since the transfer: its word is the one its pop
+    /// would write.
     ///
     /// # Safety
-    /// As [`claim`](Self::claim); `n` is the tagged bin's count, below the stale mark.
+    /// As [`claim`](Self::claim); `k` is at most the tagged bin's count, and its first `k`
+    /// slots are below the stale mark.
     #[inline(always)]
-    unsafe fn claim_ahead(&self, n: u32, c: usize, cg: ObjCgId) -> u32 {
-        let k = n.min(CLAIM_AHEAD);
+    unsafe fn claim_ahead(&self, k: u32, c: usize, cg: ObjCgId) {
         let mut o = self.tagged.head();
         for _ in 0..k {
             if o.is_null() {
@@ -409,7 +419,6 @@ impl ClassBins {
                 o = FreeObj::next(o);
             }
         }
-        k
     }
 
     /// [`claim`](Self::claim) for the `ps` slots one pop of many just took (`ObjectStock::pop_many`).
@@ -422,6 +431,7 @@ impl ClassBins {
         if n < self.stale.get() {
             // SAFETY: caller's contract.
             unsafe { self.write_owners(ps, c, cg, n) };
+            self.claimed.set(true);
         }
     }
 

@@ -119,8 +119,8 @@ struct Owner {
 }
 
 impl World {
-    /// A stock tagged A with an empty bin at `at` (capacity `MAX`), `a` live objects of A
-    /// and `b` of B, all charged, and the other slots spare.
+    /// A stock tagged A with an empty bin at `at` (capacity `MAX`, unless a model sets its
+    /// own), `a` live objects of A and `b` of B, all charged, and the other slots spare.
     fn build(a: usize, b: usize, at: Where) -> Owner {
         let w = Arc::new(World {
             stock: ObjectStock::new(),
@@ -227,8 +227,8 @@ impl Owner {
     /// tag (`ObjectStock::push`); when that bin (a class's) is full, its newest half is
     /// taken (`ObjectStock::take_half`, which `give_back_full` runs) and given back, and the
     /// push tried again (the real path does so for bins of `GIVE_BACK_MIN` slots or more;
-    /// the model's holds 2); else uncharged (`free_small_uncharging`), which settles when a
-    /// drainer has been here.
+    /// the model's holds `MAX`); else uncharged (`free_small_uncharging`), which settles
+    /// when a drainer has been here.
     fn free(&mut self, i: usize) {
         let (p, owner) = self.live.remove(i);
         let w = self.w.clone();
@@ -272,11 +272,7 @@ impl Owner {
                         // to write): from the second claim, some slots claimed ahead.
                         let n = line.tagged.count();
                         if n < line.stale.get() {
-                            let k = if line.claimed.replace(true) {
-                                n.min(crate::bin::CLAIM_AHEAD)
-                            } else {
-                                0
-                            };
+                            let k = line.claim_reach(n);
                             line.stale.set(n - k);
                         }
                         Pop::Hit(p)

@@ -47,10 +47,11 @@
 //! ([`ObjectStock::adopt_on_free`]: a consumer thread). A retag either gives the tagged
 //! objects back (uncharged, to the owner's accounted bins or their slabs) or hands them to
 //! the new tenant in place ([`transfer_bins`]: their charge moves below the two tenants'
-//! common ancestor). A class's slots keep the previous tenant's owner words until an allocation
-//! pops them and writes its own, or claims them a few ahead of its pop (`ClassBins::stale`
-//! marks how many, from the bottom of the bin; `ClassBins::claim`), so a request pays for
-//! about the slots it takes, not for all it was handed; a front's kept
+//! common ancestor). A class's slots keep the previous tenant's owner words until an
+//! allocation pops them and writes its own, or, from the class's second such pop, claims
+//! them a few ahead of its pop (`ClassBins::stale` marks how many, from the bottom of the
+//! bin; `ClassBins::claim`), so a request pays for about the slots it takes, not for all it
+//! was handed; a front's kept
 //! slots are rewritten before the lock is released. Nothing reads the owner word of a free
 //! slot in a tagged bin but the owner's give-back (which checks it is not 0 and clears it),
 //! the invariant walk ([`ObjectStock::check`]), the claim (which reports a 0 word as a double
@@ -62,7 +63,7 @@
 //! bin hands the slot out first. Before lazy words, the loop such a free makes was reported
 //! at the next transfer's walk. A slot claimed ahead has the tag's word like any kept slot,
 //! so a double free of it while it waits deeper in the bin is not caught on the fast path
-//! (`src/lib.rs`, invalid frees). Hardened builds still rewrite the words at the transfer
+//! (the root crate's `src/lib.rs`, invalid frees). Hardened builds still rewrite the words at the transfer
 //! (`LAZY_OWNERS`), so their push check reports the double free at once
 //! (`allocator/tests/invalid_free.rs`).
 //!
@@ -120,7 +121,8 @@
 //! - `stale[c] <= count[c]`, and `stale[c] == 0` without `LAZY_OWNERS`: a transfer sets the
 //!   mark to the count, a push raises only the count, and every pop that takes a slot
 //!   below the mark claims it, with up to `CLAIM_AHEAD` slots of the bin's head from the
-//!   class's second claim on, and sets the mark to the count left less those (`ClassBins::claim`);
+//!   class's second claim on, and sets the mark to the count left less those
+//!   (`ClassBins::claim`);
 //!   a pop refused otherwise puts the slot back, and `take_bins` empties bin and mark.
 //! - `tag == T | DRAINED  =>  the bin of class c holds count slots whose owner word is T (but
 //!   for the stale ones, as above), of
@@ -947,7 +949,7 @@ impl ObjectStock {
     /// Hands the tagged objects to `cg` in place (`hooks::transfer_charge`): their charge moves
     /// from the tag's tenant (for a dead request, the customer it was reparented to) to `cg`'s
     /// below the two's common ancestor, their owner words become `cg` (a class's lazily, as
-    /// they are popped: `LAZY_OWNERS`), and they stay in the
+    /// they are popped or claimed ahead of a pop: `LAZY_OWNERS`), and they stay in the
     /// tagged bins, so `cg`'s allocations take them without charging: a tenant per request pays
     /// one transfer per request instead of a charge per object. False, with nothing changed,
     /// when a drainer has been here, the bins hold too many slots, or a limit on `cg`'s side
@@ -990,7 +992,7 @@ impl ObjectStock {
         // of the tagged bins is charged to the tag's objcg with its class size (a kept slot:
         // its front core's object size, under that core's stat; module invariants), holding
         // those bytes' refs; `cg` is the current scope. On success the
-        // owner words become `cg` below, or as they are popped (the stale marks), before
+        // owner words become `cg` below, or as they are claimed (the stale marks), before
         // anything but a give-back or the invariant walk reads them (module docs).
         if !unsafe { hooks::transfer_charge((t & TENANT) as ObjCgId, cg, &parts[..k]) } {
             return false;

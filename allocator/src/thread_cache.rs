@@ -208,7 +208,8 @@ impl ThreadCache {
 
     /// Takes slot `p`, which `tagged_pop(c, cg)` just returned as [`Pop::Foreign`], as `cg`'s
     /// when it was `cg`'s all along but one whose owner word a transfer left
-    /// (`ClassBins::stale`): writes the word and returns the slot. None when the slot was
+    /// (`ClassBins::stale`): writes the word (and, from the class's second claim, a few
+    /// more ahead, `ClassBins::claim`) and returns the slot. None when the slot was
     /// refused for the tag (another tenant's, or a drainer's bit): the caller puts it back.
     ///
     /// # Safety

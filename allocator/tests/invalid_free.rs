@@ -115,7 +115,8 @@ fn double_free_on_another_thread_is_reported() {
 
 /// A double free of a slot a request left in the object stock, after the next request took
 /// the stock over in place: the slot keeps the first request's owner word until an
-/// allocation takes it (`ClassBins::stale`), so the second free uncharges that request and
+/// allocation takes it or claims it ahead (`ClassBins::stale`; the bottom slot, freed again
+/// here, is the last one claimed), so the second free uncharges that request and
 /// clears the word, and the allocation that reaches the slot reports it. Hardened builds,
 /// which rewrite the words at the transfer, report it at the free. Debug builds stop
 /// earlier, at the accounting's assertion on the first request's refs, which the transfer

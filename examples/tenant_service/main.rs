@@ -27,7 +27,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 const USAGE: &str = "\
 usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES]
                       [--heavy-bytes BYTES|off] [--heavy-workers N] [--heavy-queue N]
-                      [--workers N] [--no-tenants]
+                      [--heavy-sched nice|idle] [--workers N] [--no-tenants]
   --addr           where to listen (default 127.0.0.1:3000)
   --tenant-max     each customer's hard limit in bytes (default 67108864, 64 MiB)
   --total-max      the limit of all customers together (default: unlimited)
@@ -35,6 +35,8 @@ usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES
                    threads at nice 19 (default 4194304, 4 MiB; off: no lane)
   --heavy-workers  the heavy lane's threads (default: the number of CPUs)
   --heavy-queue    requests on the heavy lane at once, at most; past it, 503 (default 64)
+  --heavy-sched    the heavy lane's threads at nice 19 (nice, the default) or SCHED_IDLE
+                   (idle: less CPU taken from the others below full load, starved at it)
   --workers        tokio worker threads (default: the number of CPUs)
   --no-tenants     serve without tenants (a baseline for load runs)
   -h, --help       this text
@@ -58,6 +60,7 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
         tenants: true,
         heavy_bytes: 4 << 20,
         heavy_workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        heavy_idle: false,
         heavy_queue: 64,
         heavy_release_budget: std::time::Duration::from_millis(200),
     };
@@ -91,6 +94,13 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
             "--heavy-queue" => {
                 let v = value("--heavy-queue")?;
                 cfg.heavy_queue = v.parse().map_err(|_| format!("--heavy-queue: {v}"))?;
+            }
+            "--heavy-sched" => {
+                cfg.heavy_idle = match value("--heavy-sched")?.as_str() {
+                    "nice" => false,
+                    "idle" => true,
+                    v => return Err(format!("--heavy-sched: nice or idle, not {v}")),
+                }
             }
             "--no-tenants" => cfg.tenants = false,
             other => return Err(format!("unknown argument: {other}")),
@@ -134,7 +144,14 @@ fn main() {
             match cfg.heavy_bytes {
                 _ if !cfg.tenants => "off".to_owned(),
                 u64::MAX => "off".to_owned(),
-                b => format!("past {b} bytes"),
+                b => format!(
+                    "past {b} bytes, {}",
+                    if cfg.heavy_idle {
+                        "SCHED_IDLE"
+                    } else {
+                        "nice 19"
+                    }
+                ),
             }
         );
         let app = service::router(service::Service::new(cfg));

@@ -20,10 +20,11 @@
 //! cgroup above `memory.high` by reclaim and a sleep penalty; here the service slows a
 //! request above its high by CPU priority.) Without the lane, a runaway's build (about 0.14 s
 //! for 64 MiB on the 2-vCPU VM of BENCHMARKS.md) holds a main worker, between yields, until
-//! its kill. `SCHED_IDLE`, tried first, starved the lane more at full load: a runaway took up
-//! to 4.7 s to reach its kill (2.1 s at nice 19), and a `/metrics` scrape, which waits for
-//! every thread's stock, up to 512 ms (74 ms at nice 19, as without the lane). What the lane
-//! costs:
+//! its kill. `SCHED_IDLE` ([`Config::heavy_idle`], `--heavy-sched idle`) starves the lane
+//! more at full load: a runaway took up to 4.7 s to reach its kill (2.1 s at nice 19), and a
+//! `/metrics` scrape, which waits for every thread's stock, up to 512 ms (74 ms at nice 19,
+//! as without the lane); below full load, it moves the others' p99 less than nice 19 does
+//! (BENCHMARKS.md, section 6). What the lane costs:
 //! - under full load a request on it gets little CPU, and keeps its memory meanwhile; at most
 //!   [`Config::heavy_queue`] requests are on it at once, the next ones answer 503;
 //! - a killed request's working set is freed on the lane too; a watchdog on the main workers
@@ -67,6 +68,8 @@ pub struct Config {
     /// +47% (6 alternated rounds; why is not established: two keep both CPUs from going idle
     /// between requests, which may spare the normal requests' wake-ups a halted vCPU).
     pub heavy_workers: usize,
+    /// Run the heavy lane's threads under `SCHED_IDLE` instead of at nice 19 (module docs).
+    pub heavy_idle: bool,
     /// Requests on the heavy lane at once, at most; past it, a request that passes its high
     /// answers 503.
     pub heavy_queue: usize,
@@ -91,11 +94,11 @@ struct HeavyLane {
 }
 
 impl HeavyLane {
-    fn new(workers: usize, max_queued: usize) -> HeavyLane {
+    fn new(workers: usize, max_queued: usize, idle: bool) -> HeavyLane {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers.max(1))
             .thread_name("heavy-lane")
-            .on_thread_start(low_cpu_priority)
+            .on_thread_start(move || low_cpu_priority(idle))
             .build()
             .expect("heavy lane runtime");
         HeavyLane {
@@ -151,15 +154,25 @@ impl Drop for HeavyLane {
     }
 }
 
-/// Lowers the calling thread to nice 19 (on Linux, nice is per thread). An unprivileged
-/// thread may always lower itself; if the kernel refuses anyway, the thread says so and runs
-/// at its priority.
-fn low_cpu_priority() {
-    // SAFETY: no pointer is passed; on Linux, PRIO_PROCESS with who 0 is the calling thread
-    // only.
-    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) } != 0 {
+/// Lowers the calling thread to nice 19, or with `idle` to `SCHED_IDLE` (on Linux both are
+/// per thread). An unprivileged thread may always lower itself; if the kernel refuses
+/// anyway, the thread says so and runs at its priority.
+fn low_cpu_priority(idle: bool) {
+    let (refused, what) = if idle {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the
+        // calling thread.
+        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        (r != 0, "SCHED_IDLE")
+    } else {
+        // SAFETY: no pointer is passed; on Linux, PRIO_PROCESS with who 0 is the calling
+        // thread only.
+        let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+        (r != 0, "nice 19")
+    };
+    if refused {
         let err = std::io::Error::last_os_error();
-        eprintln!("tenant_service: heavy lane: nice 19 refused ({err}); normal priority");
+        eprintln!("tenant_service: heavy lane: {what} refused ({err}); normal priority");
     }
 }
 
@@ -173,7 +186,7 @@ impl Service {
             cfg,
             parent,
             customers: Mutex::new(HashMap::new()),
-            heavy: lane.then(|| HeavyLane::new(cfg.heavy_workers, cfg.heavy_queue)),
+            heavy: lane.then(|| HeavyLane::new(cfg.heavy_workers, cfg.heavy_queue, cfg.heavy_idle)),
         })
     }
 
