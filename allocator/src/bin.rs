@@ -337,7 +337,7 @@ pub struct ClassBins {
 
 /// Stale slots a claim writes beyond the one it popped, at most (`ClassBins::claim_reach`).
 /// With four, the service's working set handed from request to request (`examples/
-/// request_probe 5000 records` under callgrind) costs 7,200 instructions less per request;
+/// request_probe 5000 records` under callgrind) costs 7,000 instructions less per request;
 /// eight saved 1,250 more there but cost requests of mixed sizes (`random`) 300 more.
 const CLAIM_AHEAD: u32 = 4;
 
@@ -388,7 +388,7 @@ impl ClassBins {
     /// (requests of mixed sizes) would not pop the others, and writing their words ahead,
     /// each a line of its own for large slots, cost more than it saved (BENCHMARKS.md,
     /// section 10). The price: a class popped two to five times pays a second call and some
-    /// writes for nothing (`request_probe random` +1.4% instructions). Shared with the loom
+    /// writes for nothing (`request_probe random` +2.3% instructions). Shared with the loom
     /// model's copy of the claim (`loom_tests.rs`).
     pub(crate) fn claim_reach(&self, n: u32) -> u32 {
         if self.claimed.replace(true) {
