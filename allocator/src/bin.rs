@@ -322,11 +322,11 @@ pub struct ClassBins {
     /// a previous tenant's owner word: a transfer hands the bin to a new tenant without
     /// rewriting them (`ObjectStock::transfer_bins`), and the allocation that pops one of
     /// them writes it, from the class's second claim on with a few more at the head of the
-    /// bin ([`claim`](Self::claim)), lowering the mark past them. A slot pushed since sits above the mark, so
-    /// the word of every slot above the bottom `stale` is the tag; `stale <= tagged.count()`
-    /// outside a pop (`ObjectStock`'s invariants, which say why). Only the owner thread
-    /// touches it (and a fork child's `take_bins`, for a thread that did not survive, which
-    /// resets it).
+    /// bin ([`claim`](Self::claim)), lowering the mark past them. A slot pushed since sits
+    /// above the mark, so the word of every slot above the bottom `stale` is the tag;
+    /// `stale <= tagged.count()` outside a pop (`ObjectStock`'s invariants, which say why).
+    /// Only the owner thread touches it (and a fork child's `take_bins`, for a thread that
+    /// did not survive, which resets it).
     pub(crate) stale: Cell<u32>,
     /// Whether a pop claimed a stale slot since the bin was last handed over (its mark
     /// set by `ObjectStock::transfer_bins`, which clears this): the second claim on reaches

@@ -63,8 +63,8 @@
 //! bin hands the slot out first. Before lazy words, the loop such a free makes was reported
 //! at the next transfer's walk. A slot claimed ahead has the tag's word like any kept slot,
 //! so a double free of it while it waits deeper in the bin is not caught on the fast path
-//! (the root crate's `src/lib.rs`, invalid frees). Hardened builds still rewrite the words at the transfer
-//! (`LAZY_OWNERS`), so their push check reports the double free at once
+//! (the root crate's `src/lib.rs`, invalid frees). Hardened builds still rewrite the words
+//! at the transfer (`LAZY_OWNERS`), so their push check reports the double free at once
 //! (`allocator/tests/invalid_free.rs`).
 //!
 //! A drainer never touches another thread's bins and never waits for their owner, who may be
