@@ -337,22 +337,26 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
         }
         cur = c.parent();
     }
-    note_high_below(node, None);
+    note_high(node);
     Ok(())
 }
 
 /// Charges a stock's refill of `n` bytes to `node` and all its ancestors
-/// ([`Counter::try_add_refill`]): a whole refill (`small` false) within every `max` and
-/// `high`, a quarter one also on nodes already above their `high`, where it records a `high`
-/// event as [`try_charge`] would for the tenant's own objects. False,
-/// with nothing left charged, when one of them has no such room (the caller then charges
-/// what it needs with [`try_charge`], which decides on events and refusals). A refused
-/// refill was added below the refusing node for a moment: their `peak` may count it.
-pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64, small: bool) -> bool {
-    add_below(node, None, n, |c, n| c.try_add_refill(n, small)) && {
-        note_high_below(node, None);
-        true
+/// ([`Counter::try_add_refill`]): within every `max` and `high`, or with `above_high` (a
+/// quarter refill) also on nodes already above their `high`, where it records a `high`
+/// event as [`try_charge`] would for the tenant's own objects (a refill within every `high`
+/// owes none). False, with nothing left charged, when one of them has no such room (the
+/// caller then charges what it needs with [`try_charge`], which decides on events and
+/// refusals). A refused refill was added below the refusing node for a moment: their
+/// `peak` may count it.
+pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64, above_high: bool) -> bool {
+    if !add_below(node, None, n, |c, n| c.try_add_refill(n, above_high)) {
+        return false;
     }
+    if above_high {
+        note_high(node);
+    }
+    true
 }
 
 /// [`try_charge_batch`] for a whole refill of `node` and its ancestors strictly below `stop`
@@ -361,24 +365,18 @@ pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64, small: bool) -> b
 pub(crate) fn try_charge_batch_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -> bool {
     #[cfg(debug_assertions)]
     debug_assert!(is_ancestor_or_self(stop, node) && !core::ptr::eq(node, stop));
-    add_below(node, Some(stop), n, |c, n| c.try_add_refill(n, false)) && {
-        note_high_below(node, Some(stop));
-        true
-    }
+    add_below(node, Some(stop), n, |c, n| c.try_add_refill(n, false))
 }
 
-/// Records a `high` event on each of `node` and its ancestors strictly below `stop` (all of
-/// them for `None`) whose usage is above its `high`.
-fn note_high_below<N: Hierarchy>(node: &N, stop: Option<&N>) {
-    let mut cur = node;
-    while !stop.is_some_and(|s| core::ptr::eq(cur, s)) {
-        if cur.counter().over_high() {
-            record_event(cur, Event::High);
+/// Records a `high` event on each of `node` and its ancestors whose usage is above its
+/// `high`.
+fn note_high<N: Hierarchy>(node: &N) {
+    let mut cur = Some(node);
+    while let Some(c) = cur {
+        if c.counter().over_high() {
+            record_event(c, Event::High);
         }
-        match cur.parent() {
-            Some(p) => cur = p,
-            None => break,
-        }
+        cur = c.parent();
     }
 }
 

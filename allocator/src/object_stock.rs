@@ -51,11 +51,10 @@
 //! allocation pops them and writes its own, or, from the class's second such pop, claims
 //! them a few ahead of its pop (`ClassBins::stale` marks how many, from the bottom of the
 //! bin; `ClassBins::claim`), so a request pays for about the slots it takes, not for all it
-//! was handed; a front's kept
-//! slots are rewritten before the lock is released. Nothing reads the owner word of a free
-//! slot in a tagged bin but the owner's give-back (which checks it is not 0 and clears it),
-//! the invariant walk ([`ObjectStock::check`]), the claim (which reports a 0 word as a double
-//! free) and a double free itself. A double free of a stale slot uncharges the previous
+//! was handed; a front's kept slots are rewritten before the lock is released. Nothing
+//! reads the owner word of a free slot in a tagged bin but the owner's give-back (which
+//! checks it is not 0 and clears it), the invariant walk ([`ObjectStock::check`]), the claim
+//! (which reports a 0 word as a double free) and a double free itself. A double free of a stale slot uncharges the previous
 //! tenant, giving back refs the transfer already moved to the new one (the objcg may be
 //! freed by then, its id another tenant's: a debug build's refcount assertion stops there),
 //! and files the slot in the uncharged bin too. It is reported when an allocation or a
