@@ -127,8 +127,9 @@ pub use slabcg_accounting::{
     OomPolicy, ScopeGuard, Scoped, StatItem, Tenant, TenantError, TenantStat,
 };
 pub use slabcg_allocator::{
-    alloc_bulk, allocator_api2, free_bulk, stats, trim, AllocStats, Cache, CacheBox, CacheBuilder,
-    CacheError, CacheInfo, ClassStats, MetaPlacement, SlabAlloc, TenantAlloc, TypedCache,
+    alloc_bulk, allocator_api2, free_bulk, start_decay_thread, stats, trim, AllocStats, Cache,
+    CacheBox, CacheBuilder, CacheError, CacheInfo, ClassStats, MetaPlacement, SlabAlloc,
+    TenantAlloc, TypedCache,
 };
 
 #[cfg(feature = "prometheus")]

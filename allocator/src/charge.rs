@@ -39,7 +39,7 @@ use crate::large::CHARGED_LARGE;
 use crate::object_stock::Pop;
 use crate::owner::is_accounted;
 use crate::size_class::{class_size, Kind};
-use crate::{class_caches, init, large, thread_cache};
+use crate::{class_caches, init, large, sweep, thread_cache};
 
 /// The owner word of slot `p` of size class `c`, from this thread cache's copy of the
 /// class's geometry (`owner::class_owner_word`).
@@ -95,6 +95,13 @@ unsafe fn alloc_small_refused(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
 unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
     // SAFETY: caller's contract.
     thread_cache::with(|tc| unsafe { tc.put_back(c, p) });
+    // A request's first allocation comes here (its tenant is new). A service whose requests
+    // are served from the kept slots the previous request left takes no bin refill, the
+    // path that paces the decay sweep, so the memory a burst left idle (a runaway request
+    // killed at its limit) stayed resident for good; this path paces the sweep too.
+    if thread_cache::with(|tc| tc.tick_slow()) {
+        sweep::maybe();
+    }
     if thread_cache::with(|tc| tc.transfer_on_miss(cg)) {
         match thread_cache::with(|tc| tc.tagged_pop(c, cg)) {
             Pop::Hit(q) => return q,

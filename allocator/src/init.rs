@@ -14,7 +14,7 @@ use slabcg_accounting::hooks;
 
 use crate::cache::SlabCache;
 use crate::size_class::Kind;
-use crate::{class_caches, large, sweep, sys, thread_cache};
+use crate::{class_caches, decay_thread, large, sweep, sys, thread_cache};
 
 /// Slow path of an allocation from bin `(c, kind)` of this thread: sets up the process and
 /// the thread on the thread's first one, then refills the bin
@@ -188,6 +188,7 @@ unsafe extern "C" fn fork_child() {
     // the child's only thread.
     unsafe { large::fork_release() };
     for_each_cache(|c| unsafe { c.unlock_after_fork() });
+    decay_thread::fork_child();
     hooks::fork_child();
     // SAFETY: as above.
     unsafe { thread_cache::fork_child() };

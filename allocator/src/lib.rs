@@ -106,6 +106,7 @@ mod cache;
 mod charge;
 mod class_caches;
 mod decay;
+mod decay_thread;
 mod dedicated;
 #[cfg(test)]
 mod fault_tests;
@@ -137,6 +138,7 @@ mod unmapped;
 /// they were built against; its `vec::Vec` and `boxed::Box` take them).
 pub use allocator_api2;
 pub use bulk::{alloc_bulk, free_bulk};
+pub use decay_thread::start_decay_thread;
 pub use dedicated::{Cache, CacheBuilder, CacheError, CacheInfo};
 pub use global::SlabAlloc;
 pub use size_class::{class_for, class_size, MAX_SMALL, NUM_CLASSES};

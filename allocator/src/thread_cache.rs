@@ -459,9 +459,10 @@ impl ThreadCache {
         self.stock.check(&self.bins);
     }
 
-    /// Counts an allocation slow path; true on every `SWEEP_EVERY`th, when the caller runs
-    /// the process-wide decay sweep (`sweep.rs`), so the clock is read once per that many
-    /// refills rather than on each.
+    /// Counts an allocation slow path (a bin refill, or the first allocation under a new
+    /// tenant, `charge::alloc_small_put_back`); true on every `SWEEP_EVERY`th, when the
+    /// caller runs the process-wide decay sweep (`sweep.rs`), so the clock is read once per
+    /// that many rather than on each.
     #[inline]
     pub(crate) fn tick_slow(&self) -> bool {
         const SWEEP_EVERY: u32 = 64;

@@ -358,3 +358,94 @@ fn a_bin_opens_small_and_grows_with_use() {
     );
     println!("CHILD-OK");
 }
+
+/// A service with a tenant per request, its load steady: every request is served from the
+/// slots the previous request left (handed over in the object stock), so no bin refills,
+/// the slow path that used to pace the decay sweep alone. The memory a burst left idle (a
+/// runaway request killed at its limit, here 16 MiB of 2,048-byte objects in its own
+/// tenant) must still go back within a few decay intervals: each request's first
+/// allocation, under its new tenant, counts towards the sweep too (`sweep.rs`).
+#[test]
+fn a_burst_decays_while_a_tenant_per_request_load_goes_on() {
+    if !is_child("a_burst_decays_while_a_tenant_per_request_load_goes_on") {
+        return run_child("a_burst_decays_while_a_tenant_per_request_load_goes_on");
+    }
+    let burst = class_of(2048);
+    let twin = &slabcg_allocator::testing::ACCOUNTED[burst];
+    let twin_empty = || twin.counters.empty_slabs.load(Relaxed) * twin.layout.slab_bytes();
+    let service = slabcg_accounting::Tenant::new("service");
+    {
+        let runaway = service.child("runaway");
+        let _scope = runaway.enter();
+        let v: Vec<Box<[u8; 2048]>> = (0..16 * MIB / 2048)
+            .map(|_| Box::new([9u8; 2048]))
+            .collect();
+        drop(v);
+    }
+    assert!(
+        twin_empty() > 8 * MIB,
+        "the runaway's memory is kept for reuse at first: {} bytes of empty slabs",
+        twin_empty()
+    );
+    // The steady load: requests of 32 objects of 64 bytes each, each in a new child tenant,
+    // 50 of them between naps of 10 ms, for six decay intervals.
+    let mut served = 0usize;
+    for _ in 0..6 * DECAY_INTERVAL_MS / 10 {
+        for _ in 0..50 {
+            let request = service.child("request");
+            let _scope = request.enter();
+            let w: Vec<Box<[u8; 64]>> = (0..32).map(|i| Box::new([i as u8; 64])).collect();
+            served += std::hint::black_box(&w).len();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(served, 6 * DECAY_INTERVAL_MS as usize / 10 * 50 * 32);
+    assert!(
+        twin_empty() <= 256 * 1024,
+        "the runaway's memory stayed resident under a tenant-per-request load: {} bytes of \
+         empty slabs",
+        twin_empty()
+    );
+    assert_eq!(service.current_exact(), 0);
+    println!("CHILD-OK");
+}
+
+/// The same without tenants: a steady load served from the threads' bins alone takes no
+/// slow path at all, so the memory a burst left idle goes back only with the background
+/// decay thread (`start_decay_thread`), which this program started.
+#[test]
+fn a_burst_decays_under_a_steady_load_with_the_decay_thread() {
+    if !is_child("a_burst_decays_under_a_steady_load_with_the_decay_thread") {
+        return run_child("a_burst_decays_under_a_steady_load_with_the_decay_thread");
+    }
+    slabcg_allocator::start_decay_thread().expect("a thread");
+    let c = class_of(2048);
+    let class = |s: &slabcg_allocator::AllocStats| s.classes[c];
+    let v: Vec<Box<[u8; 2048]>> = (0..16 * MIB / 2048)
+        .map(|_| Box::new([9u8; 2048]))
+        .collect();
+    drop(v);
+    let freed = slabcg_allocator::stats();
+    let slab = class(&freed).slab_bytes;
+    assert!(
+        class(&freed).empty_slabs * slab > 8 * MIB,
+        "the burst's memory is kept for reuse at first:\n{freed}"
+    );
+    // The steady load: 32 objects of 64 bytes allocated and freed, again and again, between
+    // naps of 10 ms, for six decay intervals: after the first round the bin serves them all.
+    let mut served = 0usize;
+    for _ in 0..6 * DECAY_INTERVAL_MS / 10 {
+        for _ in 0..50 {
+            let w: Vec<Box<[u8; 64]>> = (0..32).map(|i| Box::new([i as u8; 64])).collect();
+            served += std::hint::black_box(&w).len();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(served, 6 * DECAY_INTERVAL_MS as usize / 10 * 50 * 32);
+    let decayed = slabcg_allocator::stats();
+    assert!(
+        class(&decayed).empty_slabs * slab <= 256 * 1024,
+        "the burst's memory stayed resident under a steady load:\nfreed {freed}\ndecayed {decayed}"
+    );
+    println!("CHILD-OK");
+}

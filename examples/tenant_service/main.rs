@@ -121,6 +121,12 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // A service's steady load may take no allocation slow path for hours; the background
+    // decay thread gives back what a burst left idle (a runaway's memory) all the same.
+    #[cfg(not(any(feature = "service-mimalloc", feature = "service-jemalloc")))]
+    if let Err(e) = slabcg::start_decay_thread() {
+        eprintln!("tenant_service: no background decay thread: {e}");
+    }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = workers {
         rt.worker_threads(n);

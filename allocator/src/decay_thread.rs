@@ -1,0 +1,60 @@
+//! An optional background thread that runs the decay sweep (`sweep.rs`) every half decay
+//! interval. The sweep is otherwise paced by allocation slow paths (bin refills, a new
+//! tenant's first allocation), and a program in a steady state may take none for as long as
+//! it runs: a service without tenants whose requests each allocate and free the same working
+//! set is served from its threads' bins alone, and kept the 100 MB a single large request
+//! had used resident for good. jemalloc's `background_thread` is the same remedy, and as
+//! there it is the program's choice: a library never starts threads in programs that did
+//! not ask (slabcg also runs under `LD_PRELOAD`, in programs that fork and count threads).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::decay::INTERVAL_MS;
+use crate::sweep;
+
+/// Set once a thread was started (or is being started); reset in a fork child, where it
+/// did not survive.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts the background decay thread, `slabcg-decay`, unless it runs already: every half
+/// decay interval (250 ms) it gives back the memory that stayed idle through a whole
+/// interval, as an allocation slow path would, so that memory a burst left behind goes back
+/// to the OS within a second or two whatever the program does meanwhile. The thread sleeps
+/// between sweeps, allocates nothing, and takes each cache's lock only with `try_lock`. Call
+/// it once at startup in a long-running program (a service). `Err` only when the thread
+/// could not be spawned; nothing changed then, and a later call tries again. After a
+/// `fork`, the child has no such thread until it calls this again.
+///
+/// ```
+/// slabcg_allocator::start_decay_thread().expect("a thread");
+/// // A second call finds the thread running.
+/// slabcg_allocator::start_decay_thread().unwrap();
+/// ```
+pub fn start_decay_thread() -> std::io::Result<()> {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    let spawned = std::thread::Builder::new()
+        .name("slabcg-decay".into())
+        .spawn(run);
+    if let Err(e) = spawned {
+        STARTED.store(false, Ordering::Release);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The thread's loop: the sweep, paced as every caller's is (`sweep::maybe`), twice per
+/// interval, so idle memory is gone one to two intervals after its last use.
+fn run() {
+    loop {
+        std::thread::sleep(Duration::from_millis(INTERVAL_MS / 2));
+        sweep::maybe();
+    }
+}
+
+/// Fork support, in the child: the thread did not survive; a later call starts one.
+pub(crate) fn fork_child() {
+    STARTED.store(false, Ordering::Relaxed);
+}
