@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# How fast examples/tenant_service gives back a burst's memory while a steady load goes on:
+# the resident set every half second after one runaway request (tenant "evil", killed at its
+# 64 MiB limit) or, with `--no-tenants`, one large request (kb=60000, about 100 MB, answered).
+#
+#   scripts/runaway-rss.sh BIN [--no-tenants] [SECONDS] [RATE]   (defaults 8 s, 1000 req/s)
+#
+# BIN is a `cargo build --release --example tenant_service` (copy it out of target/ to keep
+# an older build). Prints "t=SECONDS rss=KB" lines, the first just before the burst's answer
+# came back. Traffic goes to 127.0.0.1 only.
+set -euo pipefail
+bin=$1
+shift
+flags=()
+if [ "${1:-}" = --no-tenants ]; then
+    flags=(--no-tenants)
+    shift
+fi
+secs=${1:-8} rate=${2:-1000}
+command -v oha >/dev/null || cargo install oha --locked
+port=3931
+"$bin" --addr "127.0.0.1:$port" "${flags[@]}" 2>/dev/null &
+server=$!
+trap 'kill "$server" 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+    curl -sf -o /dev/null "http://127.0.0.1:$port/work?kb=1&tenant=warmup" && break
+    sleep 0.05
+done
+oha -z "$((secs + 2))s" -q "$rate" --no-tui --output-format quiet \
+    "http://127.0.0.1:$port/work?kb=16&tenant=steady" &
+load=$!
+sleep 1
+kb=1000000
+[ ${#flags[@]} -gt 0 ] && kb=60000
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/work?kb=$kb&tenant=evil")
+echo "burst answered $code"
+rss() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
+for i in $(seq 0 $((secs * 2))); do
+    echo "t=$(awk "BEGIN {print $i / 2}") rss=$(rss)"
+    sleep 0.5
+done
+wait "$load" || true
