@@ -302,25 +302,26 @@ impl<'a> Keep<'a> {
 
     /// [`keep`](Self::keep) over `ptrs` from the start, for as long as each is kept: the
     /// bulk free's common case (every slot charged to the tag) as a loop whose state lives in
-    /// registers. A null entry ends the run before `owner` sees it; `owner` reads a non-null
-    /// slot's owner word, or says None for one the bin cannot hold (another kind, not a slot
-    /// start of the cache), which ends the run as a refused `keep` does. Returns how many were
-    /// kept; the caller takes the next one through its one-by-one path. Hardened builds keep
-    /// one by one (`check_not_chained`).
+    /// registers. `owner` sees every entry, null ones included: it reads a slot's owner word,
+    /// or says None for an entry the bin cannot hold (null, another kind, not a slot start of
+    /// the cache), which ends the run as a refused `keep` does (so the loop makes no null test
+    /// of its own: the owner's checks refuse null anyway). Returns how many were kept; the
+    /// caller takes the next one through its one-by-one path. Hardened builds keep one by one
+    /// (`check_not_chained`).
     ///
     /// The checks are `keep`'s, repeated here so that the loop keeps its state in registers:
     /// a change to one is a change to both.
     ///
     /// # Safety
-    /// `owner` is called on the non-null entries of `ptrs` in order, up to the first it
-    /// refuses or the bin's room: each must be a live slot of the bin's cache (or class),
-    /// given up, and when `owner` answers, that answer must be the tenant the slot is charged
-    /// to (what [`keep`](Self::keep) requires).
+    /// `owner` is called on the entries of `ptrs` in order, up to the first it refuses or the
+    /// bin's room: it must answer None for null, each non-null entry must be a live slot of
+    /// the bin's cache (or class), given up, and when `owner` answers, that answer must be the
+    /// tenant the slot is charged to (what [`keep`](Self::keep) requires).
     #[inline(always)]
     unsafe fn keep_prefix(
         &mut self,
         ptrs: &[*mut u8],
-        owner: impl Fn(*mut u8) -> Option<ObjCgId>,
+        mut owner: impl FnMut(*mut u8) -> Option<ObjCgId>,
     ) -> usize {
         let Some(bin) = self.bin.filter(|_| !cfg!(feature = "hardened")) else {
             return 0;
@@ -331,11 +332,9 @@ impl<'a> Keep<'a> {
         let (mut head, mut i) = (self.head, 0);
         while i < end {
             let p = ptrs[i];
-            if p.is_null() {
-                break;
-            }
             let o = p as *mut FreeObj;
-            // `keep`'s checks: the tag, the bin's head, the chain's head (room: `end`).
+            // `keep`'s checks: the tag, the bin's head, the chain's head (room: `end`); a null
+            // entry ends the run in `owner`.
             match owner(p) {
                 Some(w) if u64::from(w) == tag && o != head && o != first => {}
                 _ => break,
@@ -641,9 +640,13 @@ impl Cache {
             // The common case first: a run of slots kept in the front's kept bin.
             // SAFETY: caller's contract: each non-null entry is a live slot of this cache,
             // given up; a pointer `owner_word_if_slot` does not see as a slot start of this
-            // cache ends the run and is reported below (nulls end it before the closure).
+            // cache ends the run and is reported below, as a null one ends it (whose "header"
+            // at address 0 is not read).
             let k = unsafe {
                 keep.keep_prefix(rest, |p| {
+                    if p.is_null() {
+                        return None;
+                    }
                     let w = self.core.owner_word_if_slot(p)?;
                     Some((*w).load(Ordering::Relaxed))
                 })
@@ -911,7 +914,8 @@ unsafe fn free_bulk_many(layout: Layout, ptrs: &[*mut u8]) {
             // The common case first: a run of accounted slots kept in the tagged bin.
             // SAFETY: caller's contract: each non-null entry is a live block of class c,
             // given up; an accounted one is a slot of its accounted cache (a plain one ends
-            // the run), whose word says who it is charged to.
+            // the run, as a null one does: null has the accounted bit clear), whose word says
+            // who it is charged to.
             let k = unsafe {
                 keep.keep_prefix(rest, |p| {
                     is_accounted(p)
