@@ -639,17 +639,17 @@ impl Cache {
         loop {
             // The common case first: a run of slots kept in the front's kept bin.
             // SAFETY: caller's contract: each non-null entry is a live slot of this cache,
-            // given up; a pointer `owner_word_if_slot` does not see as a slot start of this
-            // cache ends the run and is reported below, as a null one ends it (whose "header"
-            // at address 0 is not read).
+            // given up; a pointer `SlabRun` (`owner_word_if_slot`'s checks, the segment's made
+            // once per slab) does not see as a slot start of this cache ends the run and is
+            // reported below, as a null one ends it (whose "header" at address 0 is not read).
             let k = unsafe {
-                keep.keep_prefix(rest, |p| {
-                    if p.is_null() {
-                        return None;
-                    }
-                    let w = self.core.owner_word_if_slot(p)?;
-                    Some((*w).load(Ordering::Relaxed))
-                })
+                match rest.first().and_then(|&p| self.core.slab_run(p)) {
+                    Some(mut run) => keep.keep_prefix(rest, |p| {
+                        let w = run.owner_word(p)?;
+                        Some((*w).load(Ordering::Relaxed))
+                    }),
+                    None => 0,
+                }
             };
             let Some((&p, tail)) = rest[k..].split_first() else {
                 break;

@@ -740,6 +740,24 @@ impl SlabCache {
         Some(unsafe { self.owner_word_at(p, in_slab, idx) })
     }
 
+    /// A [`SlabRun`] over a run of pointers into this accounted cache, starting with `p`'s
+    /// slab: None when `p` does not lie in a slab of this cache (null included).
+    ///
+    /// # Safety
+    /// As [`owner_word_if_slot`](Self::owner_word_if_slot), for `p`.
+    #[inline(always)]
+    pub(crate) unsafe fn slab_run(&self, p: *mut u8) -> Option<SlabRun<'_>> {
+        let mut run = SlabRun {
+            core: self,
+            layout: self.layout,
+            slab: 0,
+            meta: ptr::null_mut(),
+        };
+        // SAFETY: caller's contract.
+        unsafe { run.enter(p)? };
+        Some(run)
+    }
+
     /// [`check_slot_start`](Self::check_slot_start) for a slot of this accounted cache, and
     /// the slot's owner word, found from what the check computed (the slab and slot index)
     /// rather than computed again from `p`.
@@ -982,6 +1000,78 @@ impl SlabCache {
     pub unsafe fn unlock_after_fork(&self) {
         // SAFETY: forwarded contract.
         unsafe { self.lists.unlock_raw() }
+    }
+}
+
+/// [`SlabCache::owner_word_if_slot`] for a run of pointers most of which share a slab (a
+/// bulk free's): the segment's checks (its header names this cache, the pointer lies past
+/// the header) are made when a pointer leaves the slab the run last checked, the slot-start
+/// check for every pointer. A pointer whose offset from that slab's start is below the slab
+/// size lies in it, a slab of this cache; its slot-start check then proves it a slot start
+/// of this cache, as `owner_word_if_slot` would.
+///
+/// The layout is a copy, so that a loop that writes through the slots (the bulk free links
+/// them) keeps the geometry in registers instead of reloading it after every store.
+pub(crate) struct SlabRun<'a> {
+    core: &'a SlabCache,
+    layout: SlabLayout,
+    /// The start of the slab last seen to be one of this cache's.
+    slab: usize,
+    /// Its slot 0's owner word.
+    meta: *mut u8,
+}
+
+impl SlabRun<'_> {
+    /// The owner word of `p` when it is a slot start of this cache, None otherwise (null
+    /// included): what [`SlabCache::owner_word_if_slot`] answers.
+    ///
+    /// # Safety
+    /// As [`SlabCache::owner_word_if_slot`].
+    #[inline(always)]
+    pub(crate) unsafe fn owner_word(&mut self, p: *mut u8) -> Option<*const AtomicU32> {
+        let mut off = (p as usize).wrapping_sub(self.slab);
+        // Against the mask, not `slab_bytes()`: a compare, not a shift by a register.
+        if off > self.layout.slab_mask {
+            // SAFETY: caller's contract.
+            unsafe { self.enter(p)? };
+            off = p as usize & self.layout.slab_mask;
+        }
+        let idx = self.layout.slot_start(off)?;
+        // SAFETY: p is slot idx's start in the slab `meta` belongs to, a slab of this
+        // accounted cache (`enter`): its owner word lies inside the slab (slab.rs:
+        // `metadata_fits_where_promised`).
+        let w = unsafe { self.meta.add(idx * self.layout.meta_stride) } as *const AtomicU32;
+        // SAFETY: caller's contract.
+        debug_assert!(unsafe { self.core.owner_word_if_slot(p) } == Some(w));
+        Some(w)
+    }
+
+    /// Makes `p`'s slab the run's when it is a slab of a segment of this cache; None
+    /// otherwise, the run as it was. The checks of `owner_word_if_slot` but the slot
+    /// start's (for a null or tiny pointer too, whose "header" at address 0 is not read).
+    ///
+    /// # Safety
+    /// As [`SlabCache::owner_word_if_slot`].
+    #[inline(always)]
+    unsafe fn enter(&mut self, p: *mut u8) -> Option<()> {
+        let seg = segment_of(p);
+        if seg.is_null() || (cfg!(feature = "hardened") && !is_segment(p)) {
+            return None;
+        }
+        // SAFETY: by the caller's contract p is a slot of this cache, whose segment header is
+        // live and immutable (a broken contract gets the read `owner_word_if_slot` describes).
+        let (cache, first) = unsafe { ((*seg).cache, seg as usize + (*seg).slabs_offset) };
+        // Slab 0 starts at `first`, a multiple of the slab size, and the segment's slabs run
+        // to its end, so `p >= first` puts p's slab among the segment's.
+        if !self.core.owns(cache) || (p as usize) < first {
+            return None;
+        }
+        let in_slab = p as usize & self.layout.slab_mask;
+        self.slab = p as usize - in_slab;
+        // SAFETY: the slab is one of this accounted cache's, whose owner words start
+        // `meta_offset` bytes in (slab.rs: `metadata_fits_where_promised`).
+        self.meta = unsafe { p.sub(in_slab).add(self.layout.meta_offset) };
+        Some(())
     }
 }
 

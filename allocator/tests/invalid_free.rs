@@ -658,3 +658,61 @@ fn a_slot_twice_in_one_free_bulk_is_reported() {
     println!("not detected: {n} {again:?}");
     std::process::exit(0);
 }
+
+/// A dedicated cache's `free_bulk` that keeps its slots checks the segment once per slab
+/// (`SlabRun`), the slot start for every pointer: a pointer into the middle of a slot, in the
+/// slab of the pointers kept before it, is reported before anything is written through it.
+#[test]
+fn a_middle_of_slot_pointer_in_a_kept_free_bulk_is_reported() {
+    const NAME: &str = "a_middle_of_slot_pointer_in_a_kept_free_bulk_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: free of a pointer that is not the start of a slot",
+        );
+    }
+    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(256, 8).unwrap())
+        .account(true)
+        .build();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _scope = tenant.enter();
+    open_kept_front(&c);
+    let mut objs = [std::ptr::null_mut(); 4];
+    assert_eq!(c.alloc_bulk(&mut objs), 4);
+    // SAFETY: deliberately invalid: objs[1] + 8 is the middle of a live slot.
+    unsafe { c.free_bulk(&[objs[0], objs[1], objs[1].add(8), objs[2]]) };
+    println!("not detected");
+    std::process::exit(0);
+}
+
+/// The same for another cache's object of the same layout after a run of the cache's own:
+/// the run's slab check, made again for the other cache's slab, refuses it, and it is
+/// reported before it reaches the kept bin.
+#[test]
+fn another_caches_object_in_a_kept_free_bulk_is_reported() {
+    const NAME: &str = "another_caches_object_in_a_kept_free_bulk_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: free of a pointer of another cache or size class",
+        );
+    }
+    let l = Layout::from_size_align(256, 8).unwrap();
+    let a = slabcg_allocator::Cache::builder("victim-a", l)
+        .account(true)
+        .build();
+    let b = slabcg_allocator::Cache::builder("victim-b", l)
+        .account(true)
+        .build();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _scope = tenant.enter();
+    open_kept_front(&b);
+    let x = a.alloc().unwrap();
+    let mut objs = [std::ptr::null_mut(); 3];
+    assert_eq!(b.alloc_bulk(&mut objs), 3);
+    // SAFETY: deliberately invalid: a's object freed into b, after two of b's.
+    unsafe { b.free_bulk(&[objs[0], objs[1], x.as_ptr(), objs[2]]) };
+    let y = b.alloc().unwrap();
+    println!("not detected: {x:?} {y:?}");
+    std::process::exit(0);
+}
