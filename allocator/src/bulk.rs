@@ -42,7 +42,7 @@ use crate::cache::SlabCache;
 use crate::dedicated::Cache;
 use crate::global;
 use crate::object_stock::ObjectStock;
-use crate::owner::{class_owner_word, is_accounted, owner_word};
+use crate::owner::{class_owner_word, is_accounted, owner_word, OwnerGeom};
 use crate::size_class::{class_for, class_size, Kind};
 use crate::slab::FreeObj;
 use crate::thread_cache::ThreadCache;
@@ -382,9 +382,10 @@ impl<'a> Keep<'a> {
 
     /// Pushes the chain, or hands it back, its head and length, when the tag changed since
     /// the batch started (`ObjectStock::push_chain`): then the caller frees those slots,
-    /// uncharging them ([`unkept`]).
-    fn finish(self) -> Option<(*mut FreeObj, u32)> {
-        let bin = self.bin.filter(|_| self.n > 0)?;
+    /// uncharging them ([`unkept`]). Either way the batch is over: `keep` and `keep_prefix`
+    /// keep nothing more, and a second call returns None.
+    fn finish(&mut self) -> Option<(*mut FreeObj, u32)> {
+        let bin = self.bin.take().filter(|_| self.n > 0)?;
         // SAFETY: n slots linked head to tail, each kept once (`keep`) for the tag read at
         // the start, with room, none the bin's head.
         if unsafe {
@@ -601,11 +602,53 @@ impl Cache {
     /// # Safety
     /// As [`free_bulk`](Self::free_bulk).
     unsafe fn free_bulk_many(&self, ptrs: &[*mut u8]) {
-        // SAFETY: caller's contract.
-        thread_cache::with(|tc| unsafe { self.free_bulk_through(tc, ptrs) });
+        thread_cache::with(|tc| {
+            let front = tc.front_at(self.at);
+            let kept =
+                self.core.id.accounted && thread_cache::is_live(tc) && front.is_of(self.core);
+            let mut keep = Keep::new(tc, kept.then_some(&front.kept));
+            // The common case first, with nothing else set up: every slot kept in the
+            // front's kept bin.
+            // SAFETY: caller's contract.
+            let k = unsafe { self.keep_run(&mut keep, ptrs) };
+            let handed = if k == ptrs.len() {
+                match keep.finish() {
+                    None => return,
+                    handed => handed,
+                }
+            } else {
+                None
+            };
+            // SAFETY: caller's contract; ptrs[..k] are kept, `handed` came back from the
+            // kept bin's push.
+            unsafe { self.free_bulk_through(tc, keep, &ptrs[k..], handed) }
+        });
         // A drainer may be why slots were not kept: give back what it left in the bins, as a
         // single free that uncharges does.
         reclaim_if_drained();
+    }
+
+    /// [`Keep::keep_prefix`] over `ptrs` for this cache, the segment's checks made once per
+    /// slab ([`SlabRun`](crate::cache::SlabRun)); how many were kept.
+    ///
+    /// # Safety
+    /// As [`free_bulk`](Self::free_bulk), for `ptrs`.
+    #[inline(always)]
+    unsafe fn keep_run(&self, keep: &mut Keep<'_>, ptrs: &[*mut u8]) -> usize {
+        // SAFETY: caller's contract: each non-null entry is a live slot of this cache,
+        // given up; a pointer `SlabRun` (`owner_word_if_slot`'s checks, the segment's made
+        // once per slab) does not see as a slot start of this cache ends the run and is
+        // reported by the caller's one-by-one path, as a null one ends it (whose "header" at
+        // address 0 is not read).
+        unsafe {
+            match ptrs.first().and_then(|&p| self.core.slab_run(p)) {
+                Some(mut run) => keep.keep_prefix(ptrs, |p| {
+                    let w = run.owner_word(p)?;
+                    Some((*w).load(Ordering::Relaxed))
+                }),
+                None => 0,
+            }
+        }
     }
 
     /// This thread's front bin of the cache when it holds this cache's slots (module docs of
@@ -616,13 +659,24 @@ impl Cache {
         (thread_cache::is_live(tc) && f.is_of(self.core)).then_some(&f.bin)
     }
 
-    /// [`free_bulk`](Self::free_bulk) on `tc`'s thread: an accounted slot whose owner is
-    /// the object stock's tag stays charged in the front's kept bin (as a single free keeps
-    /// it); the others go into the front bin while it has room, then to the slabs.
+    /// The rest of a [`free_bulk`](Self::free_bulk) on `tc`'s thread, from the first slot
+    /// [`keep_run`](Self::keep_run) did not keep, and `handed`, the slots `keep` kept and
+    /// `Keep::finish` handed back: an accounted slot whose owner is the object stock's tag
+    /// stays charged in the front's kept bin (as a single free keeps it); the others go into
+    /// the front bin while it has room, then to the slabs. Out of line: the common bulk
+    /// (every slot kept) sets none of this up.
     ///
     /// # Safety
-    /// As `free_bulk`.
-    unsafe fn free_bulk_through(&self, tc: &ThreadCache, ptrs: &[*mut u8]) {
+    /// As `free_bulk`, for `ptrs` and the chain `handed`; `keep` keeps into the front's kept
+    /// bin of this cache, or nowhere.
+    #[inline(never)]
+    unsafe fn free_bulk_through(
+        &self,
+        tc: &ThreadCache,
+        mut keep: Keep<'_>,
+        ptrs: &[*mut u8],
+        handed: Option<(*mut FreeObj, u32)>,
+    ) {
         let live = thread_cache::is_live(tc);
         let mut sink = Sink::new(self.core, self.front_bin(tc));
         if !self.core.id.accounted {
@@ -633,66 +687,58 @@ impl Cache {
             return;
         }
         let mut owners = Owners::new(self.core.layout.object_size, self.stat_idx());
-        let front = tc.front_at(self.at);
-        let mut keep = Keep::new(tc, (live && front.is_of(self.core)).then_some(&front.kept));
         let mut rest = ptrs;
-        loop {
-            // The common case first: a run of slots kept in the front's kept bin.
-            // SAFETY: caller's contract: each non-null entry is a live slot of this cache,
-            // given up; a pointer `SlabRun` (`owner_word_if_slot`'s checks, the segment's made
-            // once per slab) does not see as a slot start of this cache ends the run and is
-            // reported below, as a null one ends it (whose "header" at address 0 is not read).
-            let k = unsafe {
-                match rest.first().and_then(|&p| self.core.slab_run(p)) {
-                    Some(mut run) => keep.keep_prefix(rest, |p| {
-                        let w = run.owner_word(p)?;
-                        Some((*w).load(Ordering::Relaxed))
-                    }),
-                    None => 0,
-                }
-            };
-            let Some((&p, tail)) = rest[k..].split_first() else {
-                break;
-            };
+        while let Some((&p, tail)) = rest.split_first() {
             rest = tail;
-            if p.is_null() {
-                continue;
-            }
-            // Kept, as the single free keeps it, once p is seen to be a slot start in a
-            // segment of this cache (`owner_word_if_slot`). Only hardened builds try here:
-            // elsewhere `keep_prefix` just refused p on the same checks.
-            // SAFETY: caller's contract: p is a live slot of this cache; its word lives as
-            // long as the cache's segments; if kept, it is charged to `owner`, given up.
-            if cfg!(feature = "hardened")
-                && unsafe {
-                    self.core
-                        .owner_word_if_slot(p)
-                        .is_some_and(|w| keep.keep((*w).load(Ordering::Relaxed), p))
+            'one: {
+                if p.is_null() {
+                    break 'one;
                 }
-            {
-                continue;
+                // Kept, as the single free keeps it, once p is seen to be a slot start in a
+                // segment of this cache (`owner_word_if_slot`). Only hardened builds try
+                // here: elsewhere `keep_run` just refused p on the same checks.
+                // SAFETY: caller's contract: p is a live slot of this cache; its word lives
+                // as long as the cache's segments; if kept, it is charged to `owner`, given
+                // up.
+                if cfg!(feature = "hardened")
+                    && unsafe {
+                        self.core
+                            .owner_word_if_slot(p)
+                            .is_some_and(|w| keep.keep((*w).load(Ordering::Relaxed), p))
+                    }
+                {
+                    break 'one;
+                }
+                if keep.is_head(p) || (live && tc.front_kept_is_head(self.at, p)) {
+                    sys::fatal(
+                        "double free of a dedicated cache's object in free_bulk (already kept)",
+                    );
+                }
+                // The owner address comes from p: a pointer that is not a slot start of this
+                // cache is reported before anything is written.
+                let owner = self.core.checked_owner_word(p).swap(0, Ordering::Relaxed);
+                // SAFETY: the object was charged object_size to the owner its word recorded
+                // (0: nobody), cleared just now; the caller gives it up.
+                unsafe {
+                    owners.add(owner);
+                    sink.put(p);
+                }
             }
-            if keep.is_head(p) || (live && tc.front_kept_is_head(self.at, p)) {
-                sys::fatal("double free of a dedicated cache's object in free_bulk (already kept)");
-            }
-            // The owner address comes from p: a pointer that is not a slot start of this
-            // cache is reported before anything is written.
-            let owner = self.core.checked_owner_word(p).swap(0, Ordering::Relaxed);
-            // SAFETY: the object was charged object_size to the owner its word recorded
-            // (0: nobody), cleared just now; the caller gives it up.
-            unsafe {
-                owners.add(owner);
-                sink.put(p);
-            }
+            // Back to the common case after the one slot.
+            // SAFETY: caller's contract.
+            let k = unsafe { self.keep_run(&mut keep, rest) };
+            rest = &rest[k..];
         }
-        unkept(keep.finish(), |p| {
+        let mut free = |p| {
             let owner = self.core.checked_owner_word(p).swap(0, Ordering::Relaxed);
             // SAFETY: as in the loop: a slot of this cache charged to `owner`, given up.
             unsafe {
                 owners.add(owner);
                 sink.put(p);
             }
-        });
+        };
+        unkept(handed, &mut free);
+        unkept(keep.finish(), &mut free);
         // SAFETY: as above, for the last stretch.
         unsafe { owners.end() };
         if owners.uncharged > 0 {
@@ -755,7 +801,8 @@ pub fn alloc_bulk(layout: Layout, out: &mut [*mut u8]) -> usize {
 /// [`alloc_bulk`] of any count but one.
 fn alloc_bulk_many(layout: Layout, out: &mut [*mut u8]) -> usize {
     let n = out.len();
-    let Some(c) = class_for(layout.size(), layout.align()) else {
+    let (size, align) = (layout.size(), layout.align());
+    let Some(c) = global::fast_class(size, align).or_else(|| class_for(size, align)) else {
         return 0;
     };
     if n == 0 {
@@ -890,7 +937,8 @@ pub unsafe fn free_bulk(layout: Layout, ptrs: &[*mut u8]) {
 /// # Safety
 /// As [`free_bulk`].
 unsafe fn free_bulk_many(layout: Layout, ptrs: &[*mut u8]) {
-    let Some(c) = class_for(layout.size(), layout.align()) else {
+    let (size, align) = (layout.size(), layout.align());
+    let Some(c) = global::fast_class(size, align).or_else(|| class_for(size, align)) else {
         for &p in ptrs.iter().filter(|p| !p.is_null()) {
             // SAFETY: caller's contract: a layout without a class was allocated by the
             // large path, and p is live.
@@ -898,48 +946,95 @@ unsafe fn free_bulk_many(layout: Layout, ptrs: &[*mut u8]) {
         }
         return;
     };
-    let accounted = class_caches::cache(c, Kind::Accounted);
     thread_cache::with(|tc| {
-        let live = thread_cache::is_live(tc);
-        let mut plain = Sink::new(
-            class_caches::cache(c, Kind::Plain),
-            live.then(|| tc.bin(c, Kind::Plain)),
-        );
-        let mut acct = Sink::new(accounted, live.then(|| tc.bin(c, Kind::Accounted)));
-        let mut owners = Owners::new(class_size(c), StatIdx::slab(c));
-        let mut keep = Keep::new(tc, live.then(|| &tc.line(c).tagged));
-        let geom = tc.line(c).owner;
-        let mut rest = ptrs;
-        loop {
-            // The common case first: a run of accounted slots kept in the tagged bin.
-            // SAFETY: caller's contract: each non-null entry is a live block of class c,
-            // given up; an accounted one is a slot of its accounted cache (a plain one ends
-            // the run, as a null one does: null has the accounted bit clear), whose word says
-            // who it is charged to.
-            let k = unsafe {
-                keep.keep_prefix(rest, |p| {
-                    is_accounted(p)
-                        .then(|| (*class_owner_word(p, c, &geom)).load(Ordering::Relaxed))
-                })
-            };
-            let Some((&p, tail)) = rest[k..].split_first() else {
-                break;
-            };
-            rest = tail;
+        let line = tc.line(c);
+        let mut keep = Keep::new(tc, thread_cache::is_live(tc).then_some(&line.tagged));
+        // The common case first, with nothing else set up: every block an accounted slot
+        // kept in the tagged bin.
+        // SAFETY: caller's contract.
+        let k = unsafe { keep_class_run(&mut keep, ptrs, c, &line.owner) };
+        let handed = if k == ptrs.len() {
+            match keep.finish() {
+                None => return,
+                handed => handed,
+            }
+        } else {
+            None
+        };
+        // SAFETY: caller's contract; ptrs[..k] are kept, `handed` came back from the tagged
+        // bin's push.
+        unsafe { free_class_rest(tc, c, keep, &ptrs[k..], handed) }
+    });
+    // As after a dedicated cache's bulk free.
+    reclaim_if_drained();
+}
+
+/// [`Keep::keep_prefix`] over `ptrs` for size class `c`, whose owner geometry is `geom`; how
+/// many were kept.
+///
+/// # Safety
+/// As [`free_bulk`] for class `c`, for `ptrs`.
+#[inline(always)]
+unsafe fn keep_class_run(
+    keep: &mut Keep<'_>,
+    ptrs: &[*mut u8],
+    c: usize,
+    geom: &OwnerGeom,
+) -> usize {
+    // SAFETY: caller's contract: each non-null entry is a live block of class c, given up;
+    // an accounted one is a slot of its accounted cache (a plain one ends the run, as a null
+    // one does: null has the accounted bit clear), whose word says who it is charged to.
+    unsafe {
+        keep.keep_prefix(ptrs, |p| {
+            is_accounted(p).then(|| (*class_owner_word(p, c, geom)).load(Ordering::Relaxed))
+        })
+    }
+}
+
+/// The rest of a [`free_bulk`] of class `c` on `tc`'s thread, from the first block
+/// [`keep_class_run`] did not keep, and `handed`, the slots `keep` kept and `Keep::finish`
+/// handed back: a block whose owner is the thread's tag stays charged in the tagged bin, the
+/// others go to the thread's bins while they have room, then to the class's slabs. Out of
+/// line: the common bulk (every block kept) sets none of this up.
+///
+/// # Safety
+/// As [`free_bulk`] for class `c`, for `ptrs` and the chain `handed`; `keep` keeps into the
+/// tagged bin of class `c`, or nowhere.
+#[inline(never)]
+unsafe fn free_class_rest(
+    tc: &ThreadCache,
+    c: usize,
+    mut keep: Keep<'_>,
+    ptrs: &[*mut u8],
+    handed: Option<(*mut FreeObj, u32)>,
+) {
+    let live = thread_cache::is_live(tc);
+    let accounted = class_caches::cache(c, Kind::Accounted);
+    let mut plain = Sink::new(
+        class_caches::cache(c, Kind::Plain),
+        live.then(|| tc.bin(c, Kind::Plain)),
+    );
+    let mut acct = Sink::new(accounted, live.then(|| tc.bin(c, Kind::Accounted)));
+    let mut owners = Owners::new(class_size(c), StatIdx::slab(c));
+    let geom = tc.line(c).owner;
+    let mut rest = ptrs;
+    while let Some((&p, tail)) = rest.split_first() {
+        rest = tail;
+        'one: {
             if p.is_null() {
-                continue;
+                break 'one;
             }
             if !is_accounted(p) {
                 // SAFETY: caller's contract; the flush validates that p is a slot of the
                 // plain cache of class c.
                 unsafe { plain.put(p) };
-                continue;
+                break 'one;
             }
             // A slot whose owner is the thread's tag stays charged in the object stock, as a
             // single free keeps it (the owner word stays, and nothing is written through an
             // address computed from p: the slot is validated when it leaves the tagged bin
             // for its slab, as the single free's is).
-            // Only hardened builds try here: elsewhere `keep_prefix` just refused p on the
+            // Only hardened builds try here: elsewhere `keep_class_run` just refused p on the
             // same checks.
             // SAFETY: caller's contract: p is a live accounted slot of class c, whose owner
             // word says who it is charged to; it is given up.
@@ -947,7 +1042,7 @@ unsafe fn free_bulk_many(layout: Layout, ptrs: &[*mut u8]) {
                 && live
                 && unsafe { keep.keep((*class_owner_word(p, c, &geom)).load(Ordering::Relaxed), p) }
             {
-                continue;
+                break 'one;
             }
             // Checked before anything is written through the owner address computed from p.
             let w = accounted.checked_owner_word(p);
@@ -968,20 +1063,24 @@ unsafe fn free_bulk_many(layout: Layout, ptrs: &[*mut u8]) {
                 acct.put(p);
             }
         }
-        unkept(keep.finish(), |p| {
-            let owner = accounted.checked_owner_word(p).swap(0, Ordering::Relaxed);
-            // SAFETY: as in the loop: a live accounted slot of class c charged to `owner`,
-            // given up.
-            unsafe {
-                owners.add(owner);
-                acct.put(p);
-            }
-        });
-        // SAFETY: as above, for the last stretch.
-        unsafe { owners.end() };
-    });
-    // As after a dedicated cache's bulk free.
-    reclaim_if_drained();
+        // Back to the common case after the one block.
+        // SAFETY: caller's contract.
+        let k = unsafe { keep_class_run(&mut keep, rest, c, &geom) };
+        rest = &rest[k..];
+    }
+    let mut free = |p| {
+        let owner = accounted.checked_owner_word(p).swap(0, Ordering::Relaxed);
+        // SAFETY: as in the loop: a live accounted slot of class c charged to `owner`, given
+        // up.
+        unsafe {
+            owners.add(owner);
+            acct.put(p);
+        }
+    };
+    unkept(handed, &mut free);
+    unkept(keep.finish(), &mut free);
+    // SAFETY: as above, for the last stretch.
+    unsafe { owners.end() };
 }
 
 /// After a bulk free (its sinks flushed): takes the object stock back when a drainer has been
