@@ -81,7 +81,7 @@ impl Bin {
         let n = self.count.load(Ordering::Relaxed);
         let k = (n as usize).min(out.len());
         let mut p = self.head.load(Ordering::Relaxed);
-        for slot in &mut out[..k] {
+        let mut take = |slot: &mut *mut u8| {
             if p.is_null() {
                 list_too_short();
             }
@@ -93,7 +93,14 @@ impl Bin {
                 *slot = p.cast();
                 p = next;
             }
+        };
+        // Two slots a turn: one count, one compare and one branch for the two.
+        let mut pairs = out[..k].chunks_exact_mut(2);
+        for pair in &mut pairs {
+            take(&mut pair[0]);
+            take(&mut pair[1]);
         }
+        pairs.into_remainder().iter_mut().for_each(take);
         self.head.store(p, Ordering::Relaxed);
         self.count.store(n - k as u32, Ordering::Relaxed);
         k
@@ -488,4 +495,47 @@ pub(crate) fn list_too_short() -> ! {
     crate::sys::fatal(
         "a thread's bin holds fewer slots than it counts (a double free of a slot that was still in a bin)",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `pop_many` takes two slots a turn: every count, odd and even, and every `out` length
+    /// (shorter, as long as, longer than the list) pops the head first and leaves the rest.
+    #[test]
+    fn pop_many_takes_the_head_first_whatever_the_count() {
+        use core::alloc::{GlobalAlloc, Layout};
+        // Slabcg's slots (hardened builds check that a link points into a segment).
+        let (a, l) = (crate::SlabAlloc::new(), Layout::new::<[u64; 8]>());
+        // SAFETY: a non-zero size.
+        let ps: Vec<*mut u8> = (0..7).map(|_| unsafe { a.alloc(l) }).collect();
+        assert!(ps.iter().all(|p| !p.is_null()));
+        for n in 0..=ps.len() {
+            for want in 0..=n + 1 {
+                let bin = Bin::new();
+                bin.set_capacity(64);
+                for &p in &ps[..n] {
+                    // SAFETY: a free slot of the test's, pushed once.
+                    assert!(unsafe { bin.push(p) });
+                }
+                let mut out = vec![ptr::null_mut(); want];
+                let k = bin.pop_many(&mut out);
+                assert_eq!(k, want.min(n));
+                // The last pushed heads the list.
+                let expect: Vec<_> = ps[..n].iter().rev().take(k).copied().collect();
+                assert_eq!(&out[..k], &expect[..]);
+                assert!(out[k..].iter().all(|p| p.is_null()));
+                assert_eq!(bin.count() as usize, n - k);
+                let rest: Vec<_> = (0..n - k).map(|_| bin.pop()).collect();
+                let expect: Vec<_> = ps[..n - k].iter().rev().copied().collect();
+                assert_eq!(rest, expect);
+                assert!(bin.pop().is_null());
+            }
+        }
+        for p in ps {
+            // SAFETY: allocated above with l, out of every bin now, freed once.
+            unsafe { a.dealloc(p, l) };
+        }
+    }
 }
