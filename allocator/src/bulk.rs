@@ -312,13 +312,17 @@ impl<'a> Keep<'a> {
     /// The checks are `keep`'s, repeated here so that the loop keeps its state in registers:
     /// a change to one is a change to both.
     ///
+    /// `BY_TWO` takes the slots two a turn (the size classes' loop, whose state fits the
+    /// registers twice over: 2 instructions fewer per slot); the dedicated caches' loop, with
+    /// the slab run's geometry to hold, spills when unrolled and goes one by one.
+    ///
     /// # Safety
     /// `owner` is called on the entries of `ptrs` in order, up to the first it refuses or the
     /// bin's room: it must answer None for null, each non-null entry must be a live slot of
     /// the bin's cache (or class), given up, and when `owner` answers, that answer must be the
     /// tenant the slot is charged to (what [`keep`](Self::keep) requires).
     #[inline(always)]
-    unsafe fn keep_prefix(
+    unsafe fn keep_prefix<const BY_TWO: bool>(
         &mut self,
         ptrs: &[*mut u8],
         mut owner: impl FnMut(*mut u8) -> Option<ObjCgId>,
@@ -329,23 +333,45 @@ impl<'a> Keep<'a> {
         let (tag, first) = (self.tag, self.first);
         // `keep`'s room check, made once: n < room holds for every slot kept.
         let end = ptrs.len().min((self.room - self.n) as usize);
-        let (mut head, mut i) = (self.head, 0);
-        while i < end {
-            let p = ptrs[i];
+        // `keep`'s checks: the tag, the bin's head, the chain's head (room: `end`); a null
+        // entry ends the run in `owner`.
+        let mut keeps = |p: *mut u8, head: *mut FreeObj| {
             let o = p as *mut FreeObj;
-            // `keep`'s checks: the tag, the bin's head, the chain's head (room: `end`); a null
-            // entry ends the run in `owner`.
-            match owner(p) {
-                Some(w) if u64::from(w) == tag && o != head && o != first => {}
-                _ => break,
-            }
+            matches!(owner(p), Some(w) if u64::from(w) == tag && o != head && o != first)
+        };
+        let link = |p: *mut u8, head: *mut FreeObj| {
             // SAFETY: the caller's slot, given up; its first word becomes the chain's link.
             unsafe {
                 bin.check_free(p);
-                FreeObj::set_next(o, head);
+                FreeObj::set_next(p as *mut FreeObj, head);
             }
-            head = o;
-            i += 1;
+            p as *mut FreeObj
+        };
+        let (mut head, mut i) = (self.head, 0);
+        'run: {
+            if BY_TWO {
+                // Two slots a turn: one count, one compare and one branch for the two.
+                for pair in ptrs[..end].chunks_exact(2) {
+                    if !keeps(pair[0], head) {
+                        break 'run;
+                    }
+                    head = link(pair[0], head);
+                    if !keeps(pair[1], head) {
+                        i += 1;
+                        break 'run;
+                    }
+                    head = link(pair[1], head);
+                    i += 2;
+                }
+            }
+            while i < end {
+                let p = ptrs[i];
+                if !keeps(p, head) {
+                    break 'run;
+                }
+                head = link(p, head);
+                i += 1;
+            }
         }
         if i > 0 {
             if self.head.is_null() {
@@ -642,7 +668,7 @@ impl Cache {
         // address 0 is not read).
         unsafe {
             match ptrs.first().and_then(|&p| self.core.slab_run(p)) {
-                Some(mut run) => keep.keep_prefix(ptrs, |p| {
+                Some(mut run) => keep.keep_prefix::<false>(ptrs, |p| {
                     let w = run.owner_word(p)?;
                     Some((*w).load(Ordering::Relaxed))
                 }),
@@ -985,7 +1011,7 @@ unsafe fn keep_class_run(
     // an accounted one is a slot of its accounted cache (a plain one ends the run, as a null
     // one does: null has the accounted bit clear), whose word says who it is charged to.
     unsafe {
-        keep.keep_prefix(ptrs, |p| {
+        keep.keep_prefix::<true>(ptrs, |p| {
             is_accounted(p).then(|| (*class_owner_word(p, c, geom)).load(Ordering::Relaxed))
         })
     }
