@@ -528,17 +528,17 @@ impl Cache {
         }
         let accounted = self.core.id.accounted;
         let cg = if accounted { hooks::current_objcg() } else { 0 };
-        let runs = Runs {
-            cg,
-            each: self.core.layout.object_size,
-            idx: self.stat_idx(),
-        };
         // Slots this thread's front keeps charged to cg first (`front.rs`), as the size
         // classes' bulk takes the object stock's.
         let kept = if cg != 0 { self.take_kept(cg, out) } else { 0 };
         if kept == n {
             return n;
         }
+        let runs = Runs {
+            cg,
+            each: self.core.layout.object_size,
+            idx: self.stat_idx(),
+        };
         let fresh = n - kept;
         // SAFETY: cg is this thread's current scope, just read.
         if cg != 0 && !unsafe { runs.charge(fresh) } {
@@ -842,11 +842,6 @@ fn alloc_bulk_many(layout: Layout, out: &mut [*mut u8]) -> usize {
     } else {
         Kind::Plain
     };
-    let runs = Runs {
-        cg,
-        each: class_size(c),
-        idx: StatIdx::slab(c),
-    };
     // Inside a tenant, the object stock first: slots kept charged to `cg` (their owner word
     // says `cg` once `tagged_pop_many` claimed those a transfer left), as the single
     // allocation takes them; only the rest is charged.
@@ -854,6 +849,11 @@ fn alloc_bulk_many(layout: Layout, out: &mut [*mut u8]) -> usize {
     if kept == n {
         return n;
     }
+    let runs = Runs {
+        cg,
+        each: class_size(c),
+        idx: StatIdx::slab(c),
+    };
     let fresh = n - kept;
     // SAFETY: cg is this thread's current scope, just read.
     if cg != 0 && !unsafe { runs.charge(fresh) } {
