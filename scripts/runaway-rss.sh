@@ -3,11 +3,13 @@
 # the resident set every half second after one runaway request (tenant "evil", killed at its
 # 64 MiB limit) or, with `--no-tenants`, one large request (kb=60000, about 100 MB, answered).
 #
-#   scripts/runaway-rss.sh BIN [--no-tenants] [SECONDS] [RATE]   (defaults 8 s, 1000 req/s)
+#   scripts/runaway-rss.sh BIN [--no-tenants] [SECONDS] [RATE]   (defaults 15 s, 1000 req/s)
 #
 # BIN is a `cargo build --release --example tenant_service` (copy it out of target/ to keep
-# an older build). Prints "t=SECONDS rss=KB" lines, the first just before the burst's answer
-# came back. Traffic goes to 127.0.0.1 only.
+# an older build; the service's decay interval is its `--decay-ms`, 5 s by default). Prints
+# "t=SECONDS rss=KB" lines from just after the burst's answer came back. mimalloc and
+# jemalloc builds (`--features service-mimalloc|service-jemalloc`) have no tenants to kill a
+# runaway: measure them with --no-tenants. Traffic goes to 127.0.0.1 only.
 set -euo pipefail
 bin=$1
 shift
@@ -16,17 +18,21 @@ if [ "${1:-}" = --no-tenants ]; then
     flags=(--no-tenants)
     shift
 fi
-secs=${1:-8} rate=${2:-1000}
+secs=${1:-15} rate=${2:-1000}
 command -v oha >/dev/null || cargo install oha --locked
 port=3931
-"$bin" --addr "127.0.0.1:$port" "${flags[@]}" 2>/dev/null &
+"$bin" --addr "127.0.0.1:$port" ${flags[@]+"${flags[@]}"} 2>/dev/null &
 server=$!
-trap 'kill "$server" 2>/dev/null || true' EXIT
+load=
+trap 'kill "$server" $load 2>/dev/null || true' EXIT
+ready=0
 for _ in $(seq 100); do
-    curl -sf -o /dev/null "http://127.0.0.1:$port/work?kb=1&tenant=warmup" && break
+    curl -sf -o /dev/null "http://127.0.0.1:$port/work?kb=1&tenant=warmup" && { ready=1; break; }
     sleep 0.05
 done
-oha -z "$((secs + 2))s" -q "$rate" --no-tui --output-format quiet \
+(( ready )) || { echo "the server did not answer on port $port" >&2; exit 1; }
+# Longer than the sampling, whatever the burst takes; stopped when the sampling ends.
+oha -z "$((secs + 30))s" -q "$rate" --no-tui --output-format quiet \
     "http://127.0.0.1:$port/work?kb=16&tenant=steady" &
 load=$!
 sleep 1
@@ -39,4 +45,3 @@ for i in $(seq 0 $((secs * 2))); do
     echo "t=$(awk "BEGIN {print $i / 2}") rss=$(rss)"
     sleep 0.5
 done
-wait "$load" || true

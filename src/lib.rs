@@ -127,9 +127,9 @@ pub use slabcg_accounting::{
     OomPolicy, ScopeGuard, Scoped, StatItem, Tenant, TenantError, TenantStat,
 };
 pub use slabcg_allocator::{
-    alloc_bulk, allocator_api2, free_bulk, start_decay_thread, stats, trim, AllocStats, Cache,
-    CacheBox, CacheBuilder, CacheError, CacheInfo, ClassStats, MetaPlacement, SlabAlloc,
-    TenantAlloc, TypedCache,
+    alloc_bulk, allocator_api2, free_bulk, set_decay_interval_ms, start_decay_thread, stats, trim,
+    AllocStats, Cache, CacheBox, CacheBuilder, CacheError, CacheInfo, ClassStats, MetaPlacement,
+    SlabAlloc, TenantAlloc, TypedCache, DEFAULT_DECAY_INTERVAL_MS,
 };
 
 #[cfg(feature = "prometheus")]

@@ -324,3 +324,35 @@ fn a_tenant_bulk_reuses_the_objects_its_bulk_free_kept_charged() {
     .join()
     .unwrap();
 }
+
+/// A size class's `free_bulk` skips null entries wherever they are (first, at odd and even
+/// places inside a run the keep loop takes two at a time, last), inside a tenant (where the
+/// slots are kept charged) and outside: every object is freed once and nothing stays charged.
+#[test]
+fn null_entries_are_skipped_anywhere_in_a_bulk_free() {
+    let l = Layout::from_size_align(200, 8).unwrap();
+    let t = Tenant::new("bulk-nulls");
+    for in_tenant in [true, false] {
+        let _g = in_tenant.then(|| t.enter());
+        let before = class_objects(l);
+        let mut out = vec![std::ptr::null_mut(); 9];
+        assert_eq!(alloc_bulk(l, &mut out), 9);
+        let mut ptrs = Vec::new();
+        for (i, &p) in out.iter().enumerate() {
+            if i == 0 || i == 3 || i == 6 {
+                ptrs.push(std::ptr::null_mut());
+            }
+            ptrs.push(p);
+        }
+        ptrs.push(std::ptr::null_mut());
+        assert_eq!(ptrs.len(), 13);
+        // SAFETY: every non-null entry came from alloc_bulk with l, once.
+        unsafe { free_bulk(l, &ptrs) };
+        // The two vectors were charged too.
+        drop((out, ptrs));
+        drop(_g);
+        drain_all_stocks();
+        assert_eq!(class_objects(l), before, "in a tenant: {in_tenant}");
+        assert_eq!(t.current_exact(), 0, "in a tenant: {in_tenant}");
+    }
+}

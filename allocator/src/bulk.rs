@@ -384,6 +384,12 @@ impl<'a> Keep<'a> {
         i
     }
 
+    /// Whether [`keep_prefix`](Self::keep_prefix) may keep anything: a bin with room, in a
+    /// build that keeps in runs (hardened builds keep one by one).
+    fn may_keep(&self) -> bool {
+        self.bin.is_some() && self.n < self.room && !cfg!(feature = "hardened")
+    }
+
     /// Whether `p` heads the chain (a second free of it in this call).
     fn is_head(&self, p: *mut u8) -> bool {
         p as *mut FreeObj == self.head
@@ -661,6 +667,11 @@ impl Cache {
     /// As [`free_bulk`](Self::free_bulk), for `ptrs`.
     #[inline(always)]
     unsafe fn keep_run(&self, keep: &mut Keep<'_>, ptrs: &[*mut u8]) -> usize {
+        // Nothing to keep into: no header is read (a pointer that is not slabcg's is then
+        // reported by the one-by-one path's check, not met by a fault here).
+        if !keep.may_keep() {
+            return 0;
+        }
         // SAFETY: caller's contract: each non-null entry is a live slot of this cache,
         // given up; a pointer `SlabRun` (`owner_word_if_slot`'s checks, the segment's made
         // once per slab) does not see as a slot start of this cache ends the run and is

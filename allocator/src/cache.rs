@@ -29,7 +29,7 @@ use core::sync::atomic::{
 
 use slabcg_accounting::hooks;
 
-use crate::decay::Decay;
+use crate::decay::{self, Decay};
 use crate::free_mark;
 use crate::lock::SpinLock;
 use crate::segment::{is_segment, segment_of, CacheId, Segment, SlabDesc, SlabState};
@@ -357,7 +357,9 @@ impl SlabCache {
             }
         }
         let mut idle = ptr::null_mut();
-        self.take_idle(&mut l, &mut idle);
+        if !decay::background() {
+            self.take_idle(&mut l, &mut idle);
+        }
         drop(l);
         self.add_used(from_slabs as isize);
         if !idle.is_null() {
@@ -535,7 +537,11 @@ impl SlabCache {
         let mut l = self.lists.lock();
         // SAFETY: caller's contract; under the lock.
         unsafe { self.flush_locked(&mut l, head, count, &mut to_release) };
-        self.take_idle(&mut l, &mut to_release);
+        // With the background decay thread, a free's flush gives back only what the keep
+        // bound refuses (`decay::background`).
+        if !decay::background() {
+            self.take_idle(&mut l, &mut to_release);
+        }
         drop(l);
         // SAFETY: the slabs on to_release have nothing handed out and are on no list.
         unsafe { self.release_slabs(to_release) };

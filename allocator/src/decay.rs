@@ -14,10 +14,64 @@
 //! path; `trim()` gives everything back at once. Each pool also bounds what it keeps, so a
 //! burst of frees cannot keep more than that bound even for one interval.
 
-/// Interval length. Long next to the time between a free and the allocation that reuses its
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Set while the background decay thread runs (`decay_thread.rs`): then giving idle memory
+/// back is that thread's job alone, and no allocation or free path does it (the sweep's
+/// slow-path entry, the caches' checks on their refills and flushes). A runaway request's
+/// 70 MB given back with `madvise` on a request thread took that thread off its requests
+/// for milliseconds: the others' p99 went from 0.8 ms to 12 ms. The mapping cache still
+/// checks on large allocations and frees, which unmap on their own thread anyway.
+static BACKGROUND: AtomicBool = AtomicBool::new(false);
+
+/// Says whether the background decay thread runs (`decay_thread.rs`, and its fork child).
+pub fn set_background(on: bool) {
+    BACKGROUND.store(on, Ordering::Relaxed);
+}
+
+/// Whether the background decay thread gives idle memory back ([`set_background`]). A
+/// relaxed load: a path that misses a change makes one check more or one fewer.
+#[inline]
+pub fn background() -> bool {
+    BACKGROUND.load(Ordering::Relaxed)
+}
+
+/// The default interval length. Long next to the time between a free and the allocation that reuses its
 /// memory in a busy program (microseconds to milliseconds); short enough that a program
 /// that shrank for good sees its resident set follow within a second.
 pub const INTERVAL_MS: u64 = 500;
+
+/// The interval in force: [`INTERVAL_MS`] unless the program set another
+/// ([`set_interval`]).
+static INTERVAL: AtomicU64 = AtomicU64::new(INTERVAL_MS);
+
+/// The shortest and longest intervals [`set_interval`] takes.
+const INTERVAL_RANGE_MS: (u64, u64) = (10, 3_600_000);
+
+/// Sets the decay interval (milliseconds, clamped to 10 ms-1 h) and returns the one in force
+/// now. A longer one keeps freed memory through longer pauses in its reuse, as jemalloc's
+/// `dirty_decay_ms` (10 s by default) does: a service that a tenant's runaway requests hit
+/// every second or so keeps their memory for the next one instead of giving it back and
+/// faulting it in again each time (the madvise and the page clearing cost the other
+/// requests' latency); the memory then goes back one to two intervals after the runaways
+/// stop. Pools already inside an interval keep the start they had.
+///
+/// ```
+/// let was = slabcg_allocator::set_decay_interval_ms(5_000);
+/// assert_eq!(was, 5_000);
+/// slabcg_allocator::set_decay_interval_ms(slabcg_allocator::DEFAULT_DECAY_INTERVAL_MS);
+/// ```
+pub fn set_interval(ms: u64) -> u64 {
+    let ms = ms.clamp(INTERVAL_RANGE_MS.0, INTERVAL_RANGE_MS.1);
+    INTERVAL.store(ms, Ordering::Relaxed);
+    ms
+}
+
+/// The decay interval in force (milliseconds). A relaxed load: the interval only paces.
+#[inline]
+pub fn interval_ms() -> u64 {
+    INTERVAL.load(Ordering::Relaxed)
+}
 
 /// A low-water mark over the current interval.
 ///
@@ -44,7 +98,7 @@ impl Decay {
     /// and a new interval begins with the low-water mark at `amount` (the caller observes
     /// what is left after giving back). `None` while the interval runs.
     pub fn due(&mut self, now: u64, amount: usize) -> Option<usize> {
-        if now.wrapping_sub(self.tick) < INTERVAL_MS {
+        if now.wrapping_sub(self.tick) < interval_ms() {
             return None;
         }
         let idle = self.low.min(amount);

@@ -4,13 +4,16 @@
 //! it runs: a service without tenants whose requests each allocate and free the same working
 //! set is served from its threads' bins alone, and kept the 100 MB a single large request
 //! had used resident for good. jemalloc's `background_thread` is the same remedy, and as
-//! there it is the program's choice: a library never starts threads in programs that did
-//! not ask (slabcg also runs under `LD_PRELOAD`, in programs that fork and count threads).
+//! there it is the program's choice: the allocator starts no thread in programs that did
+//! not ask (slabcg also runs under `LD_PRELOAD`, in programs that fork and count threads;
+//! the accounting's `slabcg-bg` starts only for tenants' kills and idle stocks).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::decay::INTERVAL_MS;
+use slabcg_accounting::hooks;
+
+use crate::decay;
 use crate::sweep;
 
 /// Set once a thread was started (or is being started); reset in a fork child, where it
@@ -18,13 +21,17 @@ use crate::sweep;
 static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// Starts the background decay thread, `slabcg-decay`, unless it runs already: every half
-/// decay interval (250 ms) it gives back the memory that stayed idle through a whole
-/// interval, as an allocation slow path would, so that memory a burst left behind goes back
-/// to the OS within a second or two whatever the program does meanwhile. The thread sleeps
-/// between sweeps, allocates nothing, and takes each cache's lock only with `try_lock`. Call
-/// it once at startup in a long-running program (a service). `Err` only when the thread
-/// could not be spawned; nothing changed then, and a later call tries again. After a
-/// `fork`, the child has no such thread until it calls this again.
+/// decay interval (250 ms by default, [`set_decay_interval_ms`](crate::set_decay_interval_ms))
+/// it gives back the memory that stayed idle through a whole interval, so that memory a
+/// burst left behind goes back to the OS one to two intervals after its last use whatever
+/// the program does meanwhile. From then on no allocation or free path gives memory back
+/// (except the mapping cache's, on large allocations and frees): the `madvise` of a burst's
+/// tens of MB runs on this thread, not on a request's. The thread sleeps between sweeps,
+/// allocates nothing, and skips a cache whose lock is held. Call it once at startup in a
+/// long-running program (a service). `Err` only when the thread could not be spawned;
+/// nothing changed then, and a later call tries again. After a `fork`, the child has no
+/// such thread until it calls this again (when slabcg is the global allocator: its fork
+/// handlers reset the flag).
 ///
 /// ```
 /// slabcg_allocator::start_decay_thread().expect("a thread");
@@ -35,6 +42,9 @@ pub fn start_decay_thread() -> std::io::Result<()> {
     if STARTED.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
+    // The spawn allocates (the handle, the name, the closure): no tenant of the caller's
+    // should pay for it, nor refuse it (`hooks::unscoped`).
+    let _root = hooks::unscoped();
     let spawned = std::thread::Builder::new()
         .name("slabcg-decay".into())
         .spawn(run);
@@ -42,19 +52,22 @@ pub fn start_decay_thread() -> std::io::Result<()> {
         STARTED.store(false, Ordering::Release);
         return Err(e);
     }
+    // From now on no allocation or free path gives memory back (`decay::background`).
+    decay::set_background(true);
     Ok(())
 }
 
-/// The thread's loop: the sweep, paced as every caller's is (`sweep::maybe`), twice per
+/// The thread's loop: the sweep, paced as every caller's is (`sweep::paced`), twice per
 /// interval, so idle memory is gone one to two intervals after its last use.
 fn run() {
     loop {
-        std::thread::sleep(Duration::from_millis(INTERVAL_MS / 2));
-        sweep::maybe();
+        std::thread::sleep(Duration::from_millis(decay::interval_ms() / 2));
+        sweep::paced();
     }
 }
 
 /// Fork support, in the child: the thread did not survive; a later call starts one.
 pub(crate) fn fork_child() {
     STARTED.store(false, Ordering::Relaxed);
+    decay::set_background(false);
 }

@@ -54,7 +54,8 @@
 //!    caches' per-thread bins, and the table of front indexes);
 //! 5. `object_stock` (`ObjectStock`, the armed list, the drain protocol);
 //! 6. `thread_cache` (`ThreadCache`, embedding the bins and the object stock; the registry);
-//! 7. `large` (large allocations, the mapping cache), `stats`;
+//! 7. `large` (large allocations, the mapping cache), `stats`, `sweep` (the process-wide
+//!    decay sweep), `decay_thread` (the optional background thread that runs it);
 //! 8. `init` (process and thread setup, fork handlers, the slow-path entries);
 //! 9. `charge` (the accounting hooks), `dedicated`, `bulk` (bulk allocation for dedicated
 //!    caches and size classes), `typed` (`TypedCache`, `CacheBox`);
@@ -86,7 +87,9 @@
 //! # Public API
 //!
 //! Every module above is private. The API is what the crate root re-exports: [`SlabAlloc`],
-//! [`stats`] / [`trim`] and their [`AllocStats`] / [`ClassStats`], dedicated caches
+//! [`stats`] / [`trim`] and their [`AllocStats`] / [`ClassStats`], the pace at which freed
+//! memory goes back ([`set_decay_interval_ms`], [`DEFAULT_DECAY_INTERVAL_MS`],
+//! [`start_decay_thread`]), dedicated caches
 //! ([`Cache`], [`CacheBuilder`], [`CacheError`], [`CacheInfo`], [`SlabLayout`],
 //! [`MetaPlacement`]) and typed ones ([`TypedCache`], [`CacheBox`]), bulk allocation for the
 //! size classes ([`alloc_bulk`], [`free_bulk`]), the allocator-api2 `Allocator` for
@@ -138,6 +141,7 @@ mod unmapped;
 /// they were built against; its `vec::Vec` and `boxed::Box` take them).
 pub use allocator_api2;
 pub use bulk::{alloc_bulk, free_bulk};
+pub use decay::{set_interval as set_decay_interval_ms, INTERVAL_MS as DEFAULT_DECAY_INTERVAL_MS};
 pub use decay_thread::start_decay_thread;
 pub use dedicated::{Cache, CacheBuilder, CacheError, CacheInfo};
 pub use global::SlabAlloc;

@@ -5,31 +5,42 @@
 //! those slabs through every later phase of its benchmark, where mimalloc's purge gave them
 //! back. So every half decay interval, the first thread whose allocation slow path notices
 //! runs the decay check of every cache and of the mapping cache; memory idle through a whole
-//! interval is then gone one to two intervals after its last use, whatever the program does
-//! meanwhile, as long as it allocates at all. The slow paths counted are the bin refills
-//! and the first allocation under each new tenant: a service with a tenant per request
-//! serves its requests from the slots the previous request left, with no refill for as long
-//! as the load is steady, and kept a runaway request's 70 MB resident for good before
-//! those counted too.
+//! interval is then gone one to two intervals after its last use, as long as the program
+//! takes such slow paths. They are the bin refills and the first allocation under each new
+//! tenant (a service with a tenant per request serves its requests from the slots the
+//! previous request left, with no refill while the load is steady, and kept a runaway
+//! request's 70 MB resident for good before those counted too); a program whose steady
+//! state takes none, or that wants no request to pay for a sweep's `madvise`, starts the
+//! background thread (`decay_thread.rs`), which then sweeps alone.
 //!
 //! The accounted twins and the dedicated caches are swept too: a tenant's burst of
 //! accounted objects, or a dedicated cache's, leaves the same idle slabs behind.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::decay::INTERVAL_MS;
+use crate::decay;
 use crate::{cache, class_caches, large, sys};
 
 /// When the next sweep is due (`sys::now_ms`).
 static NEXT_MS: AtomicU64 = AtomicU64::new(0);
 
-/// Runs the sweep when one is due. Called from the allocation slow path every so many slow
-/// paths of a thread (`ThreadCache::tick_slow`). Every check takes its cache's lock with
-/// `try_lock` and skips a held one (the next sweep looks again), so the sweep never waits
-/// for a cache in use; it takes a lock again only to file the slabs it gave back.
+/// Runs the sweep when one is due, unless the background decay thread runs
+/// (`decay::background`: then the sweep is its alone). Called from the allocation slow path
+/// every so many slow paths of a thread (`ThreadCache::tick_slow`).
 #[cold]
 #[inline(never)]
 pub fn maybe() {
+    if decay::background() {
+        return;
+    }
+    paced();
+}
+
+/// Runs the sweep when one is due: at most one thread per half interval. Every check takes
+/// its cache's lock with `try_lock` and skips a held one (the next sweep looks again), so
+/// the sweep never waits for a cache in use; it takes a lock again only to file the slabs
+/// it gave back.
+pub(crate) fn paced() {
     let now = sys::now_ms();
     let next = NEXT_MS.load(Ordering::Relaxed);
     if now < next {
@@ -40,7 +51,7 @@ pub fn maybe() {
     if NEXT_MS
         .compare_exchange(
             next,
-            now + INTERVAL_MS / 2,
+            now + decay::interval_ms() / 2,
             Ordering::Relaxed,
             Ordering::Relaxed,
         )

@@ -449,3 +449,47 @@ fn a_burst_decays_under_a_steady_load_with_the_decay_thread() {
     );
     println!("CHILD-OK");
 }
+
+/// `set_decay_interval_ms` clamps to 10 ms-1 h and paces the decay: with an interval of
+/// 2 s, the burst's memory is still kept after one default interval (500 ms) of a steady
+/// load with the background thread; set back to 100 ms, it goes within a few of those.
+#[test]
+fn the_decay_interval_can_be_set() {
+    if !is_child("the_decay_interval_can_be_set") {
+        return run_child("the_decay_interval_can_be_set");
+    }
+    assert_eq!(slabcg_allocator::set_decay_interval_ms(0), 10);
+    assert_eq!(slabcg_allocator::set_decay_interval_ms(u64::MAX), 3_600_000);
+    assert_eq!(slabcg_allocator::set_decay_interval_ms(2_000), 2_000);
+    slabcg_allocator::start_decay_thread().expect("a thread");
+    let c = class_of(2048);
+    let empty = || {
+        let s = slabcg_allocator::stats();
+        s.classes[c].empty_slabs * s.classes[c].slab_bytes
+    };
+    let v: Vec<Box<[u8; 2048]>> = (0..16 * MIB / 2048)
+        .map(|_| Box::new([9u8; 2048]))
+        .collect();
+    drop(v);
+    let steady = |ms: u64| {
+        for _ in 0..ms / 10 {
+            let w: Vec<Box<[u8; 64]>> = (0..32).map(|i| Box::new([i as u8; 64])).collect();
+            std::hint::black_box(&w);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    steady(DECAY_INTERVAL_MS + 200);
+    assert!(
+        empty() > 8 * MIB,
+        "a 2 s interval kept the burst for 700 ms: {} bytes of empty slabs",
+        empty()
+    );
+    slabcg_allocator::set_decay_interval_ms(100);
+    steady(2_500);
+    assert!(
+        empty() <= 256 * 1024,
+        "a 100 ms interval gave the burst back within 2.5 s: {} bytes of empty slabs",
+        empty()
+    );
+    println!("CHILD-OK");
+}

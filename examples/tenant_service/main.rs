@@ -27,7 +27,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 const USAGE: &str = "\
 usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES]
                       [--heavy-bytes BYTES|off] [--heavy-workers N] [--heavy-queue N]
-                      [--heavy-sched nice|idle] [--workers N] [--no-tenants]
+                      [--heavy-sched nice|idle] [--workers N] [--no-tenants] [--decay-ms MS]
   --addr           where to listen (default 127.0.0.1:3000)
   --tenant-max     each customer's hard limit in bytes (default 67108864, 64 MiB)
   --total-max      the limit of all customers together (default: unlimited)
@@ -39,6 +39,9 @@ usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES
                    (idle: less CPU taken from the others below full load, starved at it)
   --workers        tokio worker threads (default: the number of CPUs)
   --no-tenants     serve without tenants (a baseline for load runs)
+  --decay-ms       how long freed memory stays for reuse before it goes back to the OS
+                   (default 5000: a runaway every second or so keeps its memory for the next
+                   one instead of faulting it in again; slabcg's own default is 500)
   -h, --help       this text
 ";
 
@@ -52,7 +55,7 @@ fn allocator() -> &'static str {
     }
 }
 
-fn parse() -> Result<(String, service::Config, Option<usize>), String> {
+fn parse() -> Result<(String, service::Config, Option<usize>, u64), String> {
     let mut addr = "127.0.0.1:3000".to_owned();
     let mut cfg = service::Config {
         tenant_max: 64 << 20,
@@ -65,6 +68,7 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
         heavy_release_budget: std::time::Duration::from_millis(200),
     };
     let mut workers = None;
+    let mut decay_ms = 5_000;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -103,14 +107,18 @@ fn parse() -> Result<(String, service::Config, Option<usize>), String> {
                 }
             }
             "--no-tenants" => cfg.tenants = false,
+            "--decay-ms" => {
+                let v = value("--decay-ms")?;
+                decay_ms = v.parse().map_err(|_| format!("--decay-ms: {v}"))?;
+            }
             other => return Err(format!("unknown argument: {other}")),
         }
     }
-    Ok((addr, cfg, workers))
+    Ok((addr, cfg, workers, decay_ms))
 }
 
 fn main() {
-    let (addr, cfg, workers) = match parse() {
+    let (addr, cfg, workers, decay_ms) = match parse() {
         Ok(v) => v,
         Err(e) if e.is_empty() => {
             print!("{USAGE}");
@@ -124,9 +132,14 @@ fn main() {
     // A service's steady load may take no allocation slow path for hours; the background
     // decay thread gives back what a burst left idle (a runaway's memory) all the same.
     #[cfg(not(any(feature = "service-mimalloc", feature = "service-jemalloc")))]
-    if let Err(e) = slabcg::start_decay_thread() {
-        eprintln!("tenant_service: no background decay thread: {e}");
+    {
+        slabcg::set_decay_interval_ms(decay_ms);
+        if let Err(e) = slabcg::start_decay_thread() {
+            eprintln!("tenant_service: no background decay thread: {e}");
+        }
     }
+    #[cfg(any(feature = "service-mimalloc", feature = "service-jemalloc"))]
+    let _ = decay_ms;
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = workers {
         rt.worker_threads(n);
