@@ -36,9 +36,9 @@ pub fn background() -> bool {
     BACKGROUND.load(Ordering::Relaxed)
 }
 
-/// The default interval length. Long next to the time between a free and the allocation that reuses its
-/// memory in a busy program (microseconds to milliseconds); short enough that a program
-/// that shrank for good sees its resident set follow within a second.
+/// The default interval length. Long next to the time between a free and the allocation
+/// that reuses its memory in a busy program (microseconds to milliseconds); short enough
+/// that a program that shrank for good sees its resident set follow within a second.
 pub const INTERVAL_MS: u64 = 500;
 
 /// The interval in force: [`INTERVAL_MS`] unless the program set another

@@ -58,10 +58,11 @@ pub fn start_decay_thread() -> std::io::Result<()> {
 }
 
 /// The thread's loop: the sweep, paced as every caller's is (`sweep::paced`), twice per
-/// interval, so idle memory is gone one to two intervals after its last use.
+/// interval, so idle memory is gone one to two intervals after its last use. It wakes at
+/// least every second, so a shorter interval set meanwhile takes effect within one.
 fn run() {
     loop {
-        std::thread::sleep(Duration::from_millis(decay::interval_ms() / 2));
+        std::thread::sleep(Duration::from_millis((decay::interval_ms() / 2).min(1_000)));
         sweep::paced();
     }
 }
