@@ -444,6 +444,35 @@ fn unkept(chain: Option<(*mut FreeObj, u32)>, mut free: impl FnMut(*mut u8)) {
     }
 }
 
+/// Ends a bulk free's kept batch (`Keep::finish`) and frees, uncharging, the slots that did
+/// not stay kept: `handed`, a chain an earlier `finish` handed back, then what this one hands
+/// back. Each slot's owner word is read and cleared through the checked path (a pointer that
+/// is not a slot start of `cache` is reported first), its charge counted in `owners`, the
+/// slot given to `sink`.
+///
+/// # Safety
+/// Both chains hold live slots of the accounted cache `cache`, each charged to its owner
+/// word's tenant, given up.
+unsafe fn free_unkept(
+    cache: &SlabCache,
+    handed: Option<(*mut FreeObj, u32)>,
+    keep: &mut Keep<'_>,
+    owners: &mut Owners,
+    sink: &mut Sink<'_>,
+) {
+    let mut free = |p| {
+        let owner = cache.checked_owner_word(p).swap(0, Ordering::Relaxed);
+        // SAFETY: caller's contract: a live slot of `cache` charged to `owner` (0: nobody),
+        // whose word was cleared just now, given up.
+        unsafe {
+            owners.add(owner);
+            sink.put(p);
+        }
+    };
+    unkept(handed, &mut free);
+    unkept(keep.finish(), &mut free);
+}
+
 /// Fills `out` with slots of `cache`, from `bin` (this thread's bin of it) first: true when
 /// all were taken, false when memory ran out part way (then what was taken is back).
 fn take(cache: &'static SlabCache, bin: Option<&Bin>, out: &mut [*mut u8]) -> bool {
@@ -583,8 +612,8 @@ impl Cache {
 
     /// Takes up to `out.len()` slots this thread's front of the cache keeps charged to `cg`
     /// into the front of `out` (the single allocation's kept pop, one check after all the
-    /// pops: `ObjectStock::pop_many`) and returns how many. Kept slots stay in the front's net charged count while
-    /// they wait, so taking them changes no count.
+    /// pops: `ObjectStock::pop_many`) and returns how many. Kept slots stay in the front's
+    /// net charged count while they wait, so taking them changes no count.
     fn take_kept(&self, cg: ObjCgId, out: &mut [*mut u8]) -> usize {
         thread_cache::with(|tc| {
             if !thread_cache::is_live(tc) {
@@ -766,18 +795,13 @@ impl Cache {
             let k = unsafe { self.keep_run(&mut keep, rest) };
             rest = &rest[k..];
         }
-        let mut free = |p| {
-            let owner = self.core.checked_owner_word(p).swap(0, Ordering::Relaxed);
-            // SAFETY: as in the loop: a slot of this cache charged to `owner`, given up.
-            unsafe {
-                owners.add(owner);
-                sink.put(p);
-            }
-        };
-        unkept(handed, &mut free);
-        unkept(keep.finish(), &mut free);
-        // SAFETY: as above, for the last stretch.
-        unsafe { owners.end() };
+        // SAFETY: caller's contract: `handed` and the batch's chain hold live slots of this
+        // accounted cache, given up.
+        unsafe {
+            free_unkept(self.core, handed, &mut keep, &mut owners, &mut sink);
+            // As above, for the last stretch.
+            owners.end();
+        }
         if owners.uncharged > 0 {
             self.core
                 .counters
@@ -1105,19 +1129,13 @@ unsafe fn free_class_rest(
         let k = unsafe { keep_class_run(&mut keep, rest, c, &geom) };
         rest = &rest[k..];
     }
-    let mut free = |p| {
-        let owner = accounted.checked_owner_word(p).swap(0, Ordering::Relaxed);
-        // SAFETY: as in the loop: a live accounted slot of class c charged to `owner`, given
-        // up.
-        unsafe {
-            owners.add(owner);
-            acct.put(p);
-        }
-    };
-    unkept(handed, &mut free);
-    unkept(keep.finish(), &mut free);
-    // SAFETY: as above, for the last stretch.
-    unsafe { owners.end() };
+    // SAFETY: caller's contract: `handed` and the batch's chain hold live slots of class c's
+    // accounted cache, given up.
+    unsafe {
+        free_unkept(accounted, handed, &mut keep, &mut owners, &mut acct);
+        // As above, for the last stretch.
+        owners.end();
+    }
 }
 
 /// After a bulk free (its sinks flushed): takes the object stock back when a drainer has been

@@ -54,10 +54,10 @@
 //! was handed; a front's kept slots are rewritten before the lock is released. Nothing
 //! reads the owner word of a free slot in a tagged bin but the owner's give-back (which
 //! checks it is not 0 and clears it), the invariant walk ([`ObjectStock::check`]), the claim
-//! (which reports a 0 word as a double free) and a double free itself. A double free of a stale slot uncharges the previous
-//! tenant, giving back refs the transfer already moved to the new one (the objcg may be
-//! freed by then, its id another tenant's: a debug build's refcount assertion stops there),
-//! and files the slot in the uncharged bin too. It is reported when an allocation or a
+//! (which reports a 0 word as a double free) and a double free itself. A double free of a
+//! stale slot uncharges the previous tenant, giving back refs the transfer already moved to
+//! the new one (the objcg may be freed by then, its id another tenant's: a debug build's
+//! refcount assertion stops there), and files the slot in the uncharged bin too. It is reported when an allocation or a
 //! give-back reaches the slot in the tagged bin and finds its word 0, unless the uncharged
 //! bin hands the slot out first. Before lazy words, the loop such a free makes was reported
 //! at the next transfer's walk. A slot claimed ahead has the tag's word like any kept slot,

@@ -544,13 +544,7 @@ fn free_of_another_caches_object_into_a_kept_bin_is_reported() {
             "slabcg: fatal: free of a pointer of another cache or size class",
         );
     }
-    let l = Layout::from_size_align(256, 8).unwrap();
-    let a = slabcg_allocator::Cache::builder("victim-a", l)
-        .account(true)
-        .build();
-    let b = slabcg_allocator::Cache::builder("victim-b", l)
-        .account(true)
-        .build();
+    let (a, b) = two_accounted_caches();
     let tenant = slabcg_accounting::Tenant::new("victim");
     let _scope = tenant.enter();
     open_kept_front(&b);
@@ -697,13 +691,7 @@ fn another_caches_object_in_a_kept_free_bulk_is_reported() {
             "slabcg: fatal: free of a pointer of another cache or size class",
         );
     }
-    let l = Layout::from_size_align(256, 8).unwrap();
-    let a = slabcg_allocator::Cache::builder("victim-a", l)
-        .account(true)
-        .build();
-    let b = slabcg_allocator::Cache::builder("victim-b", l)
-        .account(true)
-        .build();
+    let (a, b) = two_accounted_caches();
     let tenant = slabcg_accounting::Tenant::new("victim");
     let _scope = tenant.enter();
     open_kept_front(&b);
@@ -715,4 +703,16 @@ fn another_caches_object_in_a_kept_free_bulk_is_reported() {
     let y = b.alloc().unwrap();
     println!("not detected: {x:?} {y:?}");
     std::process::exit(0);
+}
+
+/// Two accounted dedicated caches of one layout (256 B), whose objects a free into the
+/// wrong one must not mix up.
+fn two_accounted_caches() -> (slabcg_allocator::Cache, slabcg_allocator::Cache) {
+    let l = Layout::from_size_align(256, 8).unwrap();
+    let build = |name| {
+        slabcg_allocator::Cache::builder(name, l)
+            .account(true)
+            .build()
+    };
+    (build("victim-a"), build("victim-b"))
 }
