@@ -428,6 +428,17 @@ impl<'a> Keep<'a> {
         }
         Some((self.head, self.n))
     }
+
+    /// After the keep loop took the first `k` of `n` pointers: when it took all of them,
+    /// ends the batch ([`finish`](Self::finish)); None when nothing is left to do, else the
+    /// chain the push handed back (None inside when the loop stopped early: the caller's
+    /// slow part finishes then).
+    fn end_run(&mut self, k: usize, n: usize) -> Option<Option<(*mut FreeObj, u32)>> {
+        if k < n {
+            return Some(None);
+        }
+        self.finish().map(Some)
+    }
 }
 
 /// Calls `free` on each slot of a chain that [`Keep::finish`] handed back, reading each link
@@ -672,13 +683,8 @@ impl Cache {
             // front's kept bin.
             // SAFETY: caller's contract.
             let k = unsafe { self.keep_run(&mut keep, ptrs) };
-            let handed = if k == ptrs.len() {
-                match keep.finish() {
-                    None => return,
-                    handed => handed,
-                }
-            } else {
-                None
+            let Some(handed) = keep.end_run(k, ptrs.len()) else {
+                return;
             };
             // SAFETY: caller's contract; ptrs[..k] are kept, `handed` came back from the
             // kept bin's push.
@@ -1014,13 +1020,8 @@ unsafe fn free_bulk_many(layout: Layout, ptrs: &[*mut u8]) {
         // kept in the tagged bin.
         // SAFETY: caller's contract.
         let k = unsafe { keep_class_run(&mut keep, ptrs, c, &line.owner) };
-        let handed = if k == ptrs.len() {
-            match keep.finish() {
-                None => return,
-                handed => handed,
-            }
-        } else {
-            None
+        let Some(handed) = keep.end_run(k, ptrs.len()) else {
+            return;
         };
         // SAFETY: caller's contract; ptrs[..k] are kept, `handed` came back from the tagged
         // bin's push.

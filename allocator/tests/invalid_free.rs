@@ -287,10 +287,7 @@ fn misaligned_free_of_charged_object_in_an_open_front_is_reported() {
             "slabcg: fatal: free of a pointer that is not the start of a slot",
         );
     }
-    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(256, 8).unwrap())
-        .account(true)
-        .build();
-    let tenant = slabcg_accounting::Tenant::new("victim");
+    let (c, tenant) = accounted_victim();
     let _scope = tenant.enter();
     // Open this thread's front of c: its warm-up allocations, freed again.
     let warm: Vec<_> = (0..9).map(|_| c.alloc().unwrap()).collect();
@@ -518,6 +515,15 @@ fn sizeless_free_into_the_middle_of_a_slot_is_reported() {
     println!("not detected");
 }
 
+/// An accounted dedicated cache of 256-byte objects and a tenant to charge them to, for the
+/// tests that free into a charged front.
+fn accounted_victim() -> (slabcg_allocator::Cache, slabcg_accounting::Tenant) {
+    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(256, 8).unwrap())
+        .account(true)
+        .build();
+    (c, slabcg_accounting::Tenant::new("victim"))
+}
+
 /// Opens the calling thread's front of accounted cache `c` in the current tenant and leaves
 /// slots kept charged there (`front.rs`: the object stock's bin in the front).
 fn open_kept_front(c: &slabcg_allocator::Cache) {
@@ -665,10 +671,7 @@ fn a_middle_of_slot_pointer_in_a_kept_free_bulk_is_reported() {
             "slabcg: fatal: free of a pointer that is not the start of a slot",
         );
     }
-    let c = slabcg_allocator::Cache::builder("victim", Layout::from_size_align(256, 8).unwrap())
-        .account(true)
-        .build();
-    let tenant = slabcg_accounting::Tenant::new("victim");
+    let (c, tenant) = accounted_victim();
     let _scope = tenant.enter();
     open_kept_front(&c);
     let mut objs = [std::ptr::null_mut(); 4];
