@@ -8,6 +8,10 @@
 //!   slab_bytes == objects * stride + leftover
 //! ```
 //!
+//! The leftover of a size class up to 1 KiB is at least [`VECTOR_TAIL`] (64 bytes): vector string routines
+//! read up to 64 bytes past an address, and a read that reaches a page not present costs a
+//! microcode assist each time (the constant's docs).
+//!
 //! The order is chosen like SLUB's `calculate_order` (seed 004): the smallest slab that holds
 //! at least `min_objects` slots with a leftover of at most 1/16 of the slab, relaxing to 1/8 and
 //! 1/4. Odd sizes therefore pack: a 2312-byte object gets 14 per 32 KiB (leftover 400 bytes)
@@ -45,6 +49,19 @@ pub const META_BYTES: usize = 4;
 const LINK_BYTES: usize = core::mem::size_of::<*mut u8>();
 /// The largest slab.
 pub const MAX_SLAB_SHIFT: u32 = 20;
+/// Bytes that end every size class's slab unused: the widest vector a string routine reads
+/// past its data (glibc's AVX-512 `memcmp`, `memmove`, `strlen` load up to 64 bytes from an
+/// address, masking off what lies beyond the data). A masked load whose masked-off bytes
+/// reach a page that is not present (the next slab, fresh or released to the OS) takes a
+/// fault-suppression assist of hundreds of cycles, every time: with the last slot flush
+/// against the slab's end, a `BTreeMap` of short `String` keys spent twice as long in
+/// `memcmp` as with mimalloc (BENCHMARKS.md, section 6). With this tail, such a window
+/// from any byte of a slot stays inside the slab, whose last page its last slot or its
+/// metadata keeps present.
+pub const VECTOR_TAIL: usize = 64;
+/// The largest size class whose slabs end with [`VECTOR_TAIL`] (at most 1.6% of a slab: one
+/// slot of 63 or more).
+pub const VECTOR_TAIL_MAX_OBJECT: usize = 1024;
 const MIN_SLAB_SHIFT: u32 = 12;
 
 /// Where an accounted slab keeps its per-slot owner metadata.
@@ -125,6 +142,7 @@ impl SlabLayout {
             accounted,
             hwcache_align,
             &SLUB_FRACTIONS,
+            0,
         )
     }
 
@@ -132,15 +150,24 @@ impl SlabLayout {
     /// packed tighter than [`new`](Self::new): a leftover of at most 1/64 of the slab first,
     /// then 1/32, then SLUB's steps (module docs).
     pub const fn for_class(object_size: usize, accounted: bool) -> Option<SlabLayout> {
-        Self::build(object_size, 8, accounted, false, &CLASS_FRACTIONS)
+        // Above 1 KiB the tail would cost a slot in every slab of a power-of-two class (up
+        // to 1/8 of it), for string operations on the last bytes of a large object only.
+        let tail = if object_size <= VECTOR_TAIL_MAX_OBJECT {
+            VECTOR_TAIL
+        } else {
+            0
+        };
+        Self::build(object_size, 8, accounted, false, &CLASS_FRACTIONS, tail)
     }
 
+    /// `tail`: bytes at the end of every slab that no slot or metadata may use.
     const fn build(
         object_size: usize,
         align: usize,
         accounted: bool,
         hwcache_align: bool,
         fractions: &[(usize, u32)],
+        tail: usize,
     ) -> Option<SlabLayout> {
         if object_size == 0 || !align.is_power_of_two() || align > PAGE {
             return None;
@@ -169,15 +196,17 @@ impl SlabLayout {
         } else {
             stride
         };
-        let slab_shift = choose_shift(footprint, fractions);
+        let slab_shift = choose_shift(footprint, fractions, tail);
         let slab_bytes = 1usize << slab_shift;
-        let natural = slab_bytes / stride;
+        // The bytes slots and metadata may use; the tail after them stays untouched.
+        let usable = slab_bytes - tail;
+        let natural = usable / stride;
         let (objects, meta, meta_offset, meta_stride) = if !accounted {
             (natural, MetaPlacement::None, 0, 0)
         } else if pad_meta {
             (natural, MetaPlacement::Padding, pad_off, stride)
         } else {
-            let n = slab_bytes / footprint;
+            let n = usable / footprint;
             if n == 0 {
                 // A stride of the largest slab leaves no room for the owner word.
                 return None;
@@ -190,7 +219,7 @@ impl SlabLayout {
             // The array ends the slab rather than following the last slot: for page-sized
             // strides `n * stride` is page aligned, and owner loads at the same page offset
             // as the slot stores just before them stall on 4 KiB aliasing.
-            (n, placement, slab_bytes - n * META_BYTES, META_BYTES)
+            (n, placement, usable - n * META_BYTES, META_BYTES)
         };
         Some(SlabLayout {
             object_size,
@@ -284,9 +313,9 @@ const CLASS_FRACTIONS: [(usize, u32); 5] = [
 
 /// The slab order for slots of `footprint` bytes: SLUB's calculate_order with our bounds,
 /// trying each leftover bound of `fractions` in turn, up to its largest shift.
-const fn choose_shift(footprint: usize, fractions: &[(usize, u32)]) -> u32 {
+const fn choose_shift(footprint: usize, fractions: &[(usize, u32)], tail: usize) -> u32 {
     let max = 1usize << MAX_SLAB_SHIFT;
-    let want = max / footprint;
+    let want = (max - tail) / footprint;
     let min_objects = if want < 8 { want } else { 8 };
     let min_objects = if min_objects == 0 { 1 } else { min_objects };
     let mut f = 0;
@@ -295,7 +324,7 @@ const fn choose_shift(footprint: usize, fractions: &[(usize, u32)]) -> u32 {
         let mut shift = MIN_SLAB_SHIFT;
         while shift <= max_shift {
             let bytes = 1usize << shift;
-            let n = bytes / footprint;
+            let n = (bytes - tail) / footprint;
             if n >= min_objects && (bytes - n * footprint) * frac <= bytes {
                 return shift;
             }
@@ -309,7 +338,7 @@ const fn choose_shift(footprint: usize, fractions: &[(usize, u32)]) -> u32 {
     let mut shift = MIN_SLAB_SHIFT;
     while shift <= MAX_SLAB_SHIFT {
         let bytes = 1usize << shift;
-        let n = bytes / footprint;
+        let n = (bytes - tail) / footprint;
         if n >= min_objects {
             let waste = (bytes - n * footprint) * 1024 / bytes;
             if waste < best_waste {
@@ -334,6 +363,17 @@ mod tests {
                 let l = SlabLayout::for_class(class_size(c), accounted).unwrap();
                 assert_eq!(l.slab_bytes(), l.objects * l.stride + l.leftover);
                 assert!(l.objects >= 1);
+                // Up to 1 KiB, the last VECTOR_TAIL bytes hold no slot and no metadata.
+                if class_size(c) <= VECTOR_TAIL_MAX_OBJECT {
+                    let meta_end = match l.meta {
+                        MetaPlacement::Leftover | MetaPlacement::External => {
+                            l.meta_offset + l.objects * l.meta_stride
+                        }
+                        _ => 0,
+                    };
+                    let used = (l.objects * l.stride).max(meta_end);
+                    assert!(used + VECTOR_TAIL <= l.slab_bytes(), "class {c}: {l:?}");
+                }
                 // (An accounted slab's leftover holds its owner words.)
                 if !accounted {
                     assert!(l.leftover * 4 <= l.slab_bytes(), "class {c}: {l:?}");
