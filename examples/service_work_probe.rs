@@ -4,12 +4,13 @@
 //! service's time from the server's, and runs under `perf` or callgrind.
 //!
 //! ```text
-//! cargo run --release --example service_work_probe -- [N] [KB] [tenant]
+//! cargo run --release --example service_work_probe -- [N] [KB] [tenant|request]
 //! cargo run --release --example service_work_probe --features service-mimalloc -- [N] [KB]
 //! ```
 //!
 //! Defaults: N = 10000, KB = 16 (the load runs' request). With `tenant`, the requests run in
-//! a tenant (slabcg builds only). Prints the seconds spent building, serializing and
+//! one tenant; with `request`, each in a new child of it, as the service runs them (slabcg
+//! builds only). Prints the seconds spent building, serializing and
 //! dropping. BENCHMARKS.md section 6 compares builds with it, alternated.
 
 use std::collections::BTreeMap;
@@ -49,13 +50,17 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let n: u64 = args.next().map_or(10_000, |s| s.parse().expect("N"));
     let kb: u64 = args.next().map_or(16, |s| s.parse().expect("KB"));
-    let in_tenant = args.next().as_deref() == Some("tenant");
+    let mode = args.next().unwrap_or_default();
     let tenant = slabcg::Tenant::new("probe");
-    let _scope = in_tenant.then(|| tenant.enter());
+    let _scope = (mode == "tenant").then(|| tenant.enter());
+    let per_request = mode == "request";
     let records = (kb * 1024 / 200).max(1);
     let (mut build, mut ser, mut drop_s, mut bytes) = (0.0, 0.0, 0.0, 0usize);
     for _ in 0..n {
         let t = Instant::now();
+        // As the service: a child tenant per request, entered while it builds and serializes.
+        let request = per_request.then(|| tenant.child("request"));
+        let scope = request.as_ref().map(|r| r.enter());
         // One insert at a time, as the service builds it (`collect` would sort and bulk-load).
         let mut set = BTreeMap::new();
         for i in 0..records {
@@ -68,6 +73,8 @@ fn main() {
         bytes += json.len();
         drop(json);
         drop(set);
+        drop(scope);
+        drop(request);
         build += (t1 - t).as_secs_f64();
         ser += (t2 - t1).as_secs_f64();
         drop_s += t2.elapsed().as_secs_f64();
