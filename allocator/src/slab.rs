@@ -8,9 +8,9 @@
 //!   slab_bytes == objects * stride + leftover
 //! ```
 //!
-//! The leftover of a size class up to 1 KiB is at least [`VECTOR_TAIL`] (64 bytes): vector string routines
-//! read up to 64 bytes past an address, and a read that reaches a page not present costs a
-//! microcode assist each time (the constant's docs).
+//! The leftover of a size class up to 1 KiB is at least [`VECTOR_TAIL`] (64 bytes): vector
+//! string routines read up to 64 bytes from an address, past their data, and a read that
+//! reaches a page not present costs a microcode assist each time (the constant's docs).
 //!
 //! The order is chosen like SLUB's `calculate_order` (seed 004): the smallest slab that holds
 //! at least `min_objects` slots with a leftover of at most 1/16 of the slab, relaxing to 1/8 and
@@ -49,15 +49,16 @@ pub const META_BYTES: usize = 4;
 const LINK_BYTES: usize = core::mem::size_of::<*mut u8>();
 /// The largest slab.
 pub const MAX_SLAB_SHIFT: u32 = 20;
-/// Bytes that end every size class's slab unused: the widest vector a string routine reads
-/// past its data (glibc's AVX-512 `memcmp`, `memmove`, `strlen` load up to 64 bytes from an
-/// address, masking off what lies beyond the data). A masked load whose masked-off bytes
-/// reach a page that is not present (the next slab, fresh or released to the OS) takes a
-/// fault-suppression assist of hundreds of cycles, every time: with the last slot flush
-/// against the slab's end, a `BTreeMap` of short `String` keys spent twice as long in
-/// `memcmp` as with mimalloc (BENCHMARKS.md, section 6). With this tail, such a window
-/// from any byte of a slot stays inside the slab, whose last page its last slot or its
-/// metadata keeps present.
+/// Bytes that end the slabs of the size classes up to [`VECTOR_TAIL_MAX_OBJECT`] unused: the
+/// widest vector a string routine reads past its data (glibc's AVX-512 `memcmp` and
+/// `memmove` read a short string with one load of up to 64 bytes from its address, masking
+/// off what lies beyond it). A masked load whose masked-off bytes reach a page that is not
+/// present (the next slab, fresh or released to the OS) takes a fault-suppression assist of
+/// hundreds of cycles, every time: with the last slot flush against the slab's end, a
+/// `BTreeMap` of short `String` keys spent twice as long in `memcmp` as with mimalloc
+/// (BENCHMARKS.md, section 6). With this tail, such a window from any byte of a slot stays
+/// inside the slab, whose last page holds the start of its last slot (a stride of at most
+/// 1 KiB), written when the slot was carved.
 pub const VECTOR_TAIL: usize = 64;
 /// The largest size class whose slabs end with [`VECTOR_TAIL`] (at most 1.6% of a slab: one
 /// slot of 63 or more).
@@ -216,9 +217,10 @@ impl SlabLayout {
             } else {
                 MetaPlacement::External
             };
-            // The array ends the slab rather than following the last slot: for page-sized
-            // strides `n * stride` is page aligned, and owner loads at the same page offset
-            // as the slot stores just before them stall on 4 KiB aliasing.
+            // The array ends the slab's usable bytes (before the tail) rather than following
+            // the last slot: for page-sized strides `n * stride` is page aligned, and owner
+            // loads at the same page offset as the slot stores just before them stall on
+            // 4 KiB aliasing.
             (n, placement, usable - n * META_BYTES, META_BYTES)
         };
         Some(SlabLayout {
