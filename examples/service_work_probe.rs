@@ -26,25 +26,10 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[global_allocator]
 static GLOBAL: slabcg::SlabAlloc = slabcg::SlabAlloc::new();
 
-/// The service's record (`examples/tenant_service/service.rs`).
-#[derive(serde::Serialize)]
-struct Record {
-    id: u64,
-    name: String,
-    tags: Vec<String>,
-    score: f64,
-}
-
-fn record(i: u64) -> (String, Record) {
-    let key = format!("key-{i:08}");
-    let rec = Record {
-        id: i,
-        name: format!("customer record number {i}"),
-        tags: (0..3).map(|t| format!("tag-{}", (i + t) % 17)).collect(),
-        score: (i % 1000) as f64 / 8.0,
-    };
-    (key, rec)
-}
+// The service's records (`record`), built the way its `/work` builds them.
+#[path = "tenant_service/service.rs"]
+#[allow(dead_code)] // the probe takes only the working set from the service
+mod service;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -54,7 +39,7 @@ fn main() {
     let tenant = slabcg::Tenant::new("probe");
     let _scope = (mode == "tenant").then(|| tenant.enter());
     let per_request = mode == "request";
-    let records = (kb * 1024 / 200).max(1);
+    let records = service::records(kb);
     let (mut build, mut ser, mut drop_s, mut bytes) = (0.0, 0.0, 0.0, 0usize);
     for _ in 0..n {
         let t = Instant::now();
@@ -64,7 +49,7 @@ fn main() {
         // One insert at a time, as the service builds it (`collect` would sort and bulk-load).
         let mut set = BTreeMap::new();
         for i in 0..records {
-            let (k, r) = record(i);
+            let (k, r) = service::record(i);
             set.insert(k, r);
         }
         let t1 = Instant::now();

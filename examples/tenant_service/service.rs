@@ -243,11 +243,12 @@ fn fnv(bytes: &[u8]) -> u64 {
 
 /// Records in a working set of about `kb` KiB (each record with its key and strings takes
 /// about 200 bytes of heap).
-fn records(kb: u64) -> u64 {
+pub fn records(kb: u64) -> u64 {
     (kb * 1024 / 200).max(1)
 }
 
-fn record(i: u64) -> (String, Record) {
+/// Record `i` of a working set, with its key.
+pub fn record(i: u64) -> (String, Record) {
     let key = format!("key-{i:08}");
     let rec = Record {
         id: i,
