@@ -8,9 +8,10 @@
 //!   slab_bytes == objects * stride + leftover
 //! ```
 //!
-//! The leftover of a size class up to 1 KiB is at least [`VECTOR_TAIL`] (64 bytes): vector
-//! string routines read up to 64 bytes from an address, past their data, and a read that
-//! reaches a page not present costs a microcode assist each time (the constant's docs).
+//! The leftover of a size class up to 64 bytes is at least [`VECTOR_TAIL`] (64 bytes): a
+//! vector `memcmp` reads up to a vector from a short string's address, past its data, and a
+//! read that reaches a page not present costs a microcode assist each time (the constant's
+//! docs).
 //!
 //! The order is chosen like SLUB's `calculate_order` (seed 004): the smallest slab that holds
 //! at least `min_objects` slots with a leftover of at most 1/16 of the slab, relaxing to 1/8 and
@@ -49,20 +50,20 @@ pub const META_BYTES: usize = 4;
 const LINK_BYTES: usize = core::mem::size_of::<*mut u8>();
 /// The largest slab.
 pub const MAX_SLAB_SHIFT: u32 = 20;
-/// Bytes that end the slabs of the size classes up to [`VECTOR_TAIL_MAX_OBJECT`] unused: the
-/// widest vector a string routine reads past its data (glibc's AVX-512 `memcmp` and
-/// `memmove` read a short string with one load of up to 64 bytes from its address, masking
-/// off what lies beyond it). A masked load whose masked-off bytes reach a page that is not
-/// present (the next slab, fresh or released to the OS) takes a fault-suppression assist of
-/// hundreds of cycles, every time: with the last slot flush against the slab's end, a
-/// `BTreeMap` of short `String` keys spent twice as long in `memcmp` as with mimalloc
-/// (BENCHMARKS.md, section 6). With this tail, such a window from any byte of a slot stays
-/// inside the slab, whose last page holds the start of its last slot (a stride of at most
-/// 1 KiB), written when the slot was carved.
+/// Bytes that end the slabs of the size classes up to [`VECTOR_TAIL_MAX_OBJECT`] unused. glibc's
+/// vector `memcmp` (2.36, EVEX/AVX-512) compares up to 32 bytes with one masked load from
+/// the string's address, whatever lies past the data; 64 leaves room for a 64-byte vector.
+/// A masked load whose masked-off bytes reach a page that is not present (the next slab,
+/// fresh or released to the OS) takes a fault-suppression assist of hundreds of cycles,
+/// every time: with the last slot flush against the slab's end, a `BTreeMap` of short
+/// `String` keys spent twice as long in `memcmp` as with mimalloc (BENCHMARKS.md, section
+/// 6). With the tail, such a read from any byte of a small slot stays in the slab; a small
+/// class's slab is one page (4 KiB), present while any of its slots is.
 pub const VECTOR_TAIL: usize = 64;
-/// The largest size class whose slabs end with [`VECTOR_TAIL`] (at most 1.6% of a slab: one
-/// slot of 63 or more).
-pub const VECTOR_TAIL_MAX_OBJECT: usize = 1024;
+/// The largest size class whose slabs end with [`VECTOR_TAIL`]: the classes of short strings,
+/// whose own start can lie within a vector of the slab's end. It costs them at most a 64-byte
+/// slot of a 4 KiB slab (1.6%); a larger slot's start is 64 bytes or more from the end.
+pub const VECTOR_TAIL_MAX_OBJECT: usize = 64;
 const MIN_SLAB_SHIFT: u32 = 12;
 
 /// Where an accounted slab keeps its per-slot owner metadata.
@@ -151,8 +152,8 @@ impl SlabLayout {
     /// packed tighter than [`new`](Self::new): a leftover of at most 1/64 of the slab first,
     /// then 1/32, then SLUB's steps (module docs).
     pub const fn for_class(object_size: usize, accounted: bool) -> Option<SlabLayout> {
-        // Above 1 KiB the tail would cost a slot in every slab of a power-of-two class (up
-        // to 1/8 of it), for string operations on the last bytes of a large object only.
+        // A larger slot starts at least 64 bytes before the slab's end: a short string read
+        // from its start stays inside the slab (module docs).
         let tail = if object_size <= VECTOR_TAIL_MAX_OBJECT {
             VECTOR_TAIL
         } else {
@@ -197,7 +198,9 @@ impl SlabLayout {
         } else {
             stride
         };
-        let slab_shift = choose_shift(footprint, fractions, tail);
+        // The slab size is chosen as if there were no tail: the tail costs at most a few slots
+        // of the small classes it is for, never a larger slab.
+        let slab_shift = choose_shift(footprint, fractions);
         let slab_bytes = 1usize << slab_shift;
         // The bytes slots and metadata may use; the tail after them stays untouched.
         let usable = slab_bytes - tail;
@@ -217,7 +220,7 @@ impl SlabLayout {
             } else {
                 MetaPlacement::External
             };
-            // The array ends the slab's usable bytes (before the tail) rather than following
+            // The array ends the slab's usable bytes (before any tail) rather than following
             // the last slot: for page-sized strides `n * stride` is page aligned, and owner
             // loads at the same page offset as the slot stores just before them stall on
             // 4 KiB aliasing.
@@ -315,9 +318,9 @@ const CLASS_FRACTIONS: [(usize, u32); 5] = [
 
 /// The slab order for slots of `footprint` bytes: SLUB's calculate_order with our bounds,
 /// trying each leftover bound of `fractions` in turn, up to its largest shift.
-const fn choose_shift(footprint: usize, fractions: &[(usize, u32)], tail: usize) -> u32 {
+const fn choose_shift(footprint: usize, fractions: &[(usize, u32)]) -> u32 {
     let max = 1usize << MAX_SLAB_SHIFT;
-    let want = (max - tail) / footprint;
+    let want = max / footprint;
     let min_objects = if want < 8 { want } else { 8 };
     let min_objects = if min_objects == 0 { 1 } else { min_objects };
     let mut f = 0;
@@ -326,7 +329,7 @@ const fn choose_shift(footprint: usize, fractions: &[(usize, u32)], tail: usize)
         let mut shift = MIN_SLAB_SHIFT;
         while shift <= max_shift {
             let bytes = 1usize << shift;
-            let n = (bytes - tail) / footprint;
+            let n = bytes / footprint;
             if n >= min_objects && (bytes - n * footprint) * frac <= bytes {
                 return shift;
             }
@@ -340,7 +343,7 @@ const fn choose_shift(footprint: usize, fractions: &[(usize, u32)], tail: usize)
     let mut shift = MIN_SLAB_SHIFT;
     while shift <= MAX_SLAB_SHIFT {
         let bytes = 1usize << shift;
-        let n = (bytes - tail) / footprint;
+        let n = bytes / footprint;
         if n >= min_objects {
             let waste = (bytes - n * footprint) * 1024 / bytes;
             if waste < best_waste {
@@ -375,6 +378,8 @@ mod tests {
                     };
                     let used = (l.objects * l.stride).max(meta_end);
                     assert!(used + VECTOR_TAIL <= l.slab_bytes(), "class {c}: {l:?}");
+                    // One page: present while any of its slots is (VECTOR_TAIL's docs).
+                    assert_eq!(l.slab_bytes(), PAGE, "class {c}: {l:?}");
                 }
                 // (An accounted slab's leftover holds its owner words.)
                 if !accounted {
