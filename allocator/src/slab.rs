@@ -61,8 +61,8 @@ pub const MAX_SLAB_SHIFT: u32 = 20;
 /// class's slab is one page (4 KiB), present while any of its slots is.
 pub const VECTOR_TAIL: usize = 64;
 /// The largest size class whose slabs end with [`VECTOR_TAIL`]: the classes of short strings,
-/// whose own start can lie within a vector of the slab's end. It costs them at most a 64-byte
-/// slot of a 4 KiB slab (1.6%); a larger slot's start is 64 bytes or more from the end.
+/// whose own start can lie within a vector of the slab's end. It costs them at most 64 bytes
+/// of a 4 KiB slab (1.6%); a larger slot's start is 64 bytes or more from the end.
 pub const VECTOR_TAIL_MAX_OBJECT: usize = 64;
 const MIN_SLAB_SHIFT: u32 = 12;
 
@@ -153,7 +153,7 @@ impl SlabLayout {
     /// then 1/32, then SLUB's steps (module docs).
     pub const fn for_class(object_size: usize, accounted: bool) -> Option<SlabLayout> {
         // A larger slot starts at least 64 bytes before the slab's end: a short string read
-        // from its start stays inside the slab (module docs).
+        // from its start stays inside the slab (`VECTOR_TAIL`).
         let tail = if object_size <= VECTOR_TAIL_MAX_OBJECT {
             VECTOR_TAIL
         } else {
@@ -368,7 +368,8 @@ mod tests {
                 let l = SlabLayout::for_class(class_size(c), accounted).unwrap();
                 assert_eq!(l.slab_bytes(), l.objects * l.stride + l.leftover);
                 assert!(l.objects >= 1);
-                // Up to 1 KiB, the last VECTOR_TAIL bytes hold no slot and no metadata.
+                // Up to VECTOR_TAIL_MAX_OBJECT, the last VECTOR_TAIL bytes hold no slot and no
+                // metadata.
                 if class_size(c) <= VECTOR_TAIL_MAX_OBJECT {
                     let meta_end = match l.meta {
                         MetaPlacement::Leftover | MetaPlacement::External => {
