@@ -50,9 +50,10 @@ pub const META_BYTES: usize = 4;
 const LINK_BYTES: usize = core::mem::size_of::<*mut u8>();
 /// The largest slab.
 pub const MAX_SLAB_SHIFT: u32 = 20;
-/// Bytes that end the slabs of the size classes up to [`VECTOR_TAIL_MAX_OBJECT`] unused. glibc's
-/// vector `memcmp` (2.36, EVEX/AVX-512) compares up to 32 bytes with one masked load from
-/// the string's address, whatever lies past the data; 64 leaves room for a 64-byte vector.
+/// Bytes that end the slabs of the size classes up to [`VECTOR_TAIL_MAX_OBJECT`] unused.
+/// glibc's vector `memcmp` (2.36, EVEX/AVX-512) compares up to 32 bytes with one masked
+/// load from the string's address, whatever lies past the data; 64 leaves room for a
+/// 64-byte vector.
 /// A masked load whose masked-off bytes reach a page that is not present (the next slab,
 /// fresh or released to the OS) takes a fault-suppression assist of hundreds of cycles,
 /// every time: with the last slot flush against the slab's end, a `BTreeMap` of short

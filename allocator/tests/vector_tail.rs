@@ -42,7 +42,7 @@ fn resident(addr: usize) -> bool {
 fn check_class(size: usize) -> usize {
     let layout = Layout::from_size_align(size, 8).unwrap();
     // Enough objects for several 64 KiB blocks of slabs.
-    let n = (6 * BLOCK / size).max(64);
+    let n = 6 * BLOCK / size;
     let mut objs: Vec<usize> = (0..n)
         .map(|_| {
             // SAFETY: a non-zero size.
