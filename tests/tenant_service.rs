@@ -53,12 +53,24 @@ fn serve(
     tokio::task::JoinHandle<()>,
     HttpClient,
 ) {
+    serve_svc(workers, service::Service::new(cfg))
+}
+
+/// [`serve`] for a service the caller keeps a handle on.
+fn serve_svc(
+    workers: usize,
+    svc: std::sync::Arc<service::Service>,
+) -> (
+    tokio::runtime::Runtime,
+    String,
+    tokio::task::JoinHandle<()>,
+    HttpClient,
+) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
         .build()
         .unwrap();
-    let svc = service::Service::new(cfg);
     let listener = rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
@@ -87,6 +99,7 @@ fn config(
         heavy_idle: false,
         heavy_queue,
         heavy_release_budget,
+        max_tenants: 64,
     }
 }
 
@@ -298,6 +311,70 @@ fn the_main_workers_free_what_a_starved_lane_left() {
             v["checksum"],
             format!("{:016x}", service::checksum(3072)).as_str()
         );
+    });
+    server.abort();
+}
+
+/// Unknown `x-tenant` names cost a bounded table: past `max_tenants`, a new name evicts the
+/// least recently used idle customer (its tenant and metrics series go), and when every
+/// customer has a request in flight it answers 503, while the customers in the table are
+/// still served.
+#[test]
+fn the_customer_table_is_bounded() {
+    let mut cfg = config(16 << 20, 1, 4, Duration::from_millis(200));
+    cfg.max_tenants = 4;
+    let svc = service::Service::new(cfg);
+    let (rt, base, server, client) = serve_svc(2, svc.clone());
+    let series = |metrics: &str| -> Vec<String> {
+        metrics
+            .lines()
+            .filter_map(|l| l.strip_prefix("slabcg_memory_current_bytes{tenant=\"tenants/"))
+            .map(|l| l.split('"').next().unwrap().to_owned())
+            // The other tests' services, in this process too, have other customers.
+            .filter(|name| {
+                name.strip_prefix('t')
+                    .is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+            .collect()
+    };
+    rt.block_on(async {
+        for i in 0..10 {
+            let (s, body) = get(&client, format!("{base}/work?kb=4"), Some(&format!("t{i}"))).await;
+            assert_eq!(s, 200, "{body}");
+        }
+        let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
+        let mut names = series(&metrics);
+        names.sort();
+        assert_eq!(names, ["t6", "t7", "t8", "t9"], "{metrics}");
+        let (s, _) = get(&client, format!("{base}/tenants/t0/stat"), None).await;
+        assert_eq!(s, 404, "t0 was evicted");
+    });
+    // Every customer in the table busy (a request holds its customer until it is done).
+    let busy: Vec<_> = (6..10)
+        .map(|i| svc.customer(&format!("t{i}")).unwrap())
+        .collect();
+    rt.block_on(async {
+        let (s, body) = get(&client, format!("{base}/work?kb=4"), Some("t10")).await;
+        assert_eq!(s, 503, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["tenant"], "t10");
+        assert_eq!(v["tenants"], 4);
+        assert!(
+            v["error"].as_str().unwrap().contains("too many tenants"),
+            "{body}"
+        );
+        let (s, body) = get(&client, format!("{base}/work?kb=4"), Some("t7")).await;
+        assert_eq!(s, 200, "a customer in the table is served: {body}");
+    });
+    drop(busy);
+    rt.block_on(async {
+        let (s, body) = get(&client, format!("{base}/work?kb=4"), Some("t10")).await;
+        assert_eq!(s, 200, "{body}");
+        let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
+        let mut names = series(&metrics);
+        names.sort();
+        // t6 was the least recently used (t7 served a request since).
+        assert_eq!(names, ["t10", "t7", "t8", "t9"], "{metrics}");
     });
     server.abort();
 }

@@ -28,9 +28,12 @@ const USAGE: &str = "\
 usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES]
                       [--heavy-bytes BYTES|off] [--heavy-workers N] [--heavy-queue N]
                       [--heavy-sched nice|idle] [--workers N] [--no-tenants] [--decay-ms MS]
+                      [--max-tenants N]
   --addr           where to listen (default 127.0.0.1:3000)
   --tenant-max     each customer's hard limit in bytes (default 67108864, 64 MiB)
   --total-max      the limit of all customers together (default: unlimited)
+  --max-tenants    customers' tenants kept at once; a new name past it evicts idle ones, or
+                   answers 503 when all are busy (default 1024)
   --heavy-bytes    each request's high: past it, the request finishes on the heavy lane,
                    threads at nice 19 (default 4194304, 4 MiB; off: no lane)
   --heavy-workers  the heavy lane's threads (default: the number of CPUs)
@@ -66,6 +69,7 @@ fn parse() -> Result<(String, service::Config, Option<usize>, u64), String> {
         heavy_idle: false,
         heavy_queue: 64,
         heavy_release_budget: std::time::Duration::from_millis(200),
+        max_tenants: 1024,
     };
     let mut workers = None;
     let mut decay_ms = 5_000;
@@ -105,6 +109,13 @@ fn parse() -> Result<(String, service::Config, Option<usize>, u64), String> {
                     "idle" => true,
                     v => return Err(format!("--heavy-sched: nice or idle, not {v}")),
                 }
+            }
+            "--max-tenants" => {
+                let v = value("--max-tenants")?;
+                cfg.max_tenants = match v.parse() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--max-tenants: a positive number, not {v}")),
+                };
             }
             "--no-tenants" => cfg.tenants = false,
             "--decay-ms" => {

@@ -7,7 +7,8 @@
 //!   small structs), serializes it with serde_json, answers 200 with
 //!   `{"tenant":..,"kb":N,"checksum":..,"lane":..}` (the checksum depends only on N); a
 //!   request whose tenant is killed answers 503 with a JSON error naming the tenant and its
-//!   limit; 503 too, with `Retry-After`, when the heavy lane is full.
+//!   limit; 503 too, with `Retry-After`, when the heavy lane is full, or when the name is
+//!   new and the customers' table ([`Config::max_tenants`]) is full of busy customers.
 //! - `GET /spin?ms=N[&lane=heavy]`: N ms of CPU work that allocates nothing (the load runs'
 //!   control), on the main workers or on the heavy lane.
 //! - `GET /metrics`: `slabcg::prometheus::render()`.
@@ -76,13 +77,68 @@ pub struct Config {
     /// How long a killed or cancelled request's frees may take on the heavy lane before a
     /// watchdog on the main workers frees the rest (`release_on_lane`).
     pub heavy_release_budget: std::time::Duration,
+    /// Customers' tenants kept at once, at most ([`Customers`]): a new name past it evicts
+    /// the least recently used idle customers, or answers 503 when every one has a request
+    /// in flight. Bounds what unknown `x-tenant` names cost (a tenant, its map entry, its
+    /// metrics series).
+    pub max_tenants: usize,
 }
 
 pub struct Service {
     cfg: Config,
     parent: Tenant,
-    customers: Mutex<HashMap<String, Tenant>>,
+    customers: Mutex<Customers>,
     heavy: Option<HeavyLane>,
+}
+
+/// The customers' tenants by name, at most [`Config::max_tenants`] of them.
+///
+/// A request holds its customer's `Arc` until it is done (on the heavy lane too), and
+/// clones are made only under the table's lock, so an entry whose `Arc` has no other
+/// reference, seen under the lock, is idle and stays so until the lock is released: it may
+/// be evicted, which drops its tenant (charges it still had go to "tenants", its parent,
+/// and its metrics series go). A name seen again gets a new tenant, with its peak and
+/// event counts from zero.
+#[derive(Default)]
+struct Customers {
+    by_name: HashMap<String, (Arc<Tenant>, u64)>,
+    /// Bumped at every lookup: an entry's last use, for the least-recently-used eviction.
+    clock: u64,
+}
+
+/// Every customer has a request in flight and the table is full.
+#[derive(Debug)]
+pub struct TooManyTenants(pub usize);
+
+impl Customers {
+    /// Makes room for one more entry in a table of at most `max`: takes out the least
+    /// recently used idle entries, an eighth of `max` at a time, so that a stream of new
+    /// names costs one pass over the table per `max / 8` names, and returns them for the
+    /// caller to drop once it released the lock (a tenant's death takes the tenant tree's
+    /// lock). None when every entry is in use.
+    fn make_room(&mut self, max: usize) -> Option<Vec<Arc<Tenant>>> {
+        if self.by_name.len() < max {
+            return Some(Vec::new());
+        }
+        let mut idle: Vec<(u64, String)> = self
+            .by_name
+            .iter()
+            .filter(|(_, (t, _))| Arc::strong_count(t) == 1)
+            .map(|(name, &(_, used))| (used, name.clone()))
+            .collect();
+        if idle.is_empty() {
+            return None;
+        }
+        let n = (max / 8).clamp(1, idle.len());
+        idle.select_nth_unstable(n - 1);
+        Some(
+            idle[..n]
+                .iter()
+                .filter_map(|(_, name)| self.by_name.remove(name))
+                .map(|(t, _)| t)
+                .collect(),
+        )
+    }
 }
 
 /// The low-priority runtime that requests above their `high` finish on, and how many are
@@ -185,28 +241,50 @@ impl Service {
         Arc::new(Service {
             cfg,
             parent,
-            customers: Mutex::new(HashMap::new()),
+            customers: Mutex::new(Customers::default()),
             heavy: lane.then(|| HeavyLane::new(cfg.heavy_workers, cfg.heavy_queue, cfg.heavy_idle)),
         })
     }
 
     /// The customer's tenant, made on first use (Kill policy, `tenant_max`); a killed one is
-    /// replaced, since a killed tenant stays killed.
-    pub fn customer(&self, name: &str) -> Tenant {
-        let mut map = self.customers.lock().unwrap();
-        if let Some(t) = map.get(name).filter(|t| !t.is_killed()) {
-            return t.clone();
+    /// replaced, since a killed tenant stays killed. The caller holds the `Arc` while it
+    /// serves the customer: the table does not evict it meanwhile ([`Customers`]). Err when
+    /// the name is new, the table full and every customer in it busy.
+    pub fn customer(&self, name: &str) -> Result<Arc<Tenant>, TooManyTenants> {
+        let mut table = self.customers.lock().unwrap();
+        table.clock += 1;
+        let now = table.clock;
+        if let Some((t, used)) = table.by_name.get_mut(name).filter(|(t, _)| !t.is_killed()) {
+            *used = now;
+            return Ok(t.clone());
         }
-        let t = self.parent.child(name);
+        // A killed customer's entry is replaced below: it needs no room of its own.
+        let mut gone = Vec::new();
+        if !table.by_name.contains_key(name) {
+            match table.make_room(self.cfg.max_tenants.max(1)) {
+                Some(evicted) => gone = evicted,
+                None => return Err(TooManyTenants(table.by_name.len())),
+            }
+        }
+        let t = Arc::new(self.parent.child(name));
         t.set_max(self.cfg.tenant_max);
         t.set_oom_policy(OomPolicy::Kill);
-        map.insert(name.to_owned(), t.clone());
-        t
+        gone.extend(
+            table
+                .by_name
+                .insert(name.to_owned(), (t.clone(), now))
+                .map(|(old, _)| old),
+        );
+        drop(table);
+        // The evicted and the replaced tenants die here, outside the table's lock.
+        drop(gone);
+        Ok(t)
     }
 
-    /// The customer's tenant if it was ever used.
+    /// The customer's tenant if the table has it.
     pub fn existing(&self, name: &str) -> Option<Tenant> {
-        self.customers.lock().unwrap().get(name).cloned()
+        let table = self.customers.lock().unwrap();
+        table.by_name.get(name).map(|(t, _)| Tenant::clone(t))
     }
 }
 
@@ -436,7 +514,20 @@ async fn work(
         let sum = sum.expect("a build that never stops finishes");
         return json(StatusCode::OK, done(&name, q.kb, sum, "main"));
     }
-    let customer = svc.customer(&name);
+    let customer = match svc.customer(&name) {
+        Ok(c) => c,
+        Err(TooManyTenants(n)) => {
+            let err = serde_json::json!({
+                "error": "too many tenants, all busy: retry later",
+                "tenant": name,
+                "tenants": n,
+            });
+            let mut resp = json(StatusCode::SERVICE_UNAVAILABLE, err);
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            return resp;
+        }
+    };
     // A tenant per request: the OOM killer picks the request with the most memory of its
     // own, so a runaway request dies and the customer's other requests go on.
     let request = customer.child("request");
@@ -473,8 +564,12 @@ async fn work(
             let cancelled = Arc::new(AtomicBool::new(false));
             let _cancel = CancelOnDrop(cancelled.clone());
             let req = request.clone();
+            // The customer stays in use while the lane works for it, even if this handler
+            // is dropped (a client gone): no second tenant of the same name meanwhile.
+            let in_use = customer.clone();
             let rest = lane.handle().spawn(async move {
                 let _slot = slot;
+                let _customer = in_use;
                 let out = build(&mut work, || cancelled.load(Relaxed))
                     .in_tenant(&req)
                     .await;
