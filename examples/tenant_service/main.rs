@@ -185,6 +185,29 @@ fn main() {
             }
         );
         let app = service::router(service::Service::new(cfg));
-        axum::serve(listener, app).await.expect("server");
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .expect("server");
+        eprintln!("tenant_service: stopped");
     });
+}
+
+/// SIGINT or SIGTERM: stop accepting connections and let the requests in flight finish.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                eprintln!("tenant_service: no SIGTERM handler: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
 }

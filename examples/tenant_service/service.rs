@@ -320,9 +320,10 @@ fn fnv(bytes: &[u8]) -> u64 {
 }
 
 /// Records in a working set of about `kb` KiB (each record with its key and strings takes
-/// about 200 bytes of heap).
+/// about 200 bytes of heap). Saturating: any `kb` a query can carry is a runaway, not an
+/// overflow.
 pub fn records(kb: u64) -> u64 {
-    (kb * 1024 / 200).max(1)
+    (kb.saturating_mul(1024) / 200).max(1)
 }
 
 /// Record `i` of a working set, with its key.
