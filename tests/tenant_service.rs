@@ -368,13 +368,42 @@ fn the_customer_table_is_bounded() {
     });
     drop(busy);
     rt.block_on(async {
+        // Least recently used first: t8 (t7 and now t6 were served since the busy lookups).
+        let (s, body) = get(&client, format!("{base}/work?kb=4"), Some("t6")).await;
+        assert_eq!(s, 200, "{body}");
         let (s, body) = get(&client, format!("{base}/work?kb=4"), Some("t10")).await;
         assert_eq!(s, 200, "{body}");
         let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
         let mut names = series(&metrics);
         names.sort();
-        // t6 was the least recently used (t7 served a request since).
-        assert_eq!(names, ["t10", "t7", "t8", "t9"], "{metrics}");
+        assert_eq!(names, ["t10", "t6", "t7", "t9"], "{metrics}");
+        // A stat reader holds the customer too: t9, now the least recently used, is not
+        // evicted under it.
+        let held = svc.existing("t9").unwrap();
+        for name in ["t11", "t12", "t13"] {
+            let (s, body) = get(&client, format!("{base}/work?kb=4"), Some(name)).await;
+            assert_eq!(s, 200, "{body}");
+        }
+        assert!(svc.existing("t9").is_some(), "held by a reader");
+        assert!(
+            svc.existing("t7").is_none(),
+            "idle, the least recently used"
+        );
+        drop(held);
     });
     server.abort();
+    // A full table of 16 evicts two (an eighth) for a new name: the two least recently used.
+    let mut cfg = config(16 << 20, 1, 4, Duration::from_millis(200));
+    cfg.max_tenants = 16;
+    let svc = service::Service::new(cfg);
+    for i in 0..16 {
+        drop(svc.customer(&format!("b{i}")).unwrap());
+    }
+    drop(svc.customer("b0").unwrap()); // b0 used again: b1 and b2 are the oldest now
+    drop(svc.customer("b16").unwrap());
+    let kept: Vec<bool> = (0..17)
+        .map(|i| svc.existing(&format!("b{i}")).is_some())
+        .collect();
+    let gone: Vec<usize> = (0..17).filter(|&i| !kept[i]).collect();
+    assert_eq!(gone, [1, 2]);
 }

@@ -46,6 +46,7 @@ usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES
                    (default 5000: a runaway every second or so keeps its memory for the next
                    one instead of faulting it in again; slabcg's own default is 500)
   -h, --help       this text
+SIGINT or SIGTERM stops it; the requests in flight get 10 s to finish.
 ";
 
 fn allocator() -> &'static str {
@@ -185,15 +186,37 @@ fn main() {
             }
         );
         let app = service::router(service::Service::new(cfg));
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .expect("server");
-        eprintln!("tenant_service: stopped");
+        let (stopping, stop) = tokio::sync::oneshot::channel();
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            let _ = stopping.send(());
+        });
+        // After the signal, the requests in flight get SHUTDOWN_GRACE to finish: a slow
+        // client or a long /spin does not hold the process for ever.
+        let deadline = async {
+            if stop.await.is_ok() {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            r = server => {
+                r.expect("server");
+                eprintln!("tenant_service: stopped");
+            }
+            () = deadline => {
+                eprintln!("tenant_service: stopped, requests still in flight after {SHUTDOWN_GRACE:?}");
+            }
+        }
     });
 }
 
-/// SIGINT or SIGTERM: stop accepting connections and let the requests in flight finish.
+/// How long the requests in flight at a SIGINT or SIGTERM may take to finish.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// SIGINT or SIGTERM: stop accepting connections and let the requests in flight finish
+/// (within [`SHUTDOWN_GRACE`]).
 async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -93,12 +93,14 @@ pub struct Service {
 
 /// The customers' tenants by name, at most [`Config::max_tenants`] of them.
 ///
-/// A request holds its customer's `Arc` until it is done (on the heavy lane too), and
-/// clones are made only under the table's lock, so an entry whose `Arc` has no other
-/// reference, seen under the lock, is idle and stays so until the lock is released: it may
-/// be evicted, which drops its tenant (charges it still had go to "tenants", its parent,
-/// and its metrics series go). A name seen again gets a new tenant, with its peak and
-/// event counts from zero.
+/// A request holds its customer's `Arc` until it is done (on the heavy lane too), and the
+/// table hands out clones only under its lock (outside it, only a holder clones its own),
+/// so an entry whose `Arc` has no other reference, seen under the lock, is idle and stays
+/// so until the lock is released: it may be evicted, which drops its tenant (charges it
+/// still had go to "tenants", its parent, and its metrics series go). A name seen again
+/// gets a new tenant, with its peak and event counts from zero. A killed customer is
+/// replaced at once, busy or not ([`Service::customer`]): until its requests in flight
+/// have freed what they hold, the name has two tenants, the killed one only shrinking.
 #[derive(Default)]
 struct Customers {
     by_name: HashMap<String, (Arc<Tenant>, u64)>,
@@ -281,10 +283,12 @@ impl Service {
         Ok(t)
     }
 
-    /// The customer's tenant if the table has it.
-    pub fn existing(&self, name: &str) -> Option<Tenant> {
+    /// The customer's tenant if the table has it. An `Arc` clone like [`customer`]'s, not a
+    /// second `Tenant` handle: the table sees it held, and does not evict the entry (and
+    /// make a second tenant of the name) while a caller reads it.
+    pub fn existing(&self, name: &str) -> Option<Arc<Tenant>> {
         let table = self.customers.lock().unwrap();
-        table.by_name.get(name).map(|(t, _)| Tenant::clone(t))
+        table.by_name.get(name).map(|(t, _)| t.clone())
     }
 }
 
@@ -566,7 +570,7 @@ async fn work(
             let _cancel = CancelOnDrop(cancelled.clone());
             let req = request.clone();
             // The customer stays in use while the lane works for it, even if this handler
-            // is dropped (a client gone): no second tenant of the same name meanwhile.
+            // is dropped (a client gone), so the table does not evict it meanwhile.
             let in_use = customer.clone();
             let rest = lane.handle().spawn(async move {
                 let _slot = slot;
