@@ -250,6 +250,23 @@ pub(crate) fn adopted_with_cached(node: &Node) -> isize {
     sum
 }
 
+/// `handles` of `node` with every thread's cached births folded in, less `BIAS` while
+/// `percpu` is set, read under the registry lock (tests, at quiescence: the live handles
+/// plus the live children).
+#[cfg(test)]
+pub(crate) fn handles_with_cached(node: &Node) -> i64 {
+    let k = node as *const Node as *const u8;
+    let g = drain::registry_lock();
+    let mut sum = node.kin.handles.load(Ordering::Relaxed) as i64;
+    drain::for_each_registered(&g, |s| {
+        sum += s.kin.births_of(k);
+    });
+    if node.kin.percpu.load(Ordering::Relaxed) {
+        sum -= BIAS as i64;
+    }
+    sum
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -331,6 +331,12 @@ impl KinCache {
         core::array::from_fn(|i| self.ways[i].take())
     }
 
+    /// The births minus deaths the entry caching `node` counts (tests).
+    #[cfg(test)]
+    pub(crate) fn births_of(&self, node: *const u8) -> i64 {
+        self.way(node).map_or(0, |(_, w)| D.get(w))
+    }
+
     /// The adopted objcgs the entry caching `node` counts (tests).
     #[cfg(test)]
     pub(crate) fn adopted_of(&self, node: *const u8) -> isize {

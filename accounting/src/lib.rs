@@ -197,6 +197,8 @@ pub mod testing {
 }
 
 #[cfg(test)]
+mod kin_stress_tests;
+#[cfg(test)]
 mod tests;
 
 #[cfg(all(test, loom))]
