@@ -236,34 +236,37 @@ pub(crate) fn kill(node: &Arc<Node>) -> bool {
     true
 }
 
-/// The adopted objcgs counted for `node`, in its shared count and in every thread's entry,
-/// read under the registry lock so that no fold moves one meanwhile (tests:
-/// `Tenant::objcg_list` checks it).
+/// The adopted objcgs counted for `node`, in its shared count and in every thread's entry
+/// (tests: `Tenant::objcg_list` checks it).
 #[cfg(test)]
 pub(crate) fn adopted_with_cached(node: &Node) -> isize {
-    let k = node as *const Node as *const u8;
-    let g = drain::registry_lock();
-    let mut sum = node.kin.adopted.load(Ordering::Relaxed) as isize;
-    drain::for_each_registered(&g, |s| {
-        sum += s.kin.adopted_of(k);
-    });
-    sum
+    let shared = |n: &Node| n.kin.adopted.load(Ordering::Relaxed) as i64;
+    with_cached(node, shared, |kin, k| kin.adopted_of(k) as i64) as isize
 }
 
 /// `handles` of `node` with every thread's cached births folded in, less `BIAS` while
-/// `percpu` is set, read under the registry lock (tests, at quiescence: the live handles
-/// plus the live children).
+/// `percpu` is set (tests, at quiescence: the live handles plus the live children).
 #[cfg(test)]
 pub(crate) fn handles_with_cached(node: &Node) -> i64 {
+    let shared = |n: &Node| {
+        let biased = n.kin.percpu.load(Ordering::Relaxed);
+        n.kin.handles.load(Ordering::Relaxed) as i64 - if biased { BIAS as i64 } else { 0 }
+    };
+    with_cached(node, shared, |kin, k| kin.births_of(k))
+}
+
+/// `shared(node)` plus what `of` reads in every thread's entry for `node`, all read under
+/// the registry lock so that no fold moves a count meanwhile (tests).
+#[cfg(test)]
+fn with_cached(
+    node: &Node,
+    shared: impl Fn(&Node) -> i64,
+    of: impl Fn(&crate::kin_entry::KinCache, *const u8) -> i64,
+) -> i64 {
     let k = node as *const Node as *const u8;
     let g = drain::registry_lock();
-    let mut sum = node.kin.handles.load(Ordering::Relaxed) as i64;
-    drain::for_each_registered(&g, |s| {
-        sum += s.kin.births_of(k);
-    });
-    if node.kin.percpu.load(Ordering::Relaxed) {
-        sum -= BIAS as i64;
-    }
+    let mut sum = shared(node);
+    drain::for_each_registered(&g, |s| sum += of(&s.kin, k));
     sum
 }
 
