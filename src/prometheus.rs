@@ -3,7 +3,11 @@
 //! dropped tenant's series simply stop, and one scrape drains the stocks once
 //! ([`Tenant::all_stats`]), however many tenants there are.
 //!
-//! Series (the `tenant` label is the tenant's path, "/"-separated, `root` for the root):
+//! Series (the `tenant` label is the tenant's path, "/"-separated, `root` for the root;
+//! tenants that share a path, siblings of one name such as a service's child per request,
+//! are one series, so that no two samples carry the same labels, which makes a scrape
+//! invalid: their current, stat bytes and events summed, their peak, max and high the
+//! largest of theirs):
 //! - `slabcg_memory_current_bytes`, `_peak_bytes`, and `_max_bytes` / `_high_bytes` for the
 //!   tenants that have such a limit (an unlimited one has no series);
 //! - `slabcg_memory_events_total{event="high|max|oom|oom_kill"}`, hierarchical as
@@ -27,7 +31,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::{Tenant, TenantStat};
+use crate::{Events, Tenant, TenantStat};
 
 /// A [`prometheus_client`] collector of every live tenant and of the allocator: register it
 /// once (`registry.register_collector(Box::new(Collector))`) beside the service's own
@@ -48,12 +52,77 @@ pub fn render() -> String {
 /// The content type of [`render`]'s text, for an HTTP response.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The numbers of one `tenant` label: one tenant's, or the tenants' that share its path.
+struct Series {
+    path: String,
+    current: u64,
+    peak: u64,
+    max: u64,
+    high: u64,
+    events: Events,
+    slab: u64,
+    large: u64,
+    sock: u64,
+    owner_meta: u64,
+}
+
+impl Series {
+    fn of(s: TenantStat) -> Series {
+        Series {
+            path: s.path,
+            current: s.current,
+            peak: s.peak,
+            max: s.max,
+            high: s.high,
+            events: s.events,
+            slab: s.slab,
+            large: s.large,
+            sock: s.sock,
+            owner_meta: s.owner_meta,
+        }
+    }
+
+    /// Adds a tenant of the same path (module docs: sums, and the largest of the rest).
+    fn add(&mut self, s: &TenantStat) {
+        let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        add(&mut self.current, s.current);
+        add(&mut self.slab, s.slab);
+        add(&mut self.large, s.large);
+        add(&mut self.sock, s.sock);
+        add(&mut self.owner_meta, s.owner_meta);
+        add(&mut self.events.high, s.events.high);
+        add(&mut self.events.max, s.events.max);
+        add(&mut self.events.oom, s.events.oom);
+        add(&mut self.events.oom_kill, s.events.oom_kill);
+        self.peak = self.peak.max(s.peak);
+        self.max = self.max.max(s.max);
+        self.high = self.high.max(s.high);
+    }
+}
+
+/// Every live tenant's numbers, one [`Series`] per path, in `all_stats`' order (the root
+/// first, then by path).
+fn series() -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for s in Tenant::all_stats() {
+        match at.get(&s.path) {
+            Some(&i) => out[i].add(&s),
+            None => {
+                at.insert(s.path.clone(), out.len());
+                out.push(Series::of(s));
+            }
+        }
+    }
+    out
+}
+
 fn gauges(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    stats: &[TenantStat],
-    value: impl Fn(&TenantStat) -> Option<u64>,
+    stats: &[Series],
+    value: impl Fn(&Series) -> Option<u64>,
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, Some(&Unit::Bytes), MetricType::Gauge)?;
     for s in stats {
@@ -71,7 +140,7 @@ fn limit(v: u64) -> Option<u64> {
 
 impl ClientCollector for Collector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let stats = Tenant::all_stats();
+        let stats = series();
         let e = &mut enc;
         gauges(
             e,
@@ -172,5 +241,41 @@ impl ClientCollector for Collector {
             ConstGauge::new(v as u64).encode(m)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use crate::{StatItem, Tenant};
+
+    /// Siblings of one name are one series whose numbers add up, and no two samples of a
+    /// scrape carry the same name and labels.
+    #[test]
+    fn siblings_of_one_name_are_one_series() {
+        let parent = Tenant::new("prom-siblings");
+        let a = parent.child("request");
+        let b = parent.child("request");
+        a.set_max(1 << 20);
+        b.set_max(2 << 20);
+        a.charge(1000, StatItem::Sock).unwrap();
+        b.charge(500, StatItem::Sock).unwrap();
+        let text = super::render();
+        let mut seen = HashSet::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (sample, _) = line.rsplit_once(' ').unwrap();
+            assert!(seen.insert(sample.to_owned()), "two samples {sample}");
+        }
+        for want in [
+            r#"slabcg_memory_current_bytes{tenant="prom-siblings/request"} 1500"#,
+            r#"slabcg_memory_stat_bytes{tenant="prom-siblings/request",item="sock"} 1500"#,
+            r#"slabcg_memory_max_bytes{tenant="prom-siblings/request"} 2097152"#,
+            r#"slabcg_memory_current_bytes{tenant="prom-siblings"} 1500"#,
+        ] {
+            assert!(text.contains(want), "{want} not in\n{text}");
+        }
+        a.uncharge(1000, StatItem::Sock);
+        b.uncharge(500, StatItem::Sock);
     }
 }
