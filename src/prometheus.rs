@@ -3,11 +3,14 @@
 //! dropped tenant's series simply stop, and one scrape drains the stocks once
 //! ([`Tenant::all_stats`]), however many tenants there are.
 //!
-//! Series (the `tenant` label is the tenant's path, "/"-separated, `root` for the root;
-//! tenants that share a path, siblings of one name such as a service's child per request,
-//! are one series, so that no two samples carry the same labels, which makes a scrape
-//! invalid: their current, stat bytes and events summed, their peak, max and high the
-//! largest of theirs):
+//! Series (the `tenant` label is the tenant's path, "/"-separated, `root` for the root, with
+//! `\`, `"` and newlines escaped; a top-level tenant named "root" is `/root`). Tenants that
+//! share a path (siblings of one name, such as a service's child per request, or names with
+//! a "/") are one series, since two samples with the same labels make a scrape invalid: the
+//! sum of theirs, with an unlimited `max` or `high` making the sum unlimited. The counters
+//! of such a series go down when one of its tenants dies (as a short-lived tenant's series
+//! starts again from 0 under the next one of its name): count events on the parent, whose
+//! `events` include its children's.
 //! - `slabcg_memory_current_bytes`, `_peak_bytes`, and `_max_bytes` / `_high_bytes` for the
 //!   tenants that have such a limit (an unlimited one has no series);
 //! - `slabcg_memory_events_total{event="high|max|oom|oom_kill"}`, hierarchical as
@@ -82,10 +85,15 @@ impl Series {
         }
     }
 
-    /// Adds a tenant of the same path (module docs: sums, and the largest of the rest).
+    /// Adds a tenant of the same label: every number summed (saturating, so an unlimited
+    /// `max` or `high`, `u64::MAX`, keeps the sum unlimited), the peak too (at least the
+    /// peak of the sum, and never below the summed current).
     fn add(&mut self, s: &TenantStat) {
         let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
         add(&mut self.current, s.current);
+        add(&mut self.peak, s.peak);
+        add(&mut self.max, s.max);
+        add(&mut self.high, s.high);
         add(&mut self.slab, s.slab);
         add(&mut self.large, s.large);
         add(&mut self.sock, s.sock);
@@ -94,20 +102,37 @@ impl Series {
         add(&mut self.events.max, s.events.max);
         add(&mut self.events.oom, s.events.oom);
         add(&mut self.events.oom_kill, s.events.oom_kill);
-        self.peak = self.peak.max(s.peak);
-        self.max = self.max.max(s.max);
-        self.high = self.high.max(s.high);
     }
 }
 
-/// Every live tenant's numbers, one [`Series`] per path, in `all_stats`' order (the root
+/// The `tenant` label of a path: the text format's escapes (prometheus-client writes label
+/// values as given), and `/root` for a tenant whose path is the root's label.
+fn label(path: &str, is_root: bool) -> String {
+    let mut out = String::with_capacity(path.len() + 1);
+    if !is_root && path == "root" {
+        out.push('/');
+    }
+    for c in path.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Every live tenant's numbers, one [`Series`] per label, in `all_stats`' order (the root
 /// first, then by path).
 fn series() -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
     let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for s in Tenant::all_stats() {
+    for (i, mut s) in Tenant::all_stats().into_iter().enumerate() {
+        // `all_stats` puts the root first.
+        s.path = label(&s.path, i == 0);
         match at.get(&s.path) {
-            Some(&i) => out[i].add(&s),
+            Some(&j) => out[j].add(&s),
             None => {
                 at.insert(s.path.clone(), out.len());
                 out.push(Series::of(s));
@@ -250,17 +275,23 @@ mod tests {
 
     use crate::{StatItem, Tenant};
 
-    /// Siblings of one name are one series whose numbers add up, and no two samples of a
+    /// Siblings of one name are one series whose numbers add up; a tenant named "root" is
+    /// not the root's series; a name's quote and backslash are escaped; no two samples of a
     /// scrape carry the same name and labels.
     #[test]
     fn siblings_of_one_name_are_one_series() {
         let parent = Tenant::new("prom-siblings");
         let a = parent.child("request");
         let b = parent.child("request");
+        let c = parent.child("request");
         a.set_max(1 << 20);
         b.set_max(2 << 20);
+        a.set_high(1 << 19);
         a.charge(1000, StatItem::Sock).unwrap();
         b.charge(500, StatItem::Sock).unwrap();
+        let named_root = Tenant::new("root");
+        named_root.set_max(4096);
+        let odd = Tenant::new("we\"ird\\name");
         let text = super::render();
         let mut seen = HashSet::new();
         for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -270,12 +301,22 @@ mod tests {
         for want in [
             r#"slabcg_memory_current_bytes{tenant="prom-siblings/request"} 1500"#,
             r#"slabcg_memory_stat_bytes{tenant="prom-siblings/request",item="sock"} 1500"#,
-            r#"slabcg_memory_max_bytes{tenant="prom-siblings/request"} 2097152"#,
             r#"slabcg_memory_current_bytes{tenant="prom-siblings"} 1500"#,
+            r#"slabcg_memory_max_bytes{tenant="/root"} 4096"#,
+            r#"slabcg_memory_current_bytes{tenant="we\"ird\\name"} 0"#,
         ] {
             assert!(text.contains(want), "{want} not in\n{text}");
         }
+        // c is unlimited, so the sum is: no max or high series.
+        assert!(!text.contains(r#"slabcg_memory_max_bytes{tenant="prom-siblings/request"}"#));
+        assert!(!text.contains(r#"slabcg_memory_high_bytes{tenant="prom-siblings/request"}"#));
+        drop(c);
+        let text = super::render();
+        let want = r#"slabcg_memory_max_bytes{tenant="prom-siblings/request"} 3145728"#;
+        assert!(text.contains(want), "{want} not in\n{text}");
+        assert!(!text.contains(r#"slabcg_memory_max_bytes{tenant="root"}"#));
         a.uncharge(1000, StatItem::Sock);
         b.uncharge(500, StatItem::Sock);
+        drop((odd, named_root));
     }
 }

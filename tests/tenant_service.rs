@@ -325,17 +325,29 @@ fn the_customer_table_is_bounded() {
     cfg.max_tenants = 4;
     let svc = service::Service::new(cfg);
     let (rt, base, server, client) = serve_svc(2, svc.clone());
+    // The live customers' tenants, each once (metrics would show two tenants of one name as
+    // one series), sorted; the other tests' services, in this process too, have other
+    // customers. And that the metrics show the same customers.
     let series = |metrics: &str| -> Vec<String> {
-        metrics
+        let ours = |name: &str| {
+            name.strip_prefix('t')
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        };
+        let mut live: Vec<String> = slabcg::Tenant::all_stats()
+            .into_iter()
+            .filter_map(|s| s.path.strip_prefix("tenants/").map(str::to_owned))
+            .filter(|name| ours(name))
+            .collect();
+        live.sort();
+        let mut shown: Vec<String> = metrics
             .lines()
             .filter_map(|l| l.strip_prefix("slabcg_memory_current_bytes{tenant=\"tenants/"))
             .map(|l| l.split('"').next().unwrap().to_owned())
-            // The other tests' services, in this process too, have other customers.
-            .filter(|name| {
-                name.strip_prefix('t')
-                    .is_some_and(|n| n.parse::<u32>().is_ok())
-            })
-            .collect()
+            .filter(|name| ours(name))
+            .collect();
+        shown.sort();
+        assert_eq!(live, shown, "the metrics show the live customers");
+        live
     };
     rt.block_on(async {
         for i in 0..10 {
