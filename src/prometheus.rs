@@ -34,7 +34,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::{Events, Tenant, TenantStat};
+use crate::{Tenant, TenantStat};
 
 /// A [`prometheus_client`] collector of every live tenant and of the allocator: register it
 /// once (`registry.register_collector(Box::new(Collector))`) beside the service's own
@@ -55,54 +55,24 @@ pub fn render() -> String {
 /// The content type of [`render`]'s text, for an HTTP response.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The numbers of one `tenant` label: one tenant's, or the tenants' that share its path.
-struct Series {
-    path: String,
-    current: u64,
-    peak: u64,
-    max: u64,
-    high: u64,
-    events: Events,
-    slab: u64,
-    large: u64,
-    sock: u64,
-    owner_meta: u64,
-}
-
-impl Series {
-    fn of(s: TenantStat) -> Series {
-        Series {
-            path: s.path,
-            current: s.current,
-            peak: s.peak,
-            max: s.max,
-            high: s.high,
-            events: s.events,
-            slab: s.slab,
-            large: s.large,
-            sock: s.sock,
-            owner_meta: s.owner_meta,
-        }
-    }
-
-    /// Adds a tenant of the same label: every number summed (saturating, so an unlimited
-    /// `max` or `high`, `u64::MAX`, keeps the sum unlimited), the peak too (at least the
-    /// peak of the sum, and never below the summed current).
-    fn add(&mut self, s: &TenantStat) {
-        let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
-        add(&mut self.current, s.current);
-        add(&mut self.peak, s.peak);
-        add(&mut self.max, s.max);
-        add(&mut self.high, s.high);
-        add(&mut self.slab, s.slab);
-        add(&mut self.large, s.large);
-        add(&mut self.sock, s.sock);
-        add(&mut self.owner_meta, s.owner_meta);
-        add(&mut self.events.high, s.events.high);
-        add(&mut self.events.max, s.events.max);
-        add(&mut self.events.oom, s.events.oom);
-        add(&mut self.events.oom_kill, s.events.oom_kill);
-    }
+/// Adds `s`, a tenant of the same label, to `into`: every number the collector writes
+/// summed (saturating, so an unlimited `max` or `high`, `u64::MAX`, keeps the sum
+/// unlimited), the peak too (at least the peak of the sum, and never below the summed
+/// current). The fields the collector does not write are left as `into`'s.
+fn add(into: &mut TenantStat, s: &TenantStat) {
+    let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+    add(&mut into.current, s.current);
+    add(&mut into.peak, s.peak);
+    add(&mut into.max, s.max);
+    add(&mut into.high, s.high);
+    add(&mut into.slab, s.slab);
+    add(&mut into.large, s.large);
+    add(&mut into.sock, s.sock);
+    add(&mut into.owner_meta, s.owner_meta);
+    add(&mut into.events.high, s.events.high);
+    add(&mut into.events.max, s.events.max);
+    add(&mut into.events.oom, s.events.oom);
+    add(&mut into.events.oom_kill, s.events.oom_kill);
 }
 
 /// The `tenant` label of a path: the text format's escapes (prometheus-client writes label
@@ -123,19 +93,19 @@ fn label(path: &str, is_root: bool) -> String {
     out
 }
 
-/// Every live tenant's numbers, one [`Series`] per label, in `all_stats`' order (the root
-/// first, then by path).
-fn series() -> Vec<Series> {
-    let mut out: Vec<Series> = Vec::new();
+/// Every live tenant's numbers, one per label (its `path` now the label, [`add`] summing
+/// the tenants that share one), in `all_stats`' order (the root first, then by path).
+fn series() -> Vec<TenantStat> {
+    let mut out: Vec<TenantStat> = Vec::new();
     let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (i, mut s) in Tenant::all_stats().into_iter().enumerate() {
         // `all_stats` puts the root first.
         s.path = label(&s.path, i == 0);
         match at.get(&s.path) {
-            Some(&j) => out[j].add(&s),
+            Some(&j) => add(&mut out[j], &s),
             None => {
                 at.insert(s.path.clone(), out.len());
-                out.push(Series::of(s));
+                out.push(s);
             }
         }
     }
@@ -146,8 +116,8 @@ fn gauges(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    stats: &[Series],
-    value: impl Fn(&Series) -> Option<u64>,
+    stats: &[TenantStat],
+    value: impl Fn(&TenantStat) -> Option<u64>,
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, Some(&Unit::Bytes), MetricType::Gauge)?;
     for s in stats {

@@ -5,6 +5,10 @@
 //! threads count, and short-lived threads exiting with their entries. At the end the counts
 //! are exact (handles and adopted, shared plus cached), every parent dies with its last
 //! child, and its node is freed.
+//!
+//! Longer or other runs: `KIN_ROUNDS` (400), `KIN_WORKERS` (4), `KIN_PARENTS` (6, more than
+//! a thread's 4 ways), `KIN_HOLD` (a worker takes or drops a held handle one round in 8),
+//! `KIN_SEED` (the churn test prints the one it used).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
