@@ -3,10 +3,10 @@
 //! dropped tenant's series simply stop, and one scrape drains the stocks once
 //! ([`Tenant::all_stats`]), however many tenants there are.
 //!
-//! Series (the `tenant` label is the tenant's path, "/"-separated, `root` for the root, with
-//! `\`, `"` and newlines escaped; a top-level tenant named "root" is `/root`). Tenants that
-//! share a path (siblings of one name, such as a service's child per request, or names with
-//! a "/") are one series, since two samples with the same labels make a scrape invalid: the
+//! Series (the `tenant` label is the tenant's path, `Tenant::path`: "/"-separated, a "/" or
+//! "%" inside a name percent-encoded, `root` for the root, with `\`, `"` and newlines
+//! escaped; a top-level tenant named "root" is `/root`). Tenants that share a path (siblings
+//! of one name, such as a service's child per request) are one series, since two samples with the same labels make a scrape invalid: the
 //! sum of theirs, with an unlimited `max` or `high` making the sum unlimited. The counters
 //! of such a series go down when one of its tenants dies (as a short-lived tenant's series
 //! starts again from 0 under the next one of its name): count events on the parent, whose
@@ -262,6 +262,9 @@ mod tests {
         let named_root = Tenant::new("root");
         named_root.set_max(4096);
         let odd = Tenant::new("we\"ird\\name");
+        // A name with a "/" is not the child of the name before it: its own series.
+        let slash = Tenant::new("prom-siblings/request");
+        slash.charge(7, StatItem::Sock).unwrap();
         let text = super::render();
         let mut seen = HashSet::new();
         for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -274,6 +277,7 @@ mod tests {
             r#"slabcg_memory_current_bytes{tenant="prom-siblings"} 1500"#,
             r#"slabcg_memory_max_bytes{tenant="/root"} 4096"#,
             r#"slabcg_memory_current_bytes{tenant="we\"ird\\name"} 0"#,
+            r#"slabcg_memory_current_bytes{tenant="prom-siblings%2Frequest"} 7"#,
         ] {
             assert!(text.contains(want), "{want} not in\n{text}");
         }
@@ -287,6 +291,7 @@ mod tests {
         assert!(!text.contains(r#"slabcg_memory_max_bytes{tenant="root"}"#));
         a.uncharge(1000, StatItem::Sock);
         b.uncharge(500, StatItem::Sock);
-        drop((odd, named_root));
+        slash.uncharge(7, StatItem::Sock);
+        drop((odd, named_root, slash));
     }
 }

@@ -236,7 +236,11 @@ impl Node {
         !self.dead.load(Ordering::Relaxed)
     }
     /// The tenant's path below the root, "/"-separated ("svc/customer-42"); "root" for the
-    /// root. Allocates: user context, or as the root.
+    /// root. A "/" or "%" inside a name is written "%2F" or "%25" (percent-encoding, as a URL
+    /// path segment), so two tenants have one path only when they are siblings of one name:
+    /// a top-level "a/b" is `a%2Fb`, the child "b" of "a" is `a/b` (the metrics label
+    /// tenants by path, and a customer must not be able to name itself into another's
+    /// series). Allocates: user context, or as the root.
     pub(crate) fn path(&self) -> String {
         let mut names = Vec::new();
         let mut cur = Some(self);
@@ -250,8 +254,25 @@ impl Node {
         if names.is_empty() {
             return "root".to_owned();
         }
-        names.reverse();
-        names.join("/")
+        let mut out = String::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+        for (i, name) in names.iter().rev().enumerate() {
+            if i > 0 {
+                out.push('/');
+            }
+            push_path_segment(&mut out, name);
+        }
+        out
+    }
+}
+
+/// Appends `name` to a path as one segment: "%" as "%25" and "/" as "%2F", the rest as is.
+fn push_path_segment(out: &mut String, name: &str) {
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '/' => out.push_str("%2F"),
+            c => out.push(c),
+        }
     }
 }
 

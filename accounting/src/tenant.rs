@@ -403,7 +403,15 @@ impl Tenant {
         }
     }
     /// The tenant's path below the root, "/"-separated (`"svc/customer-42"`; `"root"` for
-    /// the root), as the metrics label it.
+    /// the root), as the metrics label it. A "/" or "%" in a name is percent-encoded, so
+    /// only siblings of one name share a path:
+    ///
+    /// ```
+    /// use slabcg_accounting::Tenant;
+    /// let svc = Tenant::new("svc");
+    /// assert_eq!(svc.child("customer-42").path(), "svc/customer-42");
+    /// assert_eq!(svc.child("a/b%").path(), "svc/a%2Fb%25");
+    /// ```
     pub fn path(&self) -> String {
         let _root = scope::unscoped();
         self.node.path()

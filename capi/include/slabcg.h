@@ -113,7 +113,8 @@ int slabcg_tenant_current_exact(const slabcg_tenant *t, uint64_t *out);
 int slabcg_tenant_stat(const slabcg_tenant *t, char *buf, size_t len, size_t *needed);
 
 /* The tenant's name (UTF-8, as created; the root's is "root") or its path from the root
- * ("svc/customer-42"; the root's is "root") into buf, snprintf-style: at most len bytes
+ * ("svc/customer-42"; the root's is "root"; a '/' or '%' inside a name written "%2F" or
+ * "%25") into buf, snprintf-style: at most len bytes
  * including the NUL, cut short at a UTF-8 character boundary when it does not fit, and
  * NUL-terminated when len > 0 (buf may be NULL when len is 0). Returns the full length in
  * bytes without the NUL (a return >= len means it was cut), or -EINVAL for a NULL handle
