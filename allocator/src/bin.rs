@@ -229,12 +229,20 @@ impl Bin {
 
     /// Detaches the first `k` slots (k <= count) as a chain.
     pub(crate) fn take(&self, k: u32) -> *mut FreeObj {
+        self.take_ends(k, ptr::null_mut()).0
+    }
+
+    /// [`take`](Self::take), and the chain's last slot, and whether `find` is one of the
+    /// chain's slots: (head, tail, found).
+    pub(crate) fn take_ends(&self, k: u32, find: *mut u8) -> (*mut FreeObj, *mut FreeObj, bool) {
         let head = self.head.load(Ordering::Relaxed);
         let mut last = head;
+        let mut found = head as *mut u8 == find;
         let mut i = 1;
         while i < k {
             // SAFETY: the list holds count >= k slots, each linking to the next.
             last = unsafe { FreeObj::next(last) };
+            found |= last as *mut u8 == find;
             i += 1;
         }
         // SAFETY: last is the k-th slot (k >= 1).
@@ -244,7 +252,7 @@ impl Bin {
         }
         self.count
             .store(self.count.load(Ordering::Relaxed) - k, Ordering::Relaxed);
-        head
+        (head, last, found)
     }
 
     /// Detaches the whole list: (head, count). Only the owner calls it (a drainer reads a

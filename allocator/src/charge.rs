@@ -119,6 +119,11 @@ unsafe fn alloc_small_put_back(c: usize, cg: ObjCgId, p: *mut u8) -> *mut u8 {
 /// The allocation path that charges, after the tagged bins had nothing for `cg`.
 #[inline(never)]
 fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
+    // Slots of cg another thread freed and handed back still charged (`handback.rs`).
+    let p = thread_cache::with(|tc| tc.take_handed(c, cg));
+    if !p.is_null() {
+        return p;
+    }
     let p = charge_slot(c, cg);
     if !p.is_null() {
         thread_cache::with(|tc| tc.note_charged(cg));

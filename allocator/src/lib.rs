@@ -116,6 +116,7 @@ mod fault_tests;
 mod free_mark;
 mod front;
 mod global;
+mod handback;
 mod init;
 mod invariant;
 mod large;
@@ -182,6 +183,12 @@ pub mod testing {
     /// cache's `try_lock` against the threads that use it).
     pub fn sweep_now() {
         crate::sweep::run();
+    }
+
+    /// `tests/handback.rs`: the chains of charged slots the hand-back holds now, how many
+    /// were offered to it and how many allocating threads took, so far.
+    pub fn handback_counts() -> (usize, u64, u64) {
+        crate::handback::counts()
     }
 
     /// `tests/common/kept_free.rs`: the calling thread's cache, to count a bin's slots.

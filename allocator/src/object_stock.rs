@@ -136,6 +136,7 @@ use crate::bin::{Bin, ClassBins};
 use crate::cache::SlabCache;
 use crate::class_caches;
 use crate::front::{FrontBin, FRONTS};
+use crate::handback::{self, Put};
 use crate::lock::{SpinGuard, SpinLock};
 use crate::owner::class_owner_word;
 use crate::size_class::{class_size, Kind, NUM_CLASSES};
@@ -158,6 +159,12 @@ pub(crate) type EveryStock<'a> = dyn Fn(&mut dyn FnMut(&ObjectStock)) + 'a;
 /// goes to the tagged push, whose check (`Bin::push`) reports it, instead of uncharging a
 /// previous tenant.
 const LAZY_OWNERS: bool = !cfg!(feature = "hardened");
+
+/// Whether a full tagged bin's half goes to the hand-back still charged (`handback.rs`)
+/// instead of being given back. Not in hardened builds: a slot there keeps its owner word,
+/// so a double free of it is kept (or uncharged) again instead of being reported as a
+/// given-back slot's cleared word is, as for a slot waiting in a tagged bin.
+const HAND_BACK: bool = !cfg!(feature = "hardened");
 
 /// `tag` when the tagged bins hold nothing. Above every u32, so no owner word (a real objcg
 /// id, or garbage read for an invalid free) ever equals it and gets kept in an untagged bin.
@@ -837,18 +844,61 @@ impl ObjectStock {
     /// taken, when a drainer's bit is set (the free uncharges; the next slow path settles).
     #[cold]
     #[inline(never)]
-    pub(crate) fn give_back_full(&self, lines: &Lines, uncharged: &Uncharged, c: usize) -> bool {
-        let Some(taken) = self.take_half(lines, c) else {
+    pub(crate) fn give_back_full(
+        &self,
+        lines: &Lines,
+        uncharged: &Uncharged,
+        c: usize,
+        freeing: *mut u8,
+    ) -> bool {
+        let Some(h) = self.take_half_ends(lines, c, freeing) else {
             return false;
         };
-        give_back(lines, self.fronts(), &taken, GiveTo::OwnBins(uncharged));
+        if HAND_BACK && h.fresh {
+            // Still charged, for the next thread that allocates the class for the tag's
+            // tenant (`handback.rs`): a consumer's frees become its producer's allocations
+            // without an uncharge and a charge per object.
+            let chain = handback::Chain {
+                head: h.head,
+                tail: h.tail,
+                n: h.n,
+            };
+            // SAFETY: the newest half of a tagged bin with no drainer's bit: free slots of
+            // class c's accounted cache, each charged to the tag's tenant, none below the
+            // stale mark (`fresh`), so their owner words are that tenant; given up here.
+            match unsafe { handback::put((h.tag & TENANT) as ObjCgId, c, chain) } {
+                Put::Kept => return true,
+                Put::KeptEvicting(e) => {
+                    release_handed(lines, &e, GiveTo::OwnBins(uncharged));
+                    return true;
+                }
+                Put::Refused => {}
+            }
+        }
+        give_back(
+            lines,
+            self.fronts(),
+            &h.taken(c),
+            GiveTo::OwnBins(uncharged),
+        );
         true
     }
 
     /// Under the lock, when no drainer has been here, takes the newest half of class `c`'s
     /// tagged bin (at least one slot; the bin is not empty), to be given back after the
-    /// lock. None, nothing taken, when the tag has a drainer's bit or none.
+    /// lock. None, nothing taken, when the tag has a drainer's bit or none. (The loom model's
+    /// entry: `give_back_full` takes the half with both ends.)
+    #[cfg(loom)]
     pub(crate) fn take_half(&self, lines: &Lines, c: usize) -> Option<Taken> {
+        self.take_half_ends(lines, c, core::ptr::null_mut())
+            .map(|h| h.taken(c))
+    }
+
+    /// [`take_half`](Self::take_half), as a chain with both ends. The half is not `fresh`
+    /// when it holds `freeing`, the slot whose free found the bin full: a double free, which
+    /// the give-back reports (it clears the words, and `ThreadCache::keep_again` finds the
+    /// slot's cleared); handed back, the slot would be listed twice.
+    fn take_half_ends(&self, lines: &Lines, c: usize, freeing: *mut u8) -> Option<Half> {
         let _d = self.lock();
         let tag = self.tag.load(Ordering::Relaxed);
         if tag & (NO_TAG | STEAL | DRAINED) != 0 {
@@ -859,15 +909,19 @@ impl ObjectStock {
         let line = &lines[c];
         let k = (line.tagged.count() / 2).max(1);
         debug_assert!(line.tagged.count() >= k);
-        let mut chains = [(core::ptr::null_mut(), 0); NUM_CLASSES];
-        chains[c] = (line.tagged.take(k), k);
-        // The stale slots are the bottom ones: those left stay below the mark.
+        // The stale slots are the bottom ones: the top k are all above the mark when the
+        // slots left are at least as many as the mark.
+        let above = line.tagged.count() - k >= line.stale.get();
+        let (head, tail, twice) = line.tagged.take_ends(k, freeing);
+        let fresh = above && !twice;
+        // Those left stay below the mark.
         line.stale.set(line.stale.get().min(line.tagged.count()));
-        Some(Taken {
+        Some(Half {
             tag,
-            chains,
-            rec: [0; NUM_CLASSES],
-            fronts: FrontMap::EMPTY,
+            head,
+            tail,
+            n: k,
+            fresh,
         })
     }
 
@@ -1299,6 +1353,55 @@ pub(crate) struct Taken {
     pub(crate) rec: [u32; NUM_CLASSES],
     /// The fronts' kept bins that held slots, by front index.
     pub(crate) fronts: FrontMap<KeptChain>,
+}
+
+/// What [`ObjectStock::take_half_ends`] took: `n` slots of one class linked from `head` to
+/// `tail`, all charged to `tag`'s tenant, and whether all of them carry its owner word (none
+/// was below the stale mark).
+struct Half {
+    tag: u64,
+    head: *mut FreeObj,
+    tail: *mut FreeObj,
+    n: u32,
+    fresh: bool,
+}
+
+impl Half {
+    /// As a `Taken` of class `c`, for [`give_back`].
+    fn taken(&self, c: usize) -> Taken {
+        let mut chains = [(core::ptr::null_mut(), 0); NUM_CLASSES];
+        chains[c] = (self.head, self.n);
+        Taken {
+            tag: self.tag,
+            chains,
+            rec: [0; NUM_CLASSES],
+            fronts: FrontMap::EMPTY,
+        }
+    }
+}
+
+/// Gives back the chains of a hand-back entry (`handback.rs`): uncharged from its tenant,
+/// owner words cleared, the slots to `to`. `lines` gives the class geometry only (any
+/// thread's).
+fn release_handed(lines: &Lines, e: &handback::Entry, to: GiveTo<'_>) {
+    for ch in e.chains() {
+        let mut chains = [(core::ptr::null_mut(), 0); NUM_CLASSES];
+        chains[e.c] = (ch.head, ch.n);
+        let t = Taken {
+            tag: u64::from(e.cg),
+            chains,
+            rec: [0; NUM_CLASSES],
+            fronts: FrontMap::EMPTY,
+        };
+        give_back(lines, &[], &t, to);
+    }
+}
+
+/// Gives back what the hand-back holds (`handback::take_all`; `aged`: only the entries not
+/// used since the last idle drain), to the slabs. Every drain of the stocks starts here
+/// (`thread_cache::drain_object_stocks`), and `trim()`.
+pub(crate) fn release_handback(lines: &Lines, aged: bool) {
+    handback::take_all(aged, |e| release_handed(lines, e, GiveTo::Slabs));
 }
 
 /// A front's kept bin as the owner took it: the front's core, the chain and its length, and

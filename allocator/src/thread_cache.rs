@@ -36,6 +36,7 @@ use crate::bin::{new_lines, Bin, ClassBins};
 use crate::cache::SlabCache;
 use crate::class_caches;
 use crate::front::{self, FrontBin, FRONTS};
+use crate::handback;
 use crate::lock::{SpinGuard, SpinLock};
 use crate::object_stock::{self, ObjectStock, Pop};
 use crate::owner::class_owner_word;
@@ -340,7 +341,7 @@ impl ThreadCache {
             bin.capacity() >= object_stock::GIVE_BACK_MIN
                 && bin.count() >= bin.capacity()
                 && is_live(self)
-                && self.stock.give_back_full(&self.bins, &self.accounted, c)
+                && self.stock.give_back_full(&self.bins, &self.accounted, c, p)
         } else {
             // The count first: it is all most uncharging frees do here.
             self.stock.count_free_miss(owner)
@@ -432,6 +433,46 @@ impl ThreadCache {
         self.stock.note_own();
         if !self.stock.caching.load(Ordering::Relaxed) {
             self.recheck_caching(cg);
+        }
+    }
+
+    /// A charging allocation of class `c` under `cg`: when another thread handed back a
+    /// chain of `cg`'s charged slots of the class (`handback.rs`) and this thread's object
+    /// stock is tagged for `cg` with room for it, takes the chain into the tagged bin and
+    /// pops one of its slots; null otherwise (the caller charges). One load and test when
+    /// the hand-back holds nothing for `cg` and `c`.
+    #[inline(always)]
+    pub(crate) fn take_handed(&self, c: usize, cg: ObjCgId) -> *mut u8 {
+        if !handback::hinted(cg, c) {
+            return ptr::null_mut();
+        }
+        self.take_handed_slow(c, cg)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_handed_slow(&self, c: usize, cg: ObjCgId) -> *mut u8 {
+        if !is_live(self) || self.stock.tag.load(Ordering::Relaxed) != u64::from(cg) {
+            return ptr::null_mut();
+        }
+        let line = self.line(c);
+        let room = line.tagged.capacity().saturating_sub(line.tagged.count());
+        let Some(ch) = handback::take(cg, c, room) else {
+            return ptr::null_mut();
+        };
+        // SAFETY: the chain's slots are free slots of class c's accounted cache, charged to
+        // cg with their owner words cg (`handback.rs`), now this thread's; room was checked.
+        // As a free's push, after a load of the tag that read cg: a drainer that set STEAL
+        // since counts them when it reads the bin again, and the pop below then refuses.
+        unsafe { line.tagged.push_chain(ch.head, ch.tail, ch.n) };
+        match self.tagged_pop(c, cg) {
+            Pop::Hit(p) => p,
+            Pop::Empty => ptr::null_mut(),
+            Pop::Foreign(p) => {
+                // SAFETY: p is what tagged_pop(c, cg) just returned as Foreign.
+                unsafe { self.put_back(c, p) };
+                ptr::null_mut()
+            }
         }
     }
 
@@ -685,6 +726,11 @@ pub fn flush_current() {
     })
 }
 
+/// Gives back every chain the hand-back holds (`trim()`): uncharged, to their slabs.
+pub fn release_handback() {
+    with(|tc| object_stock::release_handback(&tc.bins, false));
+}
+
 fn flush_all(tc: &ThreadCache) {
     for f in &tc.fronts {
         f.flush();
@@ -872,6 +918,7 @@ pub fn for_each_bin_count(mut f: impl FnMut(usize, Kind, u32)) {
 pub fn fork_prepare() {
     REGISTRY.lock_raw();
     object_stock::fork_prepare_armed();
+    handback::fork_prepare();
 }
 
 /// Fork support, parent side.
@@ -881,6 +928,7 @@ pub fn fork_prepare() {
 pub unsafe fn fork_parent() {
     // SAFETY: forwarded contract.
     unsafe {
+        handback::fork_release();
         object_stock::fork_parent_armed();
         REGISTRY.unlock_raw()
     };
@@ -895,8 +943,11 @@ pub unsafe fn fork_parent() {
 /// After [`fork_prepare`], in the child.
 pub unsafe fn fork_child() {
     let me = with(|tc| tc as *const ThreadCache as *mut ThreadCache);
-    // SAFETY: the lock is held by fork_prepare of this (the only) thread.
-    unsafe { REGISTRY.unlock_raw() };
+    // SAFETY: the locks are held by fork_prepare of this (the only) thread.
+    unsafe {
+        handback::fork_release();
+        REGISTRY.unlock_raw()
+    };
     let mut r = REGISTRY.lock();
     let mut tc = r.head;
     while !tc.is_null() {
@@ -935,6 +986,8 @@ pub fn drain_object_stocks(which: hooks::ObjectDrain) {
     let own = with(|tc| tc as *const ThreadCache);
     // SAFETY: `own` is this thread's cache, which outlives the call.
     let own = unsafe { &*own };
+    // The hand-back's charged chains first, outside the registry lock (its lock is a leaf).
+    object_stock::release_handback(&own.bins, which == hooks::ObjectDrain::Idle);
     let threads = Threads::lock();
     object_stock::drain(which, &own.stock, is_live(own), &|f| {
         threads.for_each(|tc| f(&tc.stock))

@@ -1,0 +1,290 @@
+//! The hand-back: chains of free slots still charged to a tenant, which the thread that
+//! freed them leaves for whichever thread next allocates for that tenant.
+//!
+//! Why. A thread that frees another thread's objects (a consumer; a tokio worker freeing
+//! what another worker allocated) keeps them charged in its object stock
+//! (`object_stock::adopt_on_free`); when that tagged bin fills, half of it had to be given
+//! back: every slot uncharged and its owner word cleared, while the thread that allocates for
+//! the tenant charged every new object one at a time (`charge::alloc_small_charging`, about
+//! 80 instructions each). With a tenant per worker, xmalloc's producer/consumer pairs spent
+//! a third of their instructions there. Now the half goes here, still charged, its owner
+//! words still the tenant's; the next charging allocation of that tenant and class on a
+//! thread whose object stock is tagged for it takes the whole chain into its tagged bin
+//! (`ThreadCache::take_handed`), and its next pops are the same-tenant fast path.
+//!
+//! The table: [`ENTRIES`] entries, each one tenant and class with up to [`CHAINS`] chains,
+//! under one spin lock, taken once per chain (tens to hundreds of slots) by each side. A
+//! full entry refuses (the chain is given back as before); a new tenant and class with no
+//! entry free evicts the entry least recently used, whose chains the caller gives back. A
+//! charging allocation reads one bit of [`HINT`] before it takes the lock, so threads of
+//! tenants with nothing here do not touch the lock's line.
+//!
+//! Accounting. Slots here are charged and unused, like a stock's bytes or a tagged bin's
+//! slots: they count in their tenant's `current`, and every drain of the stocks gives
+//! them back first ([`take_all`]; `thread_cache::drain_object_stocks`), so
+//! `current_exact()` stays exact and a charge is refused only after they were uncharged.
+//! The idle drain gives back the entries that were not used since the idle drain before,
+//! so a tenant whose allocating thread went away does not keep them long, and a dead
+//! tenant's (its charge is its parent's by then) go the same way. A chain in flight (taken
+//! by a thread, not yet in its bin) is in neither place for a moment, as a slot being freed
+//! is: a drain that misses it leaves it charged, and the bin it lands in is the object
+//! stock's, whose drains see it (`object_stock.rs`, the growth a racing free leaves).
+//!
+//! Every slot of a chain here is a free slot of class `c`'s accounted cache, charged to
+//! `cg` with `class_size(c)` bytes, its owner word `cg`; `n` slots linked from `head` to
+//! `tail` (`tail`'s link null). The lock is a leaf: nothing is called while it is held.
+
+use core::ptr;
+// Statics keep core's atomics (`slabcg_sys::sync`: a loom model never reaches them).
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use slabcg_accounting::hooks::ObjCgId;
+
+use crate::lock::SpinLock;
+use crate::slab::FreeObj;
+
+/// Tenant and class pairs the table holds chains for at once.
+const ENTRIES: usize = 64;
+/// Chains per entry.
+const CHAINS: usize = 8;
+/// Words of [`HINT`].
+const HINT_WORDS: usize = 64;
+
+/// A chain of free slots of one class, linked from `head` to `tail`.
+#[derive(Clone, Copy)]
+pub(crate) struct Chain {
+    pub(crate) head: *mut FreeObj,
+    pub(crate) tail: *mut FreeObj,
+    pub(crate) n: u32,
+}
+
+impl Chain {
+    const NONE: Chain = Chain {
+        head: ptr::null_mut(),
+        tail: ptr::null_mut(),
+        n: 0,
+    };
+}
+
+/// One tenant and class: `n` chains in `chains[..n]` (`n == 0`: the entry is free, and `cg`
+/// and `c` mean nothing); `stamp`, the table's clock when it was last put to or taken from.
+#[derive(Clone, Copy)]
+pub(crate) struct Entry {
+    pub(crate) cg: ObjCgId,
+    pub(crate) c: usize,
+    pub(crate) n: usize,
+    stamp: u64,
+    pub(crate) chains: [Chain; CHAINS],
+}
+
+impl Entry {
+    const FREE: Entry = Entry {
+        cg: 0,
+        c: 0,
+        n: 0,
+        stamp: 0,
+        chains: [Chain::NONE; CHAINS],
+    };
+
+    /// The chains it holds.
+    pub(crate) fn chains(&self) -> &[Chain] {
+        &self.chains[..self.n]
+    }
+}
+
+struct Table {
+    entries: [Entry; ENTRIES],
+    /// Counts puts and takes: the entries' stamps.
+    clock: u64,
+    /// The clock at the last idle drain ([`take_all`]).
+    idle_seen: u64,
+    /// Chains put and chains taken by allocating threads so far (tests).
+    put: u64,
+    taken: u64,
+}
+
+// SAFETY: the chains are free slots that only the lock's holder touches (through their
+// links); the raw pointers in them are not tied to any thread.
+unsafe impl Send for Table {}
+
+static TABLE: SpinLock<Table> = SpinLock::new(Table {
+    entries: [Entry::FREE; ENTRIES],
+    clock: 0,
+    idle_seen: 0,
+    put: 0,
+    taken: 0,
+});
+
+/// Bit `c` of `HINT[hint_word(cg)]` is set while an entry of a tenant whose word that is
+/// holds chains of class `c` (written under the lock). Read without it: a stale set bit costs
+/// a look under the lock, a bit not seen yet one more charge.
+static HINT: [AtomicU64; HINT_WORDS] = [const { AtomicU64::new(0) }; HINT_WORDS];
+
+fn hint_word(cg: ObjCgId) -> usize {
+    (cg.wrapping_mul(0x9E37_79B1) >> 26) as usize % HINT_WORDS
+}
+
+/// Re-derives the hint bit of `cg`'s word for class `c` from the entries (under the lock).
+fn rehint(t: &Table, cg: ObjCgId, c: usize) {
+    let w = hint_word(cg);
+    let held = t
+        .entries
+        .iter()
+        .any(|e| e.n > 0 && e.c == c && hint_word(e.cg) == w);
+    let bits = HINT[w].load(Ordering::Relaxed);
+    let want = if held {
+        bits | 1 << c
+    } else {
+        bits & !(1 << c)
+    };
+    if want != bits {
+        HINT[w].store(want, Ordering::Relaxed);
+    }
+}
+
+/// What [`put`] did with a chain.
+// The evicted entry goes back by value: the allocator cannot box it, and a put evicts at most
+// once per chain of tens to hundreds of slots.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Put {
+    /// It is here now.
+    Kept,
+    /// It is here now, in the entry of another tenant and class, whose chains these are:
+    /// the caller gives them back.
+    KeptEvicting(Entry),
+    /// Not taken (the tenant and class have a full entry): the caller gives it back.
+    Refused,
+}
+
+/// Leaves `chain` (class `c`, charged to `cg`: module docs) for the next thread that
+/// allocates class `c` for `cg`.
+///
+/// # Safety
+/// `chain` is as the module docs say, and the caller gives its slots up.
+pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain) -> Put {
+    debug_assert!(cg != 0 && chain.n > 0 && !chain.head.is_null() && !chain.tail.is_null());
+    let mut t = TABLE.lock();
+    t.clock += 1;
+    t.put += 1;
+    let now = t.clock;
+    let mut free = None;
+    let mut oldest = 0;
+    for (i, e) in t.entries.iter_mut().enumerate() {
+        if e.n > 0 && e.cg == cg && e.c == c {
+            if e.n == CHAINS {
+                return Put::Refused;
+            }
+            e.chains[e.n] = chain;
+            e.n += 1;
+            e.stamp = now;
+            return Put::Kept;
+        }
+        if e.n == 0 && free.is_none() {
+            free = Some(i);
+        }
+    }
+    let (i, evicted) = match free {
+        Some(i) => (i, None),
+        None => {
+            for (i, e) in t.entries.iter().enumerate() {
+                if e.stamp < t.entries[oldest].stamp {
+                    oldest = i;
+                }
+            }
+            (oldest, Some(t.entries[oldest]))
+        }
+    };
+    let mut e = Entry::FREE;
+    (e.cg, e.c, e.n, e.stamp) = (cg, c, 1, now);
+    e.chains[0] = chain;
+    t.entries[i] = e;
+    if let Some(old) = evicted {
+        rehint(&t, old.cg, old.c);
+    }
+    // Written under the lock only: a load and a store, no read-modify-write.
+    let w = &HINT[hint_word(cg)];
+    w.store(w.load(Ordering::Relaxed) | 1 << c, Ordering::Relaxed);
+    match evicted {
+        Some(old) => Put::KeptEvicting(old),
+        None => Put::Kept,
+    }
+}
+
+/// Whether the table may hold chains of class `c` for `cg` (one relaxed load: a hint).
+#[inline(always)]
+pub(crate) fn hinted(cg: ObjCgId, c: usize) -> bool {
+    HINT[hint_word(cg)].load(Ordering::Relaxed) & (1 << c) != 0
+}
+
+/// Takes a chain of class `c` charged to `cg` of at most `room` slots, if one is here. The
+/// caller then owns the slots, charged to `cg` (module docs).
+pub(crate) fn take(cg: ObjCgId, c: usize, room: u32) -> Option<Chain> {
+    let mut t = TABLE.lock();
+    t.clock += 1;
+    let now = t.clock;
+    let e = t
+        .entries
+        .iter_mut()
+        .find(|e| e.n > 0 && e.cg == cg && e.c == c)?;
+    let chain = e.chains[e.n - 1];
+    if chain.n > room {
+        return None;
+    }
+    e.n -= 1;
+    e.stamp = now;
+    let emptied = e.n == 0;
+    t.taken += 1;
+    if emptied {
+        rehint(&t, cg, c);
+    }
+    Some(chain)
+}
+
+/// Takes every entry's chains (only those not used since the last such call, for an idle
+/// drain: `aged`) and hands each entry to `give` after the lock is released.
+pub(crate) fn take_all(aged: bool, mut give: impl FnMut(&Entry)) {
+    let mut out = [Entry::FREE; ENTRIES];
+    let mut k = 0;
+    {
+        let mut t = TABLE.lock();
+        let since = t.idle_seen;
+        if aged {
+            t.idle_seen = t.clock;
+        }
+        for i in 0..ENTRIES {
+            let e = t.entries[i];
+            if e.n == 0 || (aged && e.stamp > since) {
+                continue;
+            }
+            out[k] = e;
+            k += 1;
+            t.entries[i].n = 0;
+            rehint(&t, e.cg, e.c);
+        }
+    }
+    for e in &out[..k] {
+        give(e);
+    }
+}
+
+/// Chains held now, and chains offered (put, refused included) and taken by allocating
+/// threads so far (tests).
+pub(crate) fn counts() -> (usize, u64, u64) {
+    let t = TABLE.lock();
+    (t.entries.iter().map(|e| e.n).sum(), t.put, t.taken)
+}
+
+/// Fork support: the lock is held across `fork` (taken last: nothing is called under it).
+pub(crate) fn fork_prepare() {
+    TABLE.lock_raw();
+}
+
+/// Fork support, both sides: the child keeps the chains (their slots and charges are the
+/// child's copies).
+///
+/// # Safety
+/// After [`fork_prepare`] in this thread (or, in the child, its copy).
+pub(crate) unsafe fn fork_release() {
+    // SAFETY: forwarded contract.
+    unsafe { TABLE.unlock_raw() };
+}

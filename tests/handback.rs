@@ -1,0 +1,195 @@
+//! A consumer thread that frees another tenant's objects hands the slots back still charged
+//! (`allocator/src/handback.rs`): the producer's next allocations take them without a charge.
+//! The tenants stay exact through drains, a refused charge drains what the hand-back
+//! holds, a dead tenant's chains end up uncharged from its parent, and `trim()` empties it.
+
+use std::hint::black_box;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use slabcg::allocator::testing::handback_counts;
+use slabcg::{SlabAlloc, StatItem, Tenant};
+
+#[global_allocator]
+static GLOBAL: SlabAlloc = SlabAlloc::new();
+
+/// The hand-back is process-wide: one test at a time.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static M: Mutex<()> = Mutex::new(());
+    M.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const SIZE: usize = 64;
+
+/// One batch at a time from the producer to the consumer: a mutex and a condition variable,
+/// which allocate nothing (a channel's blocking receive may allocate its waker in the
+/// consumer's tenant, and a charging allocation there ends its run of frees of the
+/// producer's objects, `object_stock::adopt_on_free`).
+struct Handoff {
+    slot: Mutex<(Option<Vec<Vec<u8>>>, bool)>,
+    cv: Condvar,
+}
+
+impl Handoff {
+    fn put(&self, objs: Vec<Vec<u8>>) {
+        let mut g = self.slot.lock().unwrap();
+        while g.0.is_some() {
+            g = self.cv.wait(g).unwrap();
+        }
+        g.0 = Some(objs);
+        self.cv.notify_all();
+    }
+    /// The next batch, or None once the producer is done and the slot empty.
+    fn take(&self) -> Option<Vec<Vec<u8>>> {
+        let mut g = self.slot.lock().unwrap();
+        loop {
+            if let Some(objs) = g.0.take() {
+                self.cv.notify_all();
+                return Some(objs);
+            }
+            if g.1 {
+                return None;
+            }
+            g = self.cv.wait(g).unwrap();
+        }
+    }
+    /// Waits until the consumer took the last batch handed over.
+    fn wait_taken(&self) {
+        let mut g = self.slot.lock().unwrap();
+        while g.0.is_some() {
+            g = self.cv.wait(g).unwrap();
+        }
+    }
+    fn close(&self) {
+        self.slot.lock().unwrap().1 = true;
+        self.cv.notify_all();
+    }
+}
+
+/// A producer in `p` hands `rounds` batches of `batch` objects of `SIZE` bytes to a consumer
+/// in `c`, which frees them; then `tail` more, made after the producer's last other
+/// allocation (so chains stay in the hand-back). The producer keeps `keep` objects alive and
+/// returns them.
+fn pipeline(
+    p: &Tenant,
+    c: &Tenant,
+    rounds: usize,
+    batch: usize,
+    tail: usize,
+    keep: usize,
+) -> Vec<Vec<u8>> {
+    let h = Arc::new(Handoff {
+        slot: Mutex::new((None, false)),
+        cv: Condvar::new(),
+    });
+    let (p2, c2, h2) = (p.clone(), c.clone(), h.clone());
+    let consumer = std::thread::spawn(move || {
+        let _in = c2.enter();
+        // Opens this thread's bin of the class (a thread's first frees of a class it never
+        // allocated go back to the slabs); kept to the end, as a thread that holds its own
+        // tenant's objects in its object stock does not adopt another's.
+        let warm = black_box(vec![0u8; SIZE]);
+        while let Some(objs) = h2.take() {
+            drop(black_box(objs));
+        }
+        drop(warm);
+    });
+    let producer = std::thread::spawn(move || {
+        let _in = p2.enter();
+        for r in 0..rounds {
+            let objs: Vec<Vec<u8>> = (0..batch)
+                .map(|i| black_box(vec![(r + i) as u8; SIZE]))
+                .collect();
+            h.put(objs);
+        }
+        let kept: Vec<Vec<u8>> = (0..keep).map(|i| black_box(vec![i as u8; SIZE])).collect();
+        let last: Vec<Vec<u8>> = (0..tail).map(|i| black_box(vec![i as u8; SIZE])).collect();
+        h.wait_taken();
+        h.put(last);
+        h.close();
+        kept
+    });
+    let kept = producer.join().unwrap();
+    consumer.join().unwrap();
+    kept
+}
+
+#[test]
+fn a_producer_takes_back_what_its_consumer_freed_and_both_stay_exact() {
+    let _one = one_at_a_time();
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let p = Tenant::new("handback-producer");
+    let c = Tenant::new("handback-consumer");
+    let (_, _, taken_before) = handback_counts();
+    let kept = pipeline(&p, &c, 60, 1000, 0, 100);
+    let (_, _, taken) = handback_counts();
+    assert!(
+        taken - taken_before >= 10,
+        "the producer took {} chains back from its consumer",
+        taken - taken_before
+    );
+    // Exactly the 100 objects it kept and their vector, whatever the hand-back, the stocks
+    // and the bins held (the drain gives all of it back).
+    // SAFETY: a live allocation of this allocator.
+    let outer = unsafe { SlabAlloc::usable_size(kept.as_ptr().cast()) };
+    assert_eq!(p.current_exact(), (100 * SIZE + outer) as u64);
+    assert_eq!(c.current_exact(), 0);
+    drop(kept);
+    assert_eq!(p.current_exact(), 0);
+    assert_eq!(handback_counts().0, 0, "a drain empties the hand-back");
+    slabcg::allocator::testing::check_invariants();
+}
+
+#[test]
+fn a_refused_charge_drains_the_handback_first() {
+    let _one = one_at_a_time();
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let p = Tenant::new("handback-limited");
+    let c = Tenant::new("handback-limited-consumer");
+    let max = 4 << 20;
+    p.set_max(max);
+    // The last 8,000 objects are freed after the producer stopped: their chains stay.
+    drop(pipeline(&p, &c, 20, 1000, 8000, 0));
+    assert!(handback_counts().0 > 0, "chains of p wait in the hand-back");
+    // Nothing of p is live: all of its limit is there for a charge once the hand-back, the
+    // stocks and the bins are drained.
+    p.charge(max - 4096, StatItem::Sock)
+        .expect("the charge fits after the drain");
+    assert_eq!(handback_counts().0, 0);
+    p.uncharge(max - 4096, StatItem::Sock);
+    assert_eq!(p.current_exact(), 0);
+}
+
+#[test]
+fn a_dead_tenants_chains_are_uncharged_from_its_parent() {
+    let _one = one_at_a_time();
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let parent = Tenant::new("handback-parent");
+    let c = Tenant::new("handback-orphan-consumer");
+    {
+        let p = parent.child("producer");
+        drop(pipeline(&p, &c, 10, 1000, 8000, 0));
+    }
+    assert!(
+        handback_counts().0 > 0,
+        "the dead child's chains wait in the hand-back"
+    );
+    assert_eq!(
+        parent.current_exact(),
+        0,
+        "its parent carried them, and the drain gave them back"
+    );
+    assert_eq!(handback_counts().0, 0);
+}
+
+#[test]
+fn trim_empties_the_handback() {
+    let _one = one_at_a_time();
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let p = Tenant::new("handback-trim");
+    let c = Tenant::new("handback-trim-consumer");
+    drop(pipeline(&p, &c, 5, 1000, 8000, 0));
+    assert!(handback_counts().0 > 0);
+    slabcg::trim();
+    assert_eq!(handback_counts().0, 0);
+    assert_eq!(p.current_exact(), 0);
+}
