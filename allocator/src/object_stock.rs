@@ -41,7 +41,9 @@
 //! Every other change of `tag` or of the tagged bins (retagging, giving back, a drainer's
 //! work) happens under the thread's `stock` lock. The allocation path retags
 //! ([`ObjectStock::note_miss`]); the free path gives back and retags in two cases: a full
-//! bin gives its newest half back ([`ObjectStock::give_back_full`]), and a thread that
+//! bin gives its newest half away ([`ObjectStock::give_back_full`]: still charged, to the
+//! hand-back, `handback.rs`, which the tenant's next charging allocation of the class takes
+//! it from, or uncharged, as a give-back), and a thread that
 //! frees a run of another live tenant's objects with no charging allocation between, its
 //! bins empty or holding what it adopted so, retags for that tenant
 //! ([`ObjectStock::adopt_on_free`]: a consumer thread). A retag either gives the tagged
@@ -782,8 +784,9 @@ impl ObjectStock {
     ///
     /// So a thread that frees what another thread's tenant allocates (a consumer, `xmalloc`
     /// with a tenant per thread) keeps those objects charged as their owner's own thread
-    /// would, instead of uncharging each (about 150 instructions), and gives them back in one
-    /// uncharge per class when a bin fills ([`give_back_full`](Self::give_back_full)), when a
+    /// would, instead of uncharging each (about 150 instructions), and hands a full bin's
+    /// half, still charged, to the producer's next allocations
+    /// ([`give_back_full`](Self::give_back_full), `handback.rs`); it gives them back when a
     /// run of `ADOPT_AFTER` frees adopts another live tenant, or at its next allocation that
     /// misses (`note_miss`, which hands them to its tenant in place when it can,
     /// `transfer_bins`: the transfer moves their charge, as for a dead request's).
@@ -837,11 +840,14 @@ impl ObjectStock {
         true
     }
 
-    /// Class `c`'s tagged bin is full: takes its newest half ([`take_half`](Self::take_half))
-    /// and gives it back with one uncharge (`give_back`, to the uncharged bin and the slabs),
-    /// so that the free that found the bin full keeps its slot, as a plain bin's overflow
-    /// does. Before, every free past a full bin uncharged its object alone. False, nothing
-    /// taken, when a drainer's bit is set (the free uncharges; the next slow path settles).
+    /// Class `c`'s tagged bin is full (the free of `freeing` found it so): takes its newest
+    /// half ([`take_half`](Self::take_half)) and leaves it, still charged, in the hand-back
+    /// for the tag's tenant (`handback.rs`), or, when the hand-back refuses it or the half
+    /// cannot go there (stale owner words, `freeing` in it, a hardened build), gives it back
+    /// with one uncharge (`give_back`, to the uncharged bin and the slabs); so that the free
+    /// that found the bin full keeps its slot, as a plain bin's overflow does. False,
+    /// nothing taken, when a drainer's bit is set (the free uncharges; the next slow path
+    /// settles).
     #[cold]
     #[inline(never)]
     pub(crate) fn give_back_full(
