@@ -6,7 +6,7 @@
 use std::hint::black_box;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use slabcg::allocator::testing::handback_counts;
+use slabcg::allocator::testing::{handback_counts, HANDBACK_BYTES_BOUND};
 use slabcg::{SlabAlloc, StatItem, Tenant};
 
 #[global_allocator]
@@ -119,9 +119,9 @@ fn a_producer_takes_back_what_its_consumer_freed_and_both_stay_exact() {
     slabcg::accounting::hooks::set_idle_decay(false);
     let p = Tenant::new("handback-producer");
     let c = Tenant::new("handback-consumer");
-    let (_, _, taken_before) = handback_counts();
+    let taken_before = handback_counts().taken;
     let kept = pipeline(&p, &c, 60, 1000, 0, 100);
-    let (_, _, taken) = handback_counts();
+    let taken = handback_counts().taken;
     assert!(
         taken - taken_before >= 10,
         "the producer took {} chains back from its consumer",
@@ -135,7 +135,7 @@ fn a_producer_takes_back_what_its_consumer_freed_and_both_stay_exact() {
     assert_eq!(c.current_exact(), 0);
     drop(kept);
     assert_eq!(p.current_exact(), 0);
-    assert_eq!(handback_counts().0, 0, "a drain empties the hand-back");
+    assert_eq!(handback_counts().chains, 0, "a drain empties the hand-back");
     slabcg::allocator::testing::check_invariants();
 }
 
@@ -149,12 +149,15 @@ fn a_refused_charge_drains_the_handback_first() {
     p.set_max(max);
     // The last 8,000 objects are freed after the producer stopped: their chains stay.
     drop(pipeline(&p, &c, 20, 1000, 8000, 0));
-    assert!(handback_counts().0 > 0, "chains of p wait in the hand-back");
+    assert!(
+        handback_counts().chains > 0,
+        "chains of p wait in the hand-back"
+    );
     // Nothing of p is live: all of its limit is there for a charge once the hand-back, the
     // stocks and the bins are drained.
     p.charge(max - 4096, StatItem::Sock)
         .expect("the charge fits after the drain");
-    assert_eq!(handback_counts().0, 0);
+    assert_eq!(handback_counts().chains, 0);
     p.uncharge(max - 4096, StatItem::Sock);
     assert_eq!(p.current_exact(), 0);
 }
@@ -170,7 +173,7 @@ fn a_dead_tenants_chains_are_uncharged_from_its_parent() {
         drop(pipeline(&p, &c, 10, 1000, 8000, 0));
     }
     assert!(
-        handback_counts().0 > 0,
+        handback_counts().chains > 0,
         "the dead child's chains wait in the hand-back"
     );
     assert_eq!(
@@ -178,7 +181,7 @@ fn a_dead_tenants_chains_are_uncharged_from_its_parent() {
         0,
         "its parent carried them, and the drain gave them back"
     );
-    assert_eq!(handback_counts().0, 0);
+    assert_eq!(handback_counts().chains, 0);
 }
 
 #[test]
@@ -188,9 +191,9 @@ fn trim_empties_the_handback() {
     let p = Tenant::new("handback-trim");
     let c = Tenant::new("handback-trim-consumer");
     drop(pipeline(&p, &c, 5, 1000, 8000, 0));
-    assert!(handback_counts().0 > 0);
+    assert!(handback_counts().chains > 0);
     slabcg::trim();
-    assert_eq!(handback_counts().0, 0);
+    assert_eq!(handback_counts().chains, 0);
     assert_eq!(p.current_exact(), 0);
 }
 
@@ -207,7 +210,7 @@ fn pairs_under_concurrent_drains_stay_exact() {
         let mut n = 0u64;
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
             slabcg::drain_all_stocks();
-            if n % 8 == 0 {
+            if n.is_multiple_of(8) {
                 slabcg::trim();
             }
             n += 1;
@@ -223,7 +226,7 @@ fn pairs_under_concurrent_drains_stay_exact() {
             )
         })
         .collect();
-    let (_, _, taken_before) = handback_counts();
+    let taken_before = handback_counts().taken;
     let workers: Vec<_> = tenants
         .iter()
         .enumerate()
@@ -265,7 +268,7 @@ fn pairs_under_concurrent_drains_stay_exact() {
     let lives: Vec<Vec<Vec<u8>>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let drains = drainer.join().unwrap();
-    let (_, _, taken) = handback_counts();
+    let taken = handback_counts().taken;
     assert!(drains > 0);
     assert!(taken > taken_before, "no chain was handed back");
     for ((p, c), live) in tenants.iter().zip(&lives) {
@@ -279,4 +282,31 @@ fn pairs_under_concurrent_drains_stay_exact() {
         assert_eq!(p.current_exact(), 0);
     }
     slabcg::allocator::testing::check_invariants();
+}
+
+/// Tenant after tenant leaves chains behind: the hand-back stays within its bound in bytes
+/// (the entries least recently used go back), and every tenant is exact.
+#[test]
+fn the_handback_stays_bounded() {
+    let _one = one_at_a_time();
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let c = Tenant::new("handback-bounded-consumer");
+    let mut ps = Vec::new();
+    let mut most = 0;
+    for i in 0..40 {
+        let p = Tenant::new(&format!("handback-bounded-{i}"));
+        drop(pipeline(&p, &c, 1, 1000, 8000, 0));
+        let n = handback_counts();
+        assert!(n.bytes <= HANDBACK_BYTES_BOUND, "{n:?}");
+        most = most.max(n.bytes);
+        ps.push(p);
+    }
+    assert!(
+        most > HANDBACK_BYTES_BOUND / 2,
+        "the tenants filled it ({most} bytes at most)"
+    );
+    for p in &ps {
+        assert_eq!(p.current_exact(), 0);
+    }
+    assert_eq!(handback_counts().bytes, 0);
 }

@@ -13,9 +13,10 @@
 //! (`ThreadCache::take_handed`), and its next pops are the same-tenant fast path.
 //!
 //! The table: [`ENTRIES`] entries, each one tenant and class with up to [`CHAINS`] chains,
-//! under one spin lock, taken once per chain (tens to hundreds of slots) by each side. A
-//! full entry refuses (the chain is given back as before); a new tenant and class with no
-//! entry free evicts the entry least recently used, whose chains the caller gives back. A
+//! [`BYTES_MAX`] in all, under one spin lock, taken once per chain (tens to hundreds of
+//! slots) by each side. A full entry refuses (the chain is given back as before); a chain
+//! that finds no entry free or the bytes at their bound evicts the entry least recently
+//! used, whose chains the caller gives back. A
 //! charging allocation reads one bit of [`HINT`] before it takes the lock, so threads of
 //! tenants with nothing here do not touch the lock's line.
 //!
@@ -47,6 +48,9 @@ use crate::slab::FreeObj;
 const ENTRIES: usize = 64;
 /// Chains per entry.
 const CHAINS: usize = 8;
+/// Bytes the table holds at most: what charged memory can wait here, unused, until a
+/// thread of its tenant allocates again or a drain, `trim()` or an eviction gives it back.
+const BYTES_MAX: usize = 4 << 20;
 /// Words of [`HINT`].
 const HINT_WORDS: usize = 64;
 
@@ -56,6 +60,8 @@ pub(crate) struct Chain {
     pub(crate) head: *mut FreeObj,
     pub(crate) tail: *mut FreeObj,
     pub(crate) n: u32,
+    /// `n` times the class's size.
+    pub(crate) bytes: usize,
 }
 
 impl Chain {
@@ -63,6 +69,7 @@ impl Chain {
         head: ptr::null_mut(),
         tail: ptr::null_mut(),
         n: 0,
+        bytes: 0,
     };
 }
 
@@ -78,7 +85,7 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    const FREE: Entry = Entry {
+    pub(crate) const FREE: Entry = Entry {
         cg: 0,
         c: 0,
         n: 0,
@@ -90,12 +97,19 @@ impl Entry {
     pub(crate) fn chains(&self) -> &[Chain] {
         &self.chains[..self.n]
     }
+
+    /// The bytes its chains hold.
+    fn bytes(&self) -> usize {
+        self.chains().iter().map(|ch| ch.bytes).sum()
+    }
 }
 
 struct Table {
     entries: [Entry; ENTRIES],
     /// Counts puts and takes: the entries' stamps.
     clock: u64,
+    /// The bytes of every chain held: at most [`BYTES_MAX`].
+    bytes: usize,
     /// The clock at the last idle drain ([`take_all`]).
     idle_seen: u64,
     /// Chains put and chains taken by allocating threads so far (tests).
@@ -110,6 +124,7 @@ unsafe impl Send for Table {}
 static TABLE: SpinLock<Table> = SpinLock::new(Table {
     entries: [Entry::FREE; ENTRIES],
     clock: 0,
+    bytes: 0,
     idle_seen: 0,
     put: 0,
     taken: 0,
@@ -142,72 +157,67 @@ fn rehint(t: &Table, cg: ObjCgId, c: usize) {
     }
 }
 
-/// What [`put`] did with a chain.
-// The evicted entry goes back by value: the allocator cannot box it, and a put evicts at most
-// once per chain of tens to hundreds of slots.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Put {
-    /// It is here now.
-    Kept,
-    /// It is here now, in the entry of another tenant and class, whose chains these are:
-    /// the caller gives them back.
-    KeptEvicting(Entry),
-    /// Not taken (the tenant and class have a full entry): the caller gives it back.
-    Refused,
-}
-
 /// Leaves `chain` (class `c`, charged to `cg`: module docs) for the next thread that
-/// allocates class `c` for `cg`.
+/// allocates class `c` for `cg`; false when it was not taken (the tenant and class have a
+/// full entry, or no room was made): the caller gives it back. To make room (no entry free,
+/// or [`BYTES_MAX`] reached) the entry least recently used of another tenant or class goes
+/// into `evicted` (its `n > 0` then), whose chains the caller gives back, taken or not.
 ///
 /// # Safety
 /// `chain` is as the module docs say, and the caller gives its slots up.
-pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain) -> Put {
+pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entry) -> bool {
     debug_assert!(cg != 0 && chain.n > 0 && !chain.head.is_null() && !chain.tail.is_null());
     let mut t = TABLE.lock();
     t.clock += 1;
     t.put += 1;
     let now = t.clock;
+    let mut at = None;
     let mut free = None;
-    let mut oldest = 0;
-    for (i, e) in t.entries.iter_mut().enumerate() {
+    for (i, e) in t.entries.iter().enumerate() {
         if e.n > 0 && e.cg == cg && e.c == c {
-            if e.n == CHAINS {
-                return Put::Refused;
-            }
-            e.chains[e.n] = chain;
-            e.n += 1;
-            e.stamp = now;
-            return Put::Kept;
+            at = Some(i);
+            break;
         }
         if e.n == 0 && free.is_none() {
             free = Some(i);
         }
     }
-    let (i, evicted) = match free {
-        Some(i) => (i, None),
-        None => {
-            for (i, e) in t.entries.iter().enumerate() {
-                if e.stamp < t.entries[oldest].stamp {
-                    oldest = i;
-                }
-            }
-            (oldest, Some(t.entries[oldest]))
-        }
-    };
-    let mut e = Entry::FREE;
-    (e.cg, e.c, e.n, e.stamp) = (cg, c, 1, now);
-    e.chains[0] = chain;
-    t.entries[i] = e;
-    if let Some(old) = evicted {
-        rehint(&t, old.cg, old.c);
+    if at.is_some_and(|i| t.entries[i].n == CHAINS) {
+        return false;
     }
+    let fits = |t: &Table, free: Option<usize>| {
+        (at.is_some() || free.is_some()) && t.bytes + chain.bytes <= BYTES_MAX
+    };
+    if !fits(&t, free) {
+        let lru = (0..ENTRIES)
+            .filter(|&i| t.entries[i].n > 0 && Some(i) != at)
+            .min_by_key(|&i| t.entries[i].stamp);
+        if let Some(v) = lru {
+            *evicted = t.entries[v];
+            t.entries[v].n = 0;
+            t.bytes -= evicted.bytes();
+            rehint(&t, evicted.cg, evicted.c);
+            free = free.or(Some(v));
+        }
+        if !fits(&t, free) {
+            return false;
+        }
+    }
+    let Some(i) = at.or(free) else {
+        return false;
+    };
+    let e = &mut t.entries[i];
+    if e.n == 0 {
+        (e.cg, e.c) = (cg, c);
+    }
+    e.chains[e.n] = chain;
+    e.n += 1;
+    e.stamp = now;
+    t.bytes += chain.bytes;
     // Written under the lock only: a load and a store, no read-modify-write.
     let w = &HINT[hint_word(cg)];
     w.store(w.load(Ordering::Relaxed) | 1 << c, Ordering::Relaxed);
-    match evicted {
-        Some(old) => Put::KeptEvicting(old),
-        None => Put::Kept,
-    }
+    true
 }
 
 /// Whether the table may hold chains of class `c` for `cg` (one relaxed load: a hint).
@@ -234,6 +244,7 @@ pub(crate) fn take(cg: ObjCgId, c: usize, room: u32) -> Option<Chain> {
     e.stamp = now;
     let emptied = e.n == 0;
     t.taken += 1;
+    t.bytes -= chain.bytes;
     if emptied {
         rehint(&t, cg, c);
     }
@@ -259,6 +270,7 @@ pub(crate) fn take_all(aged: bool, mut give: impl FnMut(&Entry)) {
             out[k] = e;
             k += 1;
             t.entries[i].n = 0;
+            t.bytes -= e.bytes();
             rehint(&t, e.cg, e.c);
         }
     }
@@ -267,12 +279,32 @@ pub(crate) fn take_all(aged: bool, mut give: impl FnMut(&Entry)) {
     }
 }
 
-/// Chains held now, and chains offered (put, refused included) and taken by allocating
-/// threads so far (tests).
-pub(crate) fn counts() -> (usize, u64, u64) {
+/// What the table holds now, and what passed through it so far (tests).
+pub(crate) fn counts() -> Counts {
     let t = TABLE.lock();
-    (t.entries.iter().map(|e| e.n).sum(), t.put, t.taken)
+    Counts {
+        chains: t.entries.iter().map(|e| e.n).sum(),
+        bytes: t.bytes,
+        put: t.put,
+        taken: t.taken,
+    }
 }
+
+/// [`counts`].
+#[derive(Clone, Copy, Debug)]
+pub struct Counts {
+    /// Chains held now.
+    pub chains: usize,
+    /// Their bytes.
+    pub bytes: usize,
+    /// Chains offered so far, refused ones included.
+    pub put: u64,
+    /// Chains allocating threads took so far.
+    pub taken: u64,
+}
+
+/// [`BYTES_MAX`] (tests).
+pub const BYTES_BOUND: usize = BYTES_MAX;
 
 /// Fork support: the lock is held across `fork` (taken last: nothing is called under it).
 pub(crate) fn fork_prepare() {

@@ -185,9 +185,10 @@ pub mod testing {
         crate::sweep::run();
     }
 
-    /// `tests/handback.rs`: the chains of charged slots the hand-back holds now, how many
-    /// were offered to it and how many allocating threads took, so far.
-    pub fn handback_counts() -> (usize, u64, u64) {
+    /// `tests/handback.rs`: what the hand-back holds now and what passed through it, and
+    /// its bound in bytes.
+    pub use crate::handback::{Counts as HandbackCounts, BYTES_BOUND as HANDBACK_BYTES_BOUND};
+    pub fn handback_counts() -> HandbackCounts {
         crate::handback::counts()
     }
 

@@ -138,7 +138,7 @@ use crate::bin::{Bin, ClassBins};
 use crate::cache::SlabCache;
 use crate::class_caches;
 use crate::front::{FrontBin, FRONTS};
-use crate::handback::{self, Put};
+use crate::handback;
 use crate::lock::{SpinGuard, SpinLock};
 use crate::owner::class_owner_word;
 use crate::size_class::{class_size, Kind, NUM_CLASSES};
@@ -868,17 +868,19 @@ impl ObjectStock {
                 head: h.head,
                 tail: h.tail,
                 n: h.n,
+                bytes: h.n as usize * class_size(c),
             };
+            let mut evicted = handback::Entry::FREE;
             // SAFETY: the newest half of a tagged bin with no drainer's bit: free slots of
             // class c's accounted cache, each charged to the tag's tenant, none below the
             // stale mark (`fresh`), so their owner words are that tenant; given up here.
-            match unsafe { handback::put((h.tag & TENANT) as ObjCgId, c, chain) } {
-                Put::Kept => return true,
-                Put::KeptEvicting(e) => {
-                    release_handed(lines, &e, GiveTo::OwnBins(uncharged));
-                    return true;
-                }
-                Put::Refused => {}
+            let kept =
+                unsafe { handback::put((h.tag & TENANT) as ObjCgId, c, chain, &mut evicted) };
+            if evicted.n > 0 {
+                release_handed(lines, &evicted, GiveTo::OwnBins(uncharged));
+            }
+            if kept {
+                return true;
             }
         }
         give_back(
