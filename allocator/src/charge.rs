@@ -122,6 +122,11 @@ fn alloc_small_charging(c: usize, cg: ObjCgId) -> *mut u8 {
     // Slots of cg another thread freed and handed back still charged (`handback.rs`).
     let p = thread_cache::with(|tc| tc.take_handed(c, cg));
     if !p.is_null() {
+        // A thread fed by the hand-back takes no bin refill, the path that paces the decay
+        // sweep (as `alloc_small_put_back` says): this one paces it too.
+        if thread_cache::with(|tc| tc.tick_slow()) {
+            sweep::maybe();
+        }
         return p;
     }
     let p = charge_slot(c, cg);

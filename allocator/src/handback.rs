@@ -22,26 +22,34 @@
 //!
 //! Accounting. Slots here are charged and unused, like a stock's bytes or a tagged bin's
 //! slots: they count in their tenant's `current`, and every drain of the stocks gives
-//! them back first ([`take_all`]; `thread_cache::drain_object_stocks`), so
-//! `current_exact()` stays exact and a charge is refused only after they were uncharged.
-//! The idle drain gives back the entries that were not used since the idle drain before,
-//! so a tenant whose allocating thread went away does not keep them long, and a dead
-//! tenant's (its charge is its parent's by then) go the same way. A chain in flight (taken
-//! by a thread, not yet in its bin) is in neither place for a moment, as a slot being freed
-//! is: a drain that misses it leaves it charged, and the bin it lands in is the object
-//! stock's, whose drains see it (`object_stock.rs`, the growth a racing free leaves).
+//! them back first ([`release_all`]; `thread_cache::drain_object_stocks`), so
+//! `current_exact()` stays exact and a charge is refused only after they were uncharged
+//! (`put` notes the tenant as stocked, so a refusal does not skip its drain). The decay
+//! sweep gives back the entries not used since the sweep before, so a tenant whose
+//! allocating thread went away does not keep them for long; a dead tenant's half is given
+//! back instead of coming here. A chain in flight (taken by a thread, not yet in its bin)
+//! is in neither place for a moment, as a slot being freed is: a drain that misses it
+//! leaves it charged, and the bin it lands in is the object stock's, whose next drain or
+//! settle sees it (`object_stock.rs`, the growth a racing free leaves; the taker settles
+//! at once when its pop finds a drainer's bit).
 //!
 //! Every slot of a chain here is a free slot of class `c`'s accounted cache, charged to
-//! `cg` with `class_size(c)` bytes, its owner word `cg`; `n` slots linked from `head` to
-//! `tail` (`tail`'s link null). The lock is a leaf: nothing is called while it is held.
+//! `cg` with `class_size(c)` bytes, its owner word 0; `n` slots linked from `head` to `tail`
+//! (`tail`'s link null). The words are cleared on the way in (checked, as a give-back does:
+//! a slot of the chain freed twice is reported) and written on the way out, so a double free
+//! of a slot while it waits here finds its word 0 and is reported, as for a slot given
+//! back. The lock is a leaf: nothing is called while it is held but the accounting's
+//! lock-free note of the stocked tenant (`hooks::note_object_stock`).
 
 use core::ptr;
 // Statics keep core's atomics (`slabcg_sys::sync`: a loom model never reaches them).
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use slabcg_accounting::hooks::ObjCgId;
+use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
+use crate::class_caches;
 use crate::lock::SpinLock;
+use crate::size_class::Kind;
 use crate::slab::FreeObj;
 
 /// Tenant and class pairs the table holds chains for at once.
@@ -110,7 +118,7 @@ struct Table {
     clock: u64,
     /// The bytes of every chain held: at most [`BYTES_MAX`].
     bytes: usize,
-    /// The clock at the last idle drain ([`take_all`]).
+    /// The clock at the last aged release ([`release_all`]).
     idle_seen: u64,
     /// Chains put and chains taken by allocating threads so far (tests).
     put: u64,
@@ -164,7 +172,8 @@ fn rehint(t: &Table, cg: ObjCgId, c: usize) {
 /// into `evicted` (its `n > 0` then), whose chains the caller gives back, taken or not.
 ///
 /// # Safety
-/// `chain` is as the module docs say, and the caller gives its slots up.
+/// `chain` is as the module docs say (its owner words cleared), and the caller gives its
+/// slots up; their charged bytes hold refs on `cg`'s objcg.
 pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entry) -> bool {
     debug_assert!(cg != 0 && chain.n > 0 && !chain.head.is_null() && !chain.tail.is_null());
     let mut t = TABLE.lock();
@@ -217,6 +226,11 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
     // Written under the lock only: a load and a store, no read-modify-write.
     let w = &HINT[hint_word(cg)];
     w.store(w.load(Ordering::Relaxed) | 1 << c, Ordering::Relaxed);
+    // A refused charge of cg's subtree skips its drain when nothing of it was stocked since
+    // the last complete drain: this chain was. Under the lock, so a drain that released the
+    // table before the chain came here reads this note after it and is not clean for cg.
+    // SAFETY: the chain's charged bytes hold refs on cg's objcg (caller's contract).
+    unsafe { hooks::note_object_stock(cg) };
     true
 }
 
@@ -251,31 +265,52 @@ pub(crate) fn take(cg: ObjCgId, c: usize, room: u32) -> Option<Chain> {
     Some(chain)
 }
 
-/// Takes every entry's chains (only those not used since the last such call, for an idle
-/// drain: `aged`) and hands each entry to `give` after the lock is released.
-pub(crate) fn take_all(aged: bool, mut give: impl FnMut(&Entry)) {
-    let mut out = [Entry::FREE; ENTRIES];
-    let mut k = 0;
-    {
+/// Gives back every entry's chains (only those not used since the last such call, for the
+/// decay: `aged`): uncharged from their tenants, to their slabs. One entry at a time, each
+/// out of the table before its chains are given back. Drains of the stocks start here
+/// (`thread_cache::drain_object_stocks`), as do `trim()` and the decay sweep (`aged`).
+pub(crate) fn release_all(aged: bool) {
+    let since = {
         let mut t = TABLE.lock();
         let since = t.idle_seen;
         if aged {
             t.idle_seen = t.clock;
         }
-        for i in 0..ENTRIES {
+        since
+    };
+    // Each pass takes one entry out; an entry that comes in meanwhile is newer than `since`
+    // for an aged release, and a full release stops once the table is seen empty.
+    let mut passes = ENTRIES;
+    while passes > 0 {
+        passes -= 1;
+        let e = {
+            let mut t = TABLE.lock();
+            let Some(i) =
+                (0..ENTRIES).find(|&i| t.entries[i].n > 0 && !(aged && t.entries[i].stamp > since))
+            else {
+                return;
+            };
             let e = t.entries[i];
-            if e.n == 0 || (aged && e.stamp > since) {
-                continue;
-            }
-            out[k] = e;
-            k += 1;
             t.entries[i].n = 0;
             t.bytes -= e.bytes();
             rehint(&t, e.cg, e.c);
-        }
+            e
+        };
+        release(&e);
     }
-    for e in &out[..k] {
-        give(e);
+}
+
+/// Gives back the chains of `e`, an entry taken out of the table: uncharged from its
+/// tenant (a dead one's charge is its parent's by then: the uncharge follows it), to their
+/// slabs. Their owner words are 0 already.
+pub(crate) fn release(e: &Entry) {
+    for ch in e.chains() {
+        // SAFETY: the chain's slots are charged to e.cg with class_size(e.c) each (module
+        // docs), and the table, which held them, gave them up.
+        unsafe { hooks::uncharge(e.cg, ch.bytes, StatIdx::slab(e.c)) };
+        // SAFETY: a chain of ch.n free slots of class e.c's accounted cache, uncharged, their
+        // words 0, linked from ch.head with a null link at ch.tail.
+        unsafe { class_caches::cache(e.c, Kind::Accounted).flush(ch.head, ch.n as usize) };
     }
 }
 

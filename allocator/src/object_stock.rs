@@ -32,7 +32,9 @@
 //! Protocol. `tag` holds the tenant whose objects the tagged bins hold (low 32 bits), or
 //! `NO_TAG` (bins empty), with a drainer's `STEAL` or `DRAINED` bit. The owner's fast paths
 //! read `tag`, never write it, and store nothing but the bin itself:
-//! - the free checks first: it pushes a slot only when `tag` equals the slot's owner;
+//! - the free checks first: it pushes a slot only when `tag` equals the slot's owner (and so
+//!   does a charging allocation that takes a chain of the tag's slots from the hand-back,
+//!   `ThreadCache::take_handed`: one push of many slots; it is not in the loom model);
 //! - the allocation checks after: it pops, then (compiler fence) loads `tag`, and refuses
 //!   the slot when `tag` is not its tenant or the slot is below the class's stale mark. Out
 //!   of line, the refused slot is either claimed (the tag read again is the tenant: the
@@ -860,10 +862,14 @@ impl ObjectStock {
         let Some(h) = self.take_half_ends(lines, c, freeing) else {
             return false;
         };
-        if HAND_BACK && h.fresh {
+        let tenant = (h.tag & TENANT) as ObjCgId;
+        // SAFETY: the half's charged bytes hold refs on the tag's objcg.
+        if HAND_BACK && h.fresh && unsafe { hooks::objcg_tenant_alive(tenant) } {
             // Still charged, for the next thread that allocates the class for the tag's
             // tenant (`handback.rs`): a consumer's frees become its producer's allocations
-            // without an uncharge and a charge per object.
+            // without an uncharge and a charge per object. A dead tenant's half is given
+            // back: nobody allocates for it any more.
+            clear_owners(lines, c, h.head, h.n);
             let chain = handback::Chain {
                 head: h.head,
                 tail: h.tail,
@@ -872,16 +878,19 @@ impl ObjectStock {
             };
             let mut evicted = handback::Entry::FREE;
             // SAFETY: the newest half of a tagged bin with no drainer's bit: free slots of
-            // class c's accounted cache, each charged to the tag's tenant, none below the
-            // stale mark (`fresh`), so their owner words are that tenant; given up here.
-            let kept =
-                unsafe { handback::put((h.tag & TENANT) as ObjCgId, c, chain, &mut evicted) };
+            // class c's accounted cache, each charged to the tag's tenant (whose objcg
+            // their bytes' refs keep), their words just cleared; given up here.
+            let kept = unsafe { handback::put(tenant, c, chain, &mut evicted) };
             if evicted.n > 0 {
-                release_handed(lines, &evicted, GiveTo::OwnBins(uncharged));
+                release_handed(&evicted, uncharged);
             }
-            if kept {
-                return true;
+            if !kept {
+                let mut own = handback::Entry::FREE;
+                (own.cg, own.c, own.n) = (tenant, c, 1);
+                own.chains[0] = chain;
+                release_handed(&own, uncharged);
             }
+            return true;
         }
         give_back(
             lines,
@@ -1388,28 +1397,52 @@ impl Half {
     }
 }
 
-/// Gives back the chains of a hand-back entry (`handback.rs`): uncharged from its tenant,
-/// owner words cleared, the slots to `to`. `lines` gives the class geometry only (any
-/// thread's).
-fn release_handed(lines: &Lines, e: &handback::Entry, to: GiveTo<'_>) {
-    for ch in e.chains() {
-        let mut chains = [(core::ptr::null_mut(), 0); NUM_CLASSES];
-        chains[e.c] = (ch.head, ch.n);
-        let t = Taken {
-            tag: u64::from(e.cg),
-            chains,
-            rec: [0; NUM_CLASSES],
-            fronts: FrontMap::EMPTY,
-        };
-        give_back(lines, &[], &t, to);
+/// Clears the owner words of the `n` slots of class `c` linked from `head` (a tagged bin's
+/// half on its way to the hand-back), checking each, as a give-back does: a word already 0
+/// is a slot freed twice, and a list that runs past `n` slots a slot listed twice.
+fn clear_owners(lines: &Lines, c: usize, head: *mut FreeObj, n: u32) {
+    let mut steps = Steps(n);
+    let mut o = head;
+    while !o.is_null() {
+        steps.step();
+        // SAFETY: o is a free slot of class c's accounted cache on the caller's chain;
+        // `lines[c].owner` is that cache's geometry.
+        let w = unsafe { &*class_owner_word(o as *mut u8, c, &lines[c].owner) };
+        if w.load(Ordering::Relaxed) == 0 {
+            chain_too_long();
+        }
+        w.store(0, Ordering::Relaxed);
+        // SAFETY: as above; the link of a free slot on the chain.
+        o = unsafe { FreeObj::next(o) };
     }
 }
 
-/// Gives back what the hand-back holds (`handback::take_all`; `aged`: only the entries not
-/// used since the last idle drain), to the slabs. Every drain of the stocks starts here
-/// (`thread_cache::drain_object_stocks`), and `trim()`.
-pub(crate) fn release_handback(lines: &Lines, aged: bool) {
-    handback::take_all(aged, |e| release_handed(lines, e, GiveTo::Slabs));
+/// Gives back the chains of a hand-back entry (`handback.rs`) that this thread took out
+/// (an eviction) or that the hand-back refused: uncharged from its tenant, to this thread's
+/// bin of uncharged slots of the class as far as it has room, the rest to the slabs.
+fn release_handed(e: &handback::Entry, uncharged: &Uncharged) {
+    for ch in e.chains() {
+        // SAFETY: the chain's slots are charged to e.cg with class_size(e.c) each
+        // (`handback.rs`), given up here.
+        unsafe { hooks::uncharge(e.cg, ch.bytes, StatIdx::slab(e.c)) };
+        let (mut o, mut rest) = (ch.head, ch.n as usize);
+        while rest > 0 {
+            // SAFETY: o is a free slot on the chain; its link is read before the push
+            // rewrites it.
+            let next = unsafe { FreeObj::next(o) };
+            // SAFETY: an uncharged free slot of class e.c's accounted cache, its word 0,
+            // handed over by this thread, the bins' owner.
+            if !unsafe { uncharged[e.c].push(o as *mut u8) } {
+                break;
+            }
+            o = next;
+            rest -= 1;
+        }
+        if rest > 0 {
+            // SAFETY: the chain's last `rest` slots, linked from o to its null link.
+            unsafe { class_caches::cache(e.c, Kind::Accounted).flush(o, rest) };
+        }
+    }
 }
 
 /// A front's kept bin as the owner took it: the front's core, the chain and its length, and

@@ -187,7 +187,7 @@ fn add_slabs(s: &mut AllocStats, cache: &crate::cache::SlabCache) -> (usize, usi
 /// per class each) are left alone.
 pub fn trim() {
     thread_cache::flush_current();
-    thread_cache::release_handback();
+    crate::handback::release_all(false);
     for c in class_caches::PLAIN
         .iter()
         .chain(class_caches::ACCOUNTED.iter())

@@ -65,6 +65,9 @@ pub(crate) fn paced() {
 /// One sweep, unpaced: the decay check of every cache and of the mapping cache. Tests run
 /// it back to back (`testing::sweep_now`) against threads using the same caches.
 pub fn run() {
+    // The hand-back's entries that nobody took from since the last sweep: charged memory a
+    // tenant's allocating thread no longer wants.
+    crate::handback::release_all(true);
     for c in class_caches::PLAIN.iter().chain(&class_caches::ACCOUNTED) {
         c.decay_idle();
     }

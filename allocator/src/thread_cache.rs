@@ -449,6 +449,8 @@ impl ThreadCache {
         self.take_handed_slow(c, cg)
     }
 
+    /// [`take_handed`](Self::take_handed) past the hint: the checks, the table, the chain's
+    /// owner words (0 in the table: `cg` again), the push and the pop.
     #[cold]
     #[inline(never)]
     fn take_handed_slow(&self, c: usize, cg: ObjCgId) -> *mut u8 {
@@ -457,20 +459,46 @@ impl ThreadCache {
         }
         let line = self.line(c);
         let room = line.tagged.capacity().saturating_sub(line.tagged.count());
+        // A chain is half a full tagged bin: without that much room (or with no tagged
+        // capacity at all), the table is not worth its lock.
+        if room < object_stock::tagged_max(c) / 2 {
+            return ptr::null_mut();
+        }
         let Some(ch) = handback::take(cg, c, room) else {
             return ptr::null_mut();
         };
+        let mut o = ch.head;
+        for _ in 0..ch.n {
+            if o.is_null() {
+                crate::bin::list_too_short();
+            }
+            // SAFETY: o is a free slot of class c's accounted cache on the chain, now this
+            // thread's; the line's geometry is class c's.
+            unsafe {
+                let w = &*class_owner_word(o as *mut u8, c, &line.owner);
+                debug_assert_eq!(w.load(Ordering::Relaxed), 0, "a handed-back slot's word");
+                w.store(cg, Ordering::Relaxed);
+                o = FreeObj::next(o);
+            }
+        }
         // SAFETY: the chain's slots are free slots of class c's accounted cache, charged to
-        // cg with their owner words cg (`handback.rs`), now this thread's; room was checked.
-        // As a free's push, after a load of the tag that read cg: a drainer that set STEAL
-        // since counts them when it reads the bin again, and the pop below then refuses.
+        // cg (`handback.rs`) with their words cg now, this thread's; room was checked. As a
+        // free's push, after a load of the tag that read cg: a drainer that set STEAL since
+        // counts them when it reads the bin again, and the pop below then refuses the slot,
+        // and this thread settles before it goes on to charge.
         unsafe { line.tagged.push_chain(ch.head, ch.tail, ch.n) };
         match self.tagged_pop(c, cg) {
-            Pop::Hit(p) => p,
+            Pop::Hit(p) => {
+                self.note_charged(cg);
+                p
+            }
             Pop::Empty => ptr::null_mut(),
             Pop::Foreign(p) => {
                 // SAFETY: p is what tagged_pop(c, cg) just returned as Foreign.
                 unsafe { self.put_back(c, p) };
+                if self.must_reclaim() {
+                    self.reclaim();
+                }
                 ptr::null_mut()
             }
         }
@@ -724,11 +752,6 @@ pub fn flush_current() {
             flush_all(tc);
         }
     })
-}
-
-/// Gives back every chain the hand-back holds (`trim()`): uncharged, to their slabs.
-pub fn release_handback() {
-    with(|tc| object_stock::release_handback(&tc.bins, false));
 }
 
 fn flush_all(tc: &ThreadCache) {
@@ -987,7 +1010,7 @@ pub fn drain_object_stocks(which: hooks::ObjectDrain) {
     // SAFETY: `own` is this thread's cache, which outlives the call.
     let own = unsafe { &*own };
     // The hand-back's charged chains first, outside the registry lock (its lock is a leaf).
-    object_stock::release_handback(&own.bins, which == hooks::ObjectDrain::Idle);
+    handback::release_all(which == hooks::ObjectDrain::Idle);
     let threads = Threads::lock();
     object_stock::drain(which, &own.stock, is_live(own), &|f| {
         threads.for_each(|tc| f(&tc.stock))

@@ -719,3 +719,60 @@ fn two_accounted_caches() -> (slabcg_allocator::Cache, slabcg_allocator::Cache) 
     };
     (build("victim-a"), build("victim-b"))
 }
+
+/// A tenant's thread overflows its 48-byte tagged bin (1,024 slots): the newest half leaves
+/// the bin (for the hand-back, still charged, or given back). Then one of those slots is
+/// freed again: its owner word was cleared on the way out, so the free reports it instead
+/// of keeping the slot a second time (and the allocations after handing it out twice).
+#[test]
+fn double_free_of_a_slot_from_an_overflowed_half_is_reported() {
+    const NAME: &str = "double_free_of_a_slot_from_an_overflowed_half_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(
+            NAME,
+            "slabcg: fatal: double free of an accounted object (owner already cleared)",
+        );
+    }
+    let l = Layout::from_size_align(48, 8).unwrap();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _in = tenant.enter();
+    // SAFETY: valid layout.
+    let ptrs: Vec<*mut u8> = (0..1025).map(|_| unsafe { GLOBAL.alloc(l) }).collect();
+    // SAFETY: each block freed once (the 1,025th free overflows the bin); then deliberately
+    // invalid: ptrs[600], in the newest half (512..1024) that left the bin, freed again.
+    unsafe {
+        for &p in &ptrs {
+            GLOBAL.dealloc(p, l);
+        }
+        GLOBAL.dealloc(ptrs[600], l);
+    }
+    println!("not detected");
+}
+
+/// A double free of a slot deeper in a tagged bin that is not full links the bin's list
+/// into a loop; when the bin then fills, the walk of its newest half on the way out reports
+/// it.
+#[test]
+fn a_looping_half_is_reported_at_the_overflow() {
+    const NAME: &str = "a_looping_half_is_reported_at_the_overflow";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(NAME, "slabcg: fatal:");
+    }
+    let l = Layout::from_size_align(48, 8).unwrap();
+    let tenant = slabcg_accounting::Tenant::new("victim");
+    let _in = tenant.enter();
+    // SAFETY: valid layout.
+    let ptrs: Vec<*mut u8> = (0..1100).map(|_| unsafe { GLOBAL.alloc(l) }).collect();
+    // SAFETY: each block freed once, but ptrs[990] twice (deliberately invalid), then more
+    // until the bin overflows.
+    unsafe {
+        for &p in &ptrs[..1000] {
+            GLOBAL.dealloc(p, l);
+        }
+        GLOBAL.dealloc(ptrs[990], l);
+        for &p in &ptrs[1000..1030] {
+            GLOBAL.dealloc(p, l);
+        }
+    }
+    println!("not detected");
+}
