@@ -43,7 +43,7 @@
 
 use core::ptr;
 // Statics keep core's atomics (`slabcg_sys::sync`: a loom model never reaches them).
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
@@ -143,12 +143,20 @@ static TABLE: SpinLock<Table> = SpinLock::new(Table {
 /// a look under the lock, a bit not seen yet one more charge.
 static HINT: [AtomicU64; HINT_WORDS] = [const { AtomicU64::new(0) }; HINT_WORDS];
 
+/// Whether any entry holds chains (written under the lock): a program that never hands
+/// anything back (no thread frees another's objects in bulk) pays one load and a branch on
+/// its charging allocations, not the hint's hash.
+static ANY: AtomicBool = AtomicBool::new(false);
+
 fn hint_word(cg: ObjCgId) -> usize {
     (cg.wrapping_mul(0x9E37_79B1) >> 26) as usize % HINT_WORDS
 }
 
 /// Re-derives the hint bit of `cg`'s word for class `c` from the entries (under the lock).
 fn rehint(t: &Table, cg: ObjCgId, c: usize) {
+    if !t.entries.iter().any(|e| e.n > 0) {
+        ANY.store(false, Ordering::Relaxed);
+    }
     let w = hint_word(cg);
     let held = t
         .entries
@@ -226,6 +234,7 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
     // Written under the lock only: a load and a store, no read-modify-write.
     let w = &HINT[hint_word(cg)];
     w.store(w.load(Ordering::Relaxed) | 1 << c, Ordering::Relaxed);
+    ANY.store(true, Ordering::Relaxed);
     // A refused charge of cg's subtree skips its drain when nothing of it was stocked since
     // the last complete drain: this chain was. Under the lock, so a drain that released the
     // table before the chain came here reads this note after it and is not clean for cg.
@@ -237,7 +246,7 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
 /// Whether the table may hold chains of class `c` for `cg` (one relaxed load: a hint).
 #[inline(always)]
 pub(crate) fn hinted(cg: ObjCgId, c: usize) -> bool {
-    HINT[hint_word(cg)].load(Ordering::Relaxed) & (1 << c) != 0
+    ANY.load(Ordering::Relaxed) && HINT[hint_word(cg)].load(Ordering::Relaxed) & (1 << c) != 0
 }
 
 /// Takes a chain of class `c` charged to `cg` of at most `room` slots, if one is here. The
