@@ -25,13 +25,19 @@
 //! them back first ([`release_all`]; `thread_cache::drain_object_stocks`), so
 //! `current_exact()` stays exact and a charge is refused only after they were uncharged
 //! (`put` notes the tenant as stocked, so a refusal does not skip its drain). The decay
-//! sweep gives back the entries not used since the sweep before, so a tenant whose
+//! sweep (alone: the accounting's idle drain leaves the table to it) gives back the
+//! entries not used since the sweep before, so a tenant whose
 //! allocating thread went away does not keep them for long; a dead tenant's half is given
 //! back instead of coming here. A chain in flight (taken by a thread, not yet in its bin)
 //! is in neither place for a moment, as a slot being freed is: a drain that misses it
 //! leaves it charged, and the bin it lands in is the object stock's, whose next drain or
 //! settle sees it (`object_stock.rs`, the growth a racing free leaves; the taker settles
-//! at once when its pop finds a drainer's bit).
+//! at once when its pop finds a drainer's bit). So is an entry on its way back (taken out
+//! by an eviction or a release, not yet uncharged): a drain that runs meanwhile does not
+//! wait for it (nothing here waits for another thread), so `current_exact()` may read its
+//! bytes and a refusal in that moment may skip a drain; exact again when the release ends.
+//! A fork child loses what was in flight in another thread at the fork, charges included
+//! (a bounded leak of the child, as for the bins of threads that did not survive).
 //!
 //! Every slot of a chain here is a free slot of class `c`'s accounted cache, charged to
 //! `cg` with `class_size(c)` bytes, its owner word 0; `n` slots linked from `head` to `tail`
@@ -138,9 +144,10 @@ static TABLE: SpinLock<Table> = SpinLock::new(Table {
     taken: 0,
 });
 
-/// Bit `c` of `HINT[hint_word(cg)]` is set while an entry of a tenant whose word that is
-/// holds chains of class `c` (written under the lock). Read without it: a stale set bit costs
-/// a look under the lock, a bit not seen yet one more charge.
+/// Bit `hint_bit(cg, c)` of this 4,096-bit map is set while an entry whose tenant and class
+/// hash to it holds chains (written under the lock). Read without it: a stale set bit, or
+/// another tenant and class with the same hash (with 64 entries, one chance in 64 at most),
+/// costs a look under the lock; a bit not seen yet, one more charge.
 static HINT: [AtomicU64; HINT_WORDS] = [const { AtomicU64::new(0) }; HINT_WORDS];
 
 /// Whether any entry holds chains (written under the lock): a program that never hands
@@ -148,26 +155,26 @@ static HINT: [AtomicU64; HINT_WORDS] = [const { AtomicU64::new(0) }; HINT_WORDS]
 /// its charging allocations, not the hint's hash.
 static ANY: AtomicBool = AtomicBool::new(false);
 
-fn hint_word(cg: ObjCgId) -> usize {
-    (cg.wrapping_mul(0x9E37_79B1) >> 26) as usize % HINT_WORDS
+/// The word of [`HINT`] and the bit in it for tenant `cg` and class `c` (a multiplicative
+/// hash of both, its top 12 bits).
+#[inline(always)]
+fn hint_bit(cg: ObjCgId, c: usize) -> (usize, u64) {
+    let h = (u64::from(cg) << 6 | c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52;
+    ((h >> 6) as usize % HINT_WORDS, 1 << (h & 63))
 }
 
-/// Re-derives the hint bit of `cg`'s word for class `c` from the entries (under the lock).
+/// Re-derives the hint bit of `cg` and class `c` from the entries (under the lock).
 fn rehint(t: &Table, cg: ObjCgId, c: usize) {
     if !t.entries.iter().any(|e| e.n > 0) {
         ANY.store(false, Ordering::Relaxed);
     }
-    let w = hint_word(cg);
+    let (w, bit) = hint_bit(cg, c);
     let held = t
         .entries
         .iter()
-        .any(|e| e.n > 0 && e.c == c && hint_word(e.cg) == w);
+        .any(|e| e.n > 0 && hint_bit(e.cg, e.c) == (w, bit));
     let bits = HINT[w].load(Ordering::Relaxed);
-    let want = if held {
-        bits | 1 << c
-    } else {
-        bits & !(1 << c)
-    };
+    let want = if held { bits | bit } else { bits & !bit };
     if want != bits {
         HINT[w].store(want, Ordering::Relaxed);
     }
@@ -232,8 +239,8 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
     e.stamp = now;
     t.bytes += chain.bytes;
     // Written under the lock only: a load and a store, no read-modify-write.
-    let w = &HINT[hint_word(cg)];
-    w.store(w.load(Ordering::Relaxed) | 1 << c, Ordering::Relaxed);
+    let (w, bit) = hint_bit(cg, c);
+    HINT[w].store(HINT[w].load(Ordering::Relaxed) | bit, Ordering::Relaxed);
     ANY.store(true, Ordering::Relaxed);
     // A refused charge of cg's subtree skips its drain when nothing of it was stocked since
     // the last complete drain: this chain was. Under the lock, so a drain that released the
@@ -246,7 +253,10 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
 /// Whether the table may hold chains of class `c` for `cg` (one relaxed load: a hint).
 #[inline(always)]
 pub(crate) fn hinted(cg: ObjCgId, c: usize) -> bool {
-    ANY.load(Ordering::Relaxed) && HINT[hint_word(cg)].load(Ordering::Relaxed) & (1 << c) != 0
+    ANY.load(Ordering::Relaxed) && {
+        let (w, bit) = hint_bit(cg, c);
+        HINT[w].load(Ordering::Relaxed) & bit != 0
+    }
 }
 
 /// Takes a chain of class `c` charged to `cg` of at most `room` slots, if one is here. The

@@ -165,9 +165,9 @@ pub(crate) type EveryStock<'a> = dyn Fn(&mut dyn FnMut(&ObjectStock)) + 'a;
 const LAZY_OWNERS: bool = !cfg!(feature = "hardened");
 
 /// Whether a full tagged bin's half goes to the hand-back still charged (`handback.rs`)
-/// instead of being given back. Not in hardened builds: a slot there keeps its owner word,
-/// so a double free of it is kept (or uncharged) again instead of being reported as a
-/// given-back slot's cleared word is, as for a slot waiting in a tagged bin.
+/// instead of being given back. Not in hardened builds, which keep the give-back's path
+/// their checks were written and tested against (`allocator/tests/hardened.rs`), at the
+/// give-back's price.
 const HAND_BACK: bool = !cfg!(feature = "hardened");
 
 /// `tag` when the tagged bins hold nothing. Above every u32, so no owner word (a real objcg

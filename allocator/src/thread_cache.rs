@@ -476,7 +476,10 @@ impl ThreadCache {
             // thread's; the line's geometry is class c's.
             unsafe {
                 let w = &*class_owner_word(o as *mut u8, c, &line.owner);
-                debug_assert_eq!(w.load(Ordering::Relaxed), 0, "a handed-back slot's word");
+                // 0 since the hand-back took it in; anything else is memory corruption.
+                if w.load(Ordering::Relaxed) != 0 {
+                    sys::fatal("a handed-back slot's owner word changed while it waited");
+                }
                 w.store(cg, Ordering::Relaxed);
                 o = FreeObj::next(o);
             }
@@ -1010,7 +1013,11 @@ pub fn drain_object_stocks(which: hooks::ObjectDrain) {
     // SAFETY: `own` is this thread's cache, which outlives the call.
     let own = unsafe { &*own };
     // The hand-back's charged chains first, outside the registry lock (its lock is a leaf).
-    handback::release_all(which == hooks::ObjectDrain::Idle);
+    // The idle drain (every 100 ms with many threads) leaves it to the decay sweep, which
+    // ages its entries: releasing everything that often would undo the hand-back.
+    if which != hooks::ObjectDrain::Idle {
+        handback::release_all(false);
+    }
     let threads = Threads::lock();
     object_stock::drain(which, &own.stock, is_live(own), &|f| {
         threads.for_each(|tc| f(&tc.stock))
