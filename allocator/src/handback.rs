@@ -7,8 +7,9 @@
 //! back: every slot uncharged and its owner word cleared, while the thread that allocates for
 //! the tenant charged every new object one at a time (`charge::alloc_small_charging`, about
 //! 80 instructions each). With a tenant per worker, xmalloc's producer/consumer pairs spent
-//! a third of their instructions there. Now the half goes here, still charged, its owner
-//! words still the tenant's; the next charging allocation of that tenant and class on a
+//! a third of their instructions there. Now the half goes here, still charged (its owner
+//! words 0 until a taker writes them again, below); the next charging allocation of that
+//! tenant and class on a
 //! thread whose object stock is tagged for it takes the whole chain into its tagged bin
 //! (`ThreadCache::take_handed`), and its next pops are the same-tenant fast path.
 //!
@@ -16,9 +17,9 @@
 //! [`BYTES_MAX`] in all, under one spin lock, taken once per chain (tens to hundreds of
 //! slots) by each side. A full entry refuses (the chain is given back as before); a chain
 //! that finds no entry free or the bytes at their bound evicts the entry least recently
-//! used, whose chains the caller gives back. A
-//! charging allocation reads one bit of [`HINT`] before it takes the lock, so threads of
-//! tenants with nothing here do not touch the lock's line.
+//! used, whose chains the caller gives back. A charging allocation reads [`ANY`] and one
+//! bit of [`HINT`] before it takes the lock, so threads of tenants with nothing here do not
+//! touch the lock's line.
 //!
 //! Accounting. Slots here are charged and unused, like a stock's bytes or a tagged bin's
 //! slots: they count in their tenant's `current`, and every drain of the stocks gives
