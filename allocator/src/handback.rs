@@ -345,7 +345,7 @@ pub(crate) fn counts() -> Counts {
     }
 }
 
-/// [`counts`].
+/// What `counts` reports.
 #[derive(Clone, Copy, Debug)]
 pub struct Counts {
     /// Chains held now.
@@ -358,7 +358,7 @@ pub struct Counts {
     pub taken: u64,
 }
 
-/// [`BYTES_MAX`] (tests).
+/// `BYTES_MAX` (tests).
 pub const BYTES_BOUND: usize = BYTES_MAX;
 
 /// Fork support: the lock is held across `fork` (taken last: nothing is called under it).
