@@ -12,10 +12,13 @@ use slabcg::{SlabAlloc, StatItem, Tenant};
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
-/// The hand-back is process-wide: one test at a time.
+/// The hand-back is process-wide: one test at a time, and no idle drain of the stocks
+/// behind its back.
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     static M: Mutex<()> = Mutex::new(());
-    M.lock().unwrap_or_else(|e| e.into_inner())
+    let g = M.lock().unwrap_or_else(|e| e.into_inner());
+    slabcg::accounting::hooks::set_idle_decay(false);
+    g
 }
 
 const SIZE: usize = 64;
@@ -116,7 +119,6 @@ fn pipeline(
 #[test]
 fn a_producer_takes_back_what_its_consumer_freed_and_both_stay_exact() {
     let _one = one_at_a_time();
-    slabcg::accounting::hooks::set_idle_decay(false);
     let p = Tenant::new("handback-producer");
     let c = Tenant::new("handback-consumer");
     let taken_before = handback_counts().taken;
@@ -142,7 +144,6 @@ fn a_producer_takes_back_what_its_consumer_freed_and_both_stay_exact() {
 #[test]
 fn a_refused_charge_drains_the_handback_first() {
     let _one = one_at_a_time();
-    slabcg::accounting::hooks::set_idle_decay(false);
     let p = Tenant::new("handback-limited");
     let c = Tenant::new("handback-limited-consumer");
     let max = 4 << 20;
@@ -165,7 +166,6 @@ fn a_refused_charge_drains_the_handback_first() {
 #[test]
 fn a_dead_tenants_chains_are_uncharged_from_its_parent() {
     let _one = one_at_a_time();
-    slabcg::accounting::hooks::set_idle_decay(false);
     let parent = Tenant::new("handback-parent");
     let c = Tenant::new("handback-orphan-consumer");
     {
@@ -187,7 +187,6 @@ fn a_dead_tenants_chains_are_uncharged_from_its_parent() {
 #[test]
 fn trim_empties_the_handback() {
     let _one = one_at_a_time();
-    slabcg::accounting::hooks::set_idle_decay(false);
     let p = Tenant::new("handback-trim");
     let c = Tenant::new("handback-trim-consumer");
     drop(pipeline(&p, &c, 5, 1000, 8000, 0));
@@ -203,7 +202,6 @@ fn trim_empties_the_handback() {
 #[test]
 fn pairs_under_concurrent_drains_stay_exact() {
     let _one = one_at_a_time();
-    slabcg::accounting::hooks::set_idle_decay(false);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop2 = stop.clone();
     let drainer = std::thread::spawn(move || {
@@ -289,7 +287,6 @@ fn pairs_under_concurrent_drains_stay_exact() {
 #[test]
 fn the_handback_stays_bounded() {
     let _one = one_at_a_time();
-    slabcg::accounting::hooks::set_idle_decay(false);
     let c = Tenant::new("handback-bounded-consumer");
     let mut ps = Vec::new();
     let mut most = 0;

@@ -54,9 +54,10 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
+use crate::bin::Bin;
 use crate::class_caches;
 use crate::lock::SpinLock;
-use crate::size_class::Kind;
+use crate::size_class::{class_size, Kind};
 use crate::slab::FreeObj;
 
 /// Tenant and class pairs the table holds chains for at once.
@@ -75,8 +76,6 @@ pub(crate) struct Chain {
     pub(crate) head: *mut FreeObj,
     pub(crate) tail: *mut FreeObj,
     pub(crate) n: u32,
-    /// `n` times the class's size.
-    pub(crate) bytes: usize,
 }
 
 impl Chain {
@@ -84,8 +83,12 @@ impl Chain {
         head: ptr::null_mut(),
         tail: ptr::null_mut(),
         n: 0,
-        bytes: 0,
     };
+
+    /// Its bytes, `n` slots of class `c`.
+    pub(crate) fn bytes(&self, c: usize) -> usize {
+        self.n as usize * class_size(c)
+    }
 }
 
 /// One tenant and class: `n` chains in `chains[..n]` (`n == 0`: the entry is free, and `cg`
@@ -96,7 +99,7 @@ pub(crate) struct Entry {
     pub(crate) c: usize,
     pub(crate) n: usize,
     stamp: u64,
-    pub(crate) chains: [Chain; CHAINS],
+    chains: [Chain; CHAINS],
 }
 
 impl Entry {
@@ -115,10 +118,13 @@ impl Entry {
 
     /// The bytes its chains hold.
     fn bytes(&self) -> usize {
-        self.chains().iter().map(|ch| ch.bytes).sum()
+        self.chains().iter().map(|ch| ch.bytes(self.c)).sum()
     }
 }
 
+/// Invariants (under the lock; [`consistent`] checks them in debug builds): `bytes == Σ
+/// entries' bytes <= BYTES_MAX`; `ANY == (some entry has n > 0)`; the [`HINT`] bit of every
+/// entry with `n > 0` is set; no two entries with `n > 0` have the same tenant and class.
 struct Table {
     entries: [Entry; ENTRIES],
     /// Counts puts and takes: the entries' stamps.
@@ -211,7 +217,7 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
         return false;
     }
     let fits = |t: &Table, free: Option<usize>| {
-        (at.is_some() || free.is_some()) && t.bytes + chain.bytes <= BYTES_MAX
+        (at.is_some() || free.is_some()) && t.bytes + chain.bytes(c) <= BYTES_MAX
     };
     if !fits(&t, free) {
         let lru = (0..ENTRIES)
@@ -238,7 +244,7 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
     e.chains[e.n] = chain;
     e.n += 1;
     e.stamp = now;
-    t.bytes += chain.bytes;
+    t.bytes += chain.bytes(c);
     // Written under the lock only: a load and a store, no read-modify-write.
     let (w, bit) = hint_bit(cg, c);
     HINT[w].store(HINT[w].load(Ordering::Relaxed) | bit, Ordering::Relaxed);
@@ -248,7 +254,25 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
     // table before the chain came here reads this note after it and is not clean for cg.
     // SAFETY: the chain's charged bytes hold refs on cg's objcg (caller's contract).
     unsafe { hooks::note_object_stock(cg) };
+    debug_assert!(consistent(&t));
     true
+}
+
+/// The table's invariants (its docs), for `debug_assert!`.
+fn consistent(t: &Table) -> bool {
+    let held = t.entries.iter().filter(|e| e.n > 0);
+    let bytes: usize = held.clone().map(Entry::bytes).sum();
+    bytes == t.bytes
+        && bytes <= BYTES_MAX
+        && ANY.load(Ordering::Relaxed) == held.clone().next().is_some()
+        && held.clone().all(|e| {
+            let (w, bit) = hint_bit(e.cg, e.c);
+            HINT[w].load(Ordering::Relaxed) & bit != 0
+        })
+        && held
+            .clone()
+            .enumerate()
+            .all(|(i, e)| held.clone().skip(i + 1).all(|f| (f.cg, f.c) != (e.cg, e.c)))
 }
 
 /// Whether the table may hold chains of class `c` for `cg` (one relaxed load: a hint).
@@ -278,10 +302,11 @@ pub(crate) fn take(cg: ObjCgId, c: usize, room: u32) -> Option<Chain> {
     e.stamp = now;
     let emptied = e.n == 0;
     t.taken += 1;
-    t.bytes -= chain.bytes;
+    t.bytes -= chain.bytes(c);
     if emptied {
         rehint(&t, cg, c);
     }
+    debug_assert!(consistent(&t));
     Some(chain)
 }
 
@@ -316,21 +341,39 @@ pub(crate) fn release_all(aged: bool) {
             rehint(&t, e.cg, e.c);
             e
         };
-        release(&e);
+        release(e.cg, e.c, e.chains(), None);
     }
 }
 
-/// Gives back the chains of `e`, an entry taken out of the table: uncharged from its
-/// tenant (a dead one's charge is its parent's by then: the uncharge follows it), to their
-/// slabs. Their owner words are 0 already.
-pub(crate) fn release(e: &Entry) {
-    for ch in e.chains() {
-        // SAFETY: the chain's slots are charged to e.cg with class_size(e.c) each (module
-        // docs), and the table, which held them, gave them up.
-        unsafe { hooks::uncharge(e.cg, ch.bytes, StatIdx::slab(e.c)) };
-        // SAFETY: a chain of ch.n free slots of class e.c's accounted cache, uncharged, their
-        // words 0, linked from ch.head with a null link at ch.tail.
-        unsafe { class_caches::cache(e.c, Kind::Accounted).flush(ch.head, ch.n as usize) };
+/// Gives back `chains` of class `c`, charged to `cg`, taken out of the table (or never let
+/// in): uncharged from `cg` (a dead tenant's charge is its parent's by then: the uncharge
+/// follows it), into `bin` (a bin of uncharged slots of class `c` of the calling thread) as
+/// far as it has room, the rest to the slabs. Their owner words are 0 already.
+pub(crate) fn release(cg: ObjCgId, c: usize, chains: &[Chain], bin: Option<&Bin>) {
+    for ch in chains {
+        // SAFETY: the chain's slots are charged to cg with class_size(c) each (module docs),
+        // and the table, which held them, gave them up (or the caller, who never let it in).
+        unsafe { hooks::uncharge(cg, ch.bytes(c), StatIdx::slab(c)) };
+        let (mut o, mut rest) = (ch.head, ch.n as usize);
+        if let Some(bin) = bin {
+            while rest > 0 {
+                // SAFETY: o is a free slot on the chain; its link is read before the push
+                // rewrites it.
+                let next = unsafe { FreeObj::next(o) };
+                // SAFETY: an uncharged free slot of class c's accounted cache, its word 0,
+                // handed to the bin by the thread that owns it (caller's contract).
+                if !unsafe { bin.push(o as *mut u8) } {
+                    break;
+                }
+                o = next;
+                rest -= 1;
+            }
+        }
+        if rest > 0 {
+            // SAFETY: the chain's last `rest` free slots of class c's accounted cache,
+            // uncharged, their words 0, linked from o to the null link at ch.tail.
+            unsafe { class_caches::cache(c, Kind::Accounted).flush(o, rest) };
+        }
     }
 }
 

@@ -874,7 +874,6 @@ impl ObjectStock {
                 head: h.head,
                 tail: h.tail,
                 n: h.n,
-                bytes: h.n as usize * class_size(c),
             };
             let mut evicted = handback::Entry::FREE;
             // SAFETY: the newest half of a tagged bin with no drainer's bit: free slots of
@@ -882,13 +881,11 @@ impl ObjectStock {
             // their bytes' refs keep), their words just cleared; given up here.
             let kept = unsafe { handback::put(tenant, c, chain, &mut evicted) };
             if evicted.n > 0 {
-                release_handed(&evicted, uncharged);
+                let ec = evicted.c;
+                handback::release(evicted.cg, ec, evicted.chains(), Some(&uncharged[ec]));
             }
             if !kept {
-                let mut own = handback::Entry::FREE;
-                (own.cg, own.c, own.n) = (tenant, c, 1);
-                own.chains[0] = chain;
-                release_handed(&own, uncharged);
+                handback::release(tenant, c, &[chain], Some(&uncharged[c]));
             }
             return true;
         }
@@ -1414,34 +1411,6 @@ fn clear_owners(lines: &Lines, c: usize, head: *mut FreeObj, n: u32) {
         w.store(0, Ordering::Relaxed);
         // SAFETY: as above; the link of a free slot on the chain.
         o = unsafe { FreeObj::next(o) };
-    }
-}
-
-/// Gives back the chains of a hand-back entry (`handback.rs`) that this thread took out
-/// (an eviction) or that the hand-back refused: uncharged from its tenant, to this thread's
-/// bin of uncharged slots of the class as far as it has room, the rest to the slabs.
-fn release_handed(e: &handback::Entry, uncharged: &Uncharged) {
-    for ch in e.chains() {
-        // SAFETY: the chain's slots are charged to e.cg with class_size(e.c) each
-        // (`handback.rs`), given up here.
-        unsafe { hooks::uncharge(e.cg, ch.bytes, StatIdx::slab(e.c)) };
-        let (mut o, mut rest) = (ch.head, ch.n as usize);
-        while rest > 0 {
-            // SAFETY: o is a free slot on the chain; its link is read before the push
-            // rewrites it.
-            let next = unsafe { FreeObj::next(o) };
-            // SAFETY: an uncharged free slot of class e.c's accounted cache, its word 0,
-            // handed over by this thread, the bins' owner.
-            if !unsafe { uncharged[e.c].push(o as *mut u8) } {
-                break;
-            }
-            o = next;
-            rest -= 1;
-        }
-        if rest > 0 {
-            // SAFETY: the chain's last `rest` slots, linked from o to its null link.
-            unsafe { class_caches::cache(e.c, Kind::Accounted).flush(o, rest) };
-        }
     }
 }
 
