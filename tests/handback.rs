@@ -1,7 +1,8 @@
 //! A consumer thread that frees another tenant's objects hands the slots back still charged
 //! (`allocator/src/handback.rs`): the producer's next allocations take them without a charge.
 //! The tenants stay exact through drains, a refused charge drains what the hand-back
-//! holds, a dead tenant's chains end up uncharged from its parent, and `trim()` empties it.
+//! holds, a dead tenant's chains are given back at its death (uncharged from its parent),
+//! and `trim()` empties it.
 
 use std::hint::black_box;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -171,17 +172,22 @@ fn a_dead_tenants_chains_are_uncharged_from_its_parent() {
     {
         let p = parent.child("producer");
         drop(pipeline(&p, &c, 10, 1000, 8000, 0));
+        assert!(
+            handback_counts().chains > 0,
+            "the child's chains wait in the hand-back while it lives"
+        );
     }
-    assert!(
-        handback_counts().chains > 0,
-        "the dead child's chains wait in the hand-back"
+    // No drain, sweep or trim in between: its death gave them back.
+    assert_eq!(
+        handback_counts().chains,
+        0,
+        "a dead tenant's chains do not wait for a sweep"
     );
     assert_eq!(
         parent.current_exact(),
         0,
-        "its parent carried them, and the drain gave them back"
+        "its parent carried them until they were uncharged"
     );
-    assert_eq!(handback_counts().chains, 0);
 }
 
 #[test]

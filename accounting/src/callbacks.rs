@@ -5,11 +5,12 @@
 
 use std::sync::OnceLock;
 
-use crate::types::{ObjectDrain, Unscoped};
+use crate::types::{ObjCgId, ObjectDrain, Unscoped};
 
 static ROOT_SOURCE: OnceLock<fn() -> Unscoped> = OnceLock::new();
 static ON_ACTIVATE: OnceLock<fn()> = OnceLock::new();
 static OBJECT_DRAIN: OnceLock<fn(ObjectDrain)> = OnceLock::new();
+static ON_DEATH: OnceLock<fn(ObjCgId)> = OnceLock::new();
 
 /// Registers the allocator's count of unscoped bytes, added to `Tenant::root().current()`
 /// and to the root's `stat()` (`slab` and `large`).
@@ -55,5 +56,21 @@ pub fn set_object_drain(f: fn(ObjectDrain)) {
 pub(crate) fn object_drain(which: ObjectDrain) {
     if let Some(f) = OBJECT_DRAIN.get() {
         f(which);
+    }
+}
+
+/// Registers what the allocator must do when a tenant dies: it is called with the dead
+/// tenant's own objcg id, in user context (the thread that dropped its last handle, no lock
+/// of the accounting held), once its objcg points at the parent, so that charges given back
+/// then land where the dead tenant's were moved. The allocator gives back the charged free
+/// objects it kept for that tenant's next allocations, which nobody makes any more. The
+/// function must follow the hooks' rules: no allocation, no panic; it may call `uncharge`.
+pub fn set_on_death(f: fn(ObjCgId)) {
+    let _ = ON_DEATH.set(f);
+}
+
+pub(crate) fn on_death(id: ObjCgId) {
+    if let Some(f) = ON_DEATH.get() {
+        f(id);
     }
 }

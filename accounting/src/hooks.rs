@@ -26,7 +26,9 @@ use crate::scope;
 use crate::stock::{self, Pool};
 use crate::tenant::LADDER;
 
-pub use crate::callbacks::{set_object_drain, set_on_activate, set_root_usage_source};
+pub use crate::callbacks::{
+    set_object_drain, set_on_activate, set_on_death, set_root_usage_source,
+};
 pub use crate::drain::{fork_parent, fork_prepare};
 pub use crate::types::{ObjCgId, ObjectDrain, SlabMeta, StatIdx, Unscoped, MAX_SLAB_CLASSES};
 

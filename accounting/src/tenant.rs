@@ -542,7 +542,8 @@ impl Drop for Tenant {
 /// most one objcg too many, which only makes a later death walk the table, and a node whose
 /// `dead` flag was not stored yet reads as alive there (`is_alive` is only ever a hint).
 fn die(node: &Node) {
-    let mut callbacks = Vec::new();
+    let mut reclaims = Vec::new();
+    let mut dead_ids = Vec::new();
     let mut swept = Swept::default();
     let mut tree: Option<TreeGuard> = None;
     let mut cur = node;
@@ -571,7 +572,7 @@ fn die(node: &Node) {
             if cur.kin.adopted.load(Ordering::Relaxed) != 0 {
                 reparent_adopted(g, cur, parent_arc);
             }
-            callbacks.extend(locked(&cur.reclaim).take());
+            reclaims.extend(locked(&cur.reclaim).take());
         }
         // In this order, each step in this thread's cached counts on the parent when they
         // are the parent's (`kin_cache.rs`), else in its shared counts: the objcg counted
@@ -593,6 +594,15 @@ fn die(node: &Node) {
             unsafe { repoint_to(oc, cur, to) };
             oc.put(1);
         }
+        // The allocator's charged free objects kept for this tenant go back now (to the
+        // parent, where the objcg points): nobody allocates for it any more. Not under the
+        // tree lock (the allocator's locks are taken below it nowhere else); the usual death,
+        // without it, makes the call at once and allocates nothing for it.
+        if tree.is_some() {
+            dead_ids.push(cur.objcg());
+        } else {
+            callbacks::on_death(cur.objcg());
+        }
         // A count in the entry: the parent holds `BIAS` while the entry names it, so this
         // death does not end it.
         if kin_cache::death(parent_arc) || parent.kin.handles.fetch_sub(1, Ordering::Release) != 1 {
@@ -602,8 +612,11 @@ fn die(node: &Node) {
         cur = parent;
     }
     drop(tree);
-    // Callbacks may own handles whose drop re-enters `die`: drop them unlocked.
-    drop(callbacks);
+    for id in dead_ids {
+        callbacks::on_death(id);
+    }
+    // Reclaim callbacks may own handles whose drop re-enters `die`: drop them unlocked.
+    drop(reclaims);
     swept.release();
 }
 

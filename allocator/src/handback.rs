@@ -29,7 +29,7 @@
 //! sweep (alone: the accounting's idle drain leaves the table to it) gives back the
 //! entries not used since the sweep before, so a tenant whose
 //! allocating thread went away does not keep them for long; a dead tenant's half is given
-//! back instead of coming here. A chain in flight (taken by a thread, not yet in its bin)
+//! back instead of coming here, and its entries go back when it dies ([`forget`]). A chain in flight (taken by a thread, not yet in its bin)
 //! is in neither place for a moment, as a slot being freed is: a drain that misses it
 //! leaves it charged, and the bin it lands in is the object stock's, whose next drain or
 //! settle sees it (`object_stock.rs`, the growth a racing free leaves; the taker settles
@@ -57,7 +57,7 @@ use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 use crate::bin::Bin;
 use crate::class_caches;
 use crate::lock::SpinLock;
-use crate::size_class::{class_size, Kind};
+use crate::size_class::{class_size, Kind, NUM_CLASSES};
 use crate::slab::FreeObj;
 
 /// Tenant and class pairs the table holds chains for at once.
@@ -189,7 +189,7 @@ fn rehint(t: &Table, cg: ObjCgId, c: usize) {
 
 /// Leaves `chain` (class `c`, charged to `cg`: module docs) for the next thread that
 /// allocates class `c` for `cg`; false when it was not taken (the tenant and class have a
-/// full entry, or no room was made): the caller gives it back. To make room (no entry free,
+/// full entry, the tenant is dead, or no room was made): the caller gives it back. To make room (no entry free,
 /// or [`BYTES_MAX`] reached) the entry least recently used of another tenant or class goes
 /// into `evicted` (its `n > 0` then), whose chains the caller gives back, taken or not.
 ///
@@ -214,6 +214,13 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
         }
     }
     if at.is_some_and(|i| t.entries[i].n == CHAINS) {
+        return false;
+    }
+    // Checked under the lock: a death re-points the objcg before its `forget` takes the
+    // lock, so either that `forget` finds this chain or this check sees the death, and no
+    // chain of a dead tenant waits here for a sweep.
+    // SAFETY: the chain's charged bytes hold refs on cg's objcg (caller's contract).
+    if !unsafe { hooks::objcg_tenant_alive(cg) } {
         return false;
     }
     let fits = |t: &Table, free: Option<usize>| {
@@ -339,6 +346,35 @@ pub(crate) fn release_all(aged: bool) {
             t.entries[i].n = 0;
             t.bytes -= e.bytes();
             rehint(&t, e.cg, e.c);
+            e
+        };
+        release(e.cg, e.c, e.chains(), None);
+    }
+}
+
+/// Registered with the accounting (`hooks::set_on_death`): tenant `cg` died, so its
+/// entries go back at once (to its parent now, where its objcg points) instead of waiting
+/// for a sweep or an eviction: nobody allocates for it any more, and their bytes' refs keep
+/// its objcg id from being recycled (a tenant per request would otherwise hold up to
+/// [`ENTRIES`] dead ids and 4 MiB here). With nothing here for `cg` (most deaths), the
+/// hint's bits for its classes are all it reads. A chain put after this call finds the
+/// tenant dead under the lock and is refused ([`put`]).
+pub(crate) fn forget(cg: ObjCgId) {
+    if !ANY.load(Ordering::Relaxed) || !(0..NUM_CLASSES).any(|c| hinted(cg, c)) {
+        return;
+    }
+    loop {
+        let e = {
+            let mut t = TABLE.lock();
+            let Some(i) = (0..ENTRIES).find(|&i| t.entries[i].n > 0 && t.entries[i].cg == cg)
+            else {
+                return;
+            };
+            let e = t.entries[i];
+            t.entries[i].n = 0;
+            t.bytes -= e.bytes();
+            rehint(&t, e.cg, e.c);
+            debug_assert!(consistent(&t));
             e
         };
         release(e.cg, e.c, e.chains(), None);

@@ -14,7 +14,7 @@ use slabcg_accounting::hooks;
 
 use crate::cache::SlabCache;
 use crate::size_class::Kind;
-use crate::{class_caches, decay_thread, large, sweep, sys, thread_cache};
+use crate::{class_caches, decay_thread, handback, large, sweep, sys, thread_cache};
 
 /// Slow path of an allocation from bin `(c, kind)` of this thread: sets up the process and
 /// the thread on the thread's first one, then refills the bin
@@ -121,6 +121,7 @@ fn init_slow() {
         hooks::set_root_usage_source(root_usage);
         hooks::set_object_drain(thread_cache::drain_object_stocks);
         hooks::set_on_activate(thread_cache::activate);
+        hooks::set_on_death(handback::forget);
         if hooks::accounting_active() {
             // A scope was entered before the hook was registered (no allocation had been
             // made yet): catch up.

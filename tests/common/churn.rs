@@ -67,6 +67,12 @@ pub struct Report {
 
 /// Stock slots per thread (`slabcg-accounting`'s `stock.rs`), for the objcg id bound.
 const STOCK_SLOTS: usize = 7;
+/// For the objcg id bound (`slabcg-accounting`'s `objcg.rs`): the ids a thread takes at
+/// once when its batch is empty (`BATCH`), those its batch may hold at most (`BATCH_CAP`),
+/// and its own zombies that wait for its next sweep (`OWN_ZOMBIES`).
+const ID_BATCH: usize = 16;
+const ID_BATCH_CAP: usize = 64;
+const OWN_ZOMBIES: usize = 32;
 /// Objects one query keeps before it frees instead of allocating.
 const QUERY_OBJECTS: usize = 64;
 /// Helper threads a worker starts per epoch, at most.
@@ -630,13 +636,19 @@ pub fn run(cfg: &Config) -> Report {
         refused,
         "events.oom of the service and the queries against the refusals seen"
     );
-    // Tenants that can hold an objcg id at once: the open queries, the ended ones whose
-    // results wait in the pool, and those named by the stock slots of the threads alive at
-    // once (workers, their helpers, this thread), plus the service and a margin for other
-    // tenants of the process and zombies not yet freed.
-    let threads = cfg.threads * (1 + HELPERS_PER_WORKER) + 1;
-    let id_bound =
-        (cfg.threads * cfg.open_queries + cfg.pool_cap + threads * (STOCK_SLOTS + 1) + 64) as u32;
+    // Ids that can be taken at once: the open queries, the ended ones whose results wait in
+    // the pool, those named by the stock slots of the threads alive at once (workers, their
+    // helpers, this thread), those each worker holds in its batch or as zombies of its own
+    // not swept yet, each helper's batch (its one query from it), plus the service and a
+    // margin for other tenants of the process and zombies on the shared list.
+    let helpers = cfg.threads * HELPERS_PER_WORKER;
+    let threads = cfg.threads + helpers + 1;
+    let id_bound = (cfg.threads * cfg.open_queries
+        + cfg.pool_cap
+        + threads * (STOCK_SLOTS + 1)
+        + cfg.threads * (ID_BATCH_CAP + OWN_ZOMBIES)
+        + helpers * ID_BATCH
+        + 64) as u32;
     let max_objcg_id = shared.max_objcg_id.load(Ordering::Relaxed);
     assert!(
         max_objcg_id <= id_bound,
