@@ -190,6 +190,60 @@ fn a_dead_tenants_chains_are_uncharged_from_its_parent() {
     );
 }
 
+/// Producer tenants that die while a consumer thread frees their objects, over and over:
+/// whether a death comes before, during or after the consumer's chains go to the hand-back,
+/// none of a dead tenant's waits there (its death gives them back, and a chain put after
+/// it is refused), so with every producer dead the table is empty without a drain.
+#[test]
+fn chains_of_tenants_dying_meanwhile_do_not_wait() {
+    let _one = one_at_a_time();
+    let parent = Tenant::new("handback-dying-parent");
+    let c = Tenant::new("handback-dying-consumer");
+    let h = Arc::new(Handoff {
+        slot: Mutex::new((None, false)),
+        cv: Condvar::new(),
+    });
+    let (c2, h2) = (c.clone(), h.clone());
+    let consumer = std::thread::spawn(move || {
+        let _in = c2.enter();
+        let warm = black_box(vec![0u8; SIZE]);
+        while let Some(objs) = h2.take() {
+            drop(black_box(objs));
+        }
+        drop(warm);
+    });
+    let put_before = handback_counts().put;
+    for r in 0..60 {
+        let k = parent.child("producer");
+        let objs: Vec<Vec<u8>> = {
+            let _in = k.enter();
+            (0..3000)
+                .map(|i| black_box(vec![(r + i) as u8; SIZE]))
+                .collect()
+        };
+        h.put(objs);
+        // Its last handle goes while the consumer frees its objects (or before, or after).
+        if r % 3 == 1 {
+            std::thread::yield_now();
+        }
+        drop(k);
+    }
+    h.wait_taken();
+    h.close();
+    consumer.join().unwrap();
+    assert!(
+        handback_counts().put > put_before,
+        "the consumer handed chains back"
+    );
+    assert_eq!(
+        handback_counts().chains,
+        0,
+        "no dead producer's chain waits in the hand-back"
+    );
+    assert_eq!(parent.current_exact(), 0);
+    assert_eq!(c.current_exact(), 0);
+}
+
 #[test]
 fn trim_empties_the_handback() {
     let _one = one_at_a_time();

@@ -60,9 +60,11 @@ pub(crate) fn object_drain(which: ObjectDrain) {
 }
 
 /// Registers what the allocator must do when a tenant dies: it is called with the dead
-/// tenant's own objcg id, in user context (the thread that dropped its last handle, no lock
-/// of the accounting held), once its objcg points at the parent, so that charges given back
-/// then land where the dead tenant's were moved. The allocator gives back the charged free
+/// tenant's own objcg id on the thread that dropped its last handle (user code, or a
+/// reclaim callback that a charge ran), with no lock of the accounting held, once the
+/// objcg points at the parent, so that charges given back then land where the dead
+/// tenant's were moved, and before the objcg's alive ref goes, so that the id names no
+/// other tenant during the call. The allocator gives back the charged free
 /// objects it kept for that tenant's next allocations, which nobody makes any more. The
 /// function must follow the hooks' rules: no allocation, no panic; it may call `uncharge`.
 pub fn set_on_death(f: fn(ObjCgId)) {

@@ -543,7 +543,7 @@ impl Drop for Tenant {
 /// `dead` flag was not stored yet reads as alive there (`is_alive` is only ever a hint).
 fn die(node: &Node) {
     let mut reclaims = Vec::new();
-    let mut dead_ids = Vec::new();
+    let mut dead = Vec::new();
     let mut swept = Swept::default();
     let mut tree: Option<TreeGuard> = None;
     let mut cur = node;
@@ -592,16 +592,18 @@ fn die(node: &Node) {
             // (only `die` re-points an objcg, and `cur` is dying once); `to` owns a strong
             // reference on the parent, with `into_raw`'s provenance (`as_ptr` has it too).
             unsafe { repoint_to(oc, cur, to) };
-            oc.put(1);
-        }
-        // The allocator's charged free objects kept for this tenant go back now (to the
-        // parent, where the objcg points): nobody allocates for it any more. Not under the
-        // tree lock (the allocator's locks are taken below it nowhere else); the usual death,
-        // without it, makes the call at once and allocates nothing for it.
-        if tree.is_some() {
-            dead_ids.push(cur.objcg());
-        } else {
-            callbacks::on_death(cur.objcg());
+            // The allocator's charged free objects kept for this tenant go back now (to the
+            // parent, where the objcg points): nobody allocates for it any more. Before the
+            // alive ref goes, so that the id is still this objcg's (not recycled for another
+            // tenant) during the call. Deferred past the tree lock, which the allocator's
+            // callbacks have no business running under (the usual death, without it, makes
+            // the call at once and allocates nothing for it).
+            if tree.is_some() {
+                dead.push(oc);
+            } else {
+                callbacks::on_death(oc.id());
+                oc.put(1);
+            }
         }
         // A count in the entry: the parent holds `BIAS` while the entry names it, so this
         // death does not end it.
@@ -612,8 +614,10 @@ fn die(node: &Node) {
         cur = parent;
     }
     drop(tree);
-    for id in dead_ids {
-        callbacks::on_death(id);
+    for oc in dead {
+        callbacks::on_death(oc.id());
+        // The alive ref, kept for the call (above).
+        oc.put(1);
     }
     // Reclaim callbacks may own handles whose drop re-enters `die`: drop them unlocked.
     drop(reclaims);

@@ -27,10 +27,10 @@
 //! `current_exact()` stays exact and a charge is refused only after they were uncharged
 //! (`put` notes the tenant as stocked, so a refusal does not skip its drain). The decay
 //! sweep (alone: the accounting's idle drain leaves the table to it) gives back the
-//! entries not used since the sweep before, so a tenant whose
-//! allocating thread went away does not keep them for long; a dead tenant's half is given
-//! back instead of coming here, and its entries go back when it dies ([`forget`]). A chain in flight (taken by a thread, not yet in its bin)
-//! is in neither place for a moment, as a slot being freed is: a drain that misses it
+//! entries not used since the sweep before, so a tenant whose allocating thread went away
+//! does not keep them for long; a dead tenant's half is given back instead of coming here,
+//! and its entries go back when it dies ([`forget`]). A chain in flight (taken by a
+//! thread, not yet in its bin) is in neither place for a moment, as a slot being freed is: a drain that misses it
 //! leaves it charged, and the bin it lands in is the object stock's, whose next drain or
 //! settle sees it (`object_stock.rs`, the growth a racing free leaves; the taker settles
 //! at once when its pop finds a drainer's bit). So is an entry on its way back (taken out
@@ -46,7 +46,8 @@
 //! a slot of the chain freed twice is reported) and written on the way out, so a double free
 //! of a slot while it waits here finds its word 0 and is reported, as for a slot given
 //! back. The lock is a leaf: nothing is called while it is held but the accounting's
-//! lock-free note of the stocked tenant (`hooks::note_object_stock`).
+//! lock-free note of the stocked tenant (`hooks::note_object_stock`) and its lock-free
+//! check that a tenant is alive (`hooks::objcg_tenant_alive`).
 
 use core::ptr;
 // Statics keep core's atomics (`slabcg_sys::sync`: a loom model never reaches them).
@@ -216,13 +217,6 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
     if at.is_some_and(|i| t.entries[i].n == CHAINS) {
         return false;
     }
-    // Checked under the lock: a death re-points the objcg before its `forget` takes the
-    // lock, so either that `forget` finds this chain or this check sees the death, and no
-    // chain of a dead tenant waits here for a sweep.
-    // SAFETY: the chain's charged bytes hold refs on cg's objcg (caller's contract).
-    if !unsafe { hooks::objcg_tenant_alive(cg) } {
-        return false;
-    }
     let fits = |t: &Table, free: Option<usize>| {
         (at.is_some() || free.is_some()) && t.bytes + chain.bytes(c) <= BYTES_MAX
     };
@@ -256,6 +250,20 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
     let (w, bit) = hint_bit(cg, c);
     HINT[w].store(HINT[w].load(Ordering::Relaxed) | bit, Ordering::Relaxed);
     ANY.store(true, Ordering::Relaxed);
+    // The tenant may have died since the caller looked: checked after the hint is set, in
+    // the objcg's read section (`objcg::creator_alive`), which a death's re-pointing waits
+    // out before it calls `forget`. So either this read sees the death (the chain goes
+    // back), or the death's wait follows the section's end and its `forget` sees the hint
+    // and takes the lock after this put: no dead tenant's chain waits here for a sweep.
+    // SAFETY: the chain's charged bytes hold refs on cg's objcg (caller's contract).
+    if !unsafe { hooks::objcg_tenant_alive(cg) } {
+        let e = &mut t.entries[i];
+        e.n -= 1;
+        t.bytes -= chain.bytes(c);
+        rehint(&t, cg, c);
+        debug_assert!(consistent(&t));
+        return false;
+    }
     // A refused charge of cg's subtree skips its drain when nothing of it was stocked since
     // the last complete drain: this chain was. Under the lock, so a drain that released the
     // table before the chain came here reads this note after it and is not clean for cg.
@@ -353,12 +361,14 @@ pub(crate) fn release_all(aged: bool) {
 }
 
 /// Registered with the accounting (`hooks::set_on_death`): tenant `cg` died, so its
-/// entries go back at once (to its parent now, where its objcg points) instead of waiting
-/// for a sweep or an eviction: nobody allocates for it any more, and their bytes' refs keep
-/// its objcg id from being recycled (a tenant per request would otherwise hold up to
-/// [`ENTRIES`] dead ids and 4 MiB here). With nothing here for `cg` (most deaths), the
-/// hint's bits for its classes are all it reads. A chain put after this call finds the
-/// tenant dead under the lock and is refused ([`put`]).
+/// entries go back at once (uncharged from its parent now, where its objcg points) instead
+/// of waiting for a sweep or an eviction: nobody allocates for it any more, and their
+/// bytes' refs keep its objcg from being freed and its id from being recycled (a tenant per
+/// request would otherwise keep up to [`ENTRIES`] dead objcgs and 4 MiB here). With nothing
+/// here for `cg` (most deaths), the hint's bits for its classes are all it reads. A chain
+/// put meanwhile is seen here or refused ([`put`] checks the tenant after it sets the hint).
+/// Called before the death drops the objcg's alive ref, so `cg` is not yet another
+/// tenant's.
 pub(crate) fn forget(cg: ObjCgId) {
     if !ANY.load(Ordering::Relaxed) || !(0..NUM_CLASSES).any(|c| hinted(cg, c)) {
         return;
