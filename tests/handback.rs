@@ -196,6 +196,7 @@ fn a_dead_tenants_chains_are_uncharged_from_its_parent() {
 /// it is refused), so with every producer dead the table is empty without a drain.
 #[test]
 fn chains_of_tenants_dying_meanwhile_do_not_wait() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let _one = one_at_a_time();
     let parent = Tenant::new("handback-dying-parent");
     let c = Tenant::new("handback-dying-consumer");
@@ -203,12 +204,14 @@ fn chains_of_tenants_dying_meanwhile_do_not_wait() {
         slot: Mutex::new((None, false)),
         cv: Condvar::new(),
     });
-    let (c2, h2) = (c.clone(), h.clone());
+    let freed = Arc::new(AtomicUsize::new(0));
+    let (c2, h2, freed2) = (c.clone(), h.clone(), freed.clone());
     let consumer = std::thread::spawn(move || {
         let _in = c2.enter();
         let warm = black_box(vec![0u8; SIZE]);
         while let Some(objs) = h2.take() {
             drop(black_box(objs));
+            freed2.fetch_add(1, Ordering::Release);
         }
         drop(warm);
     });
@@ -222,9 +225,16 @@ fn chains_of_tenants_dying_meanwhile_do_not_wait() {
                 .collect()
         };
         h.put(objs);
-        // Its last handle goes while the consumer frees its objects (or before, or after).
-        if r % 3 == 1 {
-            std::thread::yield_now();
+        // Its last handle goes after the consumer freed its objects (so its chains wait in
+        // the hand-back until the death), or while it frees them, or before.
+        match r % 3 {
+            0 => {
+                while freed.load(Ordering::Acquire) <= r {
+                    std::thread::yield_now();
+                }
+            }
+            1 => std::thread::yield_now(),
+            _ => {}
         }
         drop(k);
     }
