@@ -370,7 +370,21 @@ pub(crate) fn release_all(aged: bool) {
 /// Called before the death drops the objcg's alive ref, so `cg` is not yet another
 /// tenant's.
 pub(crate) fn forget(cg: ObjCgId) {
-    if !ANY.load(Ordering::Relaxed) || !(0..NUM_CLASSES).any(|c| hinted(cg, c)) {
+    // A tenant per request dies per request, mostly with nothing here: one load, no frame.
+    if ANY.load(Ordering::Relaxed) {
+        forget_held(cg);
+    }
+}
+
+/// [`forget`] once the table holds something.
+#[cold]
+#[inline(never)]
+fn forget_held(cg: ObjCgId) {
+    let hinted = (0..NUM_CLASSES).any(|c| {
+        let (w, bit) = hint_bit(cg, c);
+        HINT[w].load(Ordering::Relaxed) & bit != 0
+    });
+    if !hinted {
         return;
     }
     loop {
