@@ -5,7 +5,9 @@
 //! and `trim()` empties it.
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
 use slabcg::allocator::testing::{handback_counts, HANDBACK_BYTES_BOUND};
 use slabcg::{SlabAlloc, StatItem, Tenant};
@@ -34,6 +36,12 @@ struct Handoff {
 }
 
 impl Handoff {
+    fn new() -> Arc<Handoff> {
+        Arc::new(Handoff {
+            slot: Mutex::new((None, false)),
+            cv: Condvar::new(),
+        })
+    }
     fn put(&self, objs: Vec<Vec<u8>>) {
         let mut g = self.slot.lock().unwrap();
         while g.0.is_some() {
@@ -69,6 +77,23 @@ impl Handoff {
     }
 }
 
+/// A consumer thread in `c`: frees each batch `h` hands it, counting them in `freed`.
+fn consumer(c: &Tenant, h: &Arc<Handoff>, freed: Arc<AtomicUsize>) -> JoinHandle<()> {
+    let (c, h) = (c.clone(), h.clone());
+    std::thread::spawn(move || {
+        let _in = c.enter();
+        // Opens this thread's bin of the class (a thread's first frees of a class it never
+        // allocated go back to the slabs); kept to the end, as a thread that holds its own
+        // tenant's objects in its object stock does not adopt another's.
+        let warm = black_box(vec![0u8; SIZE]);
+        while let Some(objs) = h.take() {
+            drop(black_box(objs));
+            freed.fetch_add(1, Ordering::Release);
+        }
+        drop(warm);
+    })
+}
+
 /// A producer in `p` hands `rounds` batches of `batch` objects of `SIZE` bytes to a consumer
 /// in `c`, which frees them; then `tail` more, made after the producer's last other
 /// allocation (so chains stay in the hand-back). The producer keeps `keep` objects alive and
@@ -81,22 +106,9 @@ fn pipeline(
     tail: usize,
     keep: usize,
 ) -> Vec<Vec<u8>> {
-    let h = Arc::new(Handoff {
-        slot: Mutex::new((None, false)),
-        cv: Condvar::new(),
-    });
-    let (p2, c2, h2) = (p.clone(), c.clone(), h.clone());
-    let consumer = std::thread::spawn(move || {
-        let _in = c2.enter();
-        // Opens this thread's bin of the class (a thread's first frees of a class it never
-        // allocated go back to the slabs); kept to the end, as a thread that holds its own
-        // tenant's objects in its object stock does not adopt another's.
-        let warm = black_box(vec![0u8; SIZE]);
-        while let Some(objs) = h2.take() {
-            drop(black_box(objs));
-        }
-        drop(warm);
-    });
+    let h = Handoff::new();
+    let consumer = consumer(c, &h, Arc::default());
+    let p2 = p.clone();
     let producer = std::thread::spawn(move || {
         let _in = p2.enter();
         for r in 0..rounds {
@@ -196,25 +208,12 @@ fn a_dead_tenants_chains_are_uncharged_from_its_parent() {
 /// it is refused), so with every producer dead the table is empty without a drain.
 #[test]
 fn chains_of_tenants_dying_meanwhile_do_not_wait() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     let _one = one_at_a_time();
     let parent = Tenant::new("handback-dying-parent");
     let c = Tenant::new("handback-dying-consumer");
-    let h = Arc::new(Handoff {
-        slot: Mutex::new((None, false)),
-        cv: Condvar::new(),
-    });
+    let h = Handoff::new();
     let freed = Arc::new(AtomicUsize::new(0));
-    let (c2, h2, freed2) = (c.clone(), h.clone(), freed.clone());
-    let consumer = std::thread::spawn(move || {
-        let _in = c2.enter();
-        let warm = black_box(vec![0u8; SIZE]);
-        while let Some(objs) = h2.take() {
-            drop(black_box(objs));
-            freed2.fetch_add(1, Ordering::Release);
-        }
-        drop(warm);
-    });
+    let consumer = consumer(&c, &h, freed.clone());
     let put_before = handback_counts().put;
     for r in 0..60 {
         let k = parent.child("producer");
@@ -301,10 +300,7 @@ fn pairs_under_concurrent_drains_stay_exact() {
         .map(|(i, (p, c))| {
             let (p, c) = (p.clone(), c.clone());
             std::thread::spawn(move || {
-                let h = Arc::new(Handoff {
-                    slot: Mutex::new((None, false)),
-                    cv: Condvar::new(),
-                });
+                let h = Handoff::new();
                 let h2 = h.clone();
                 let consumer = std::thread::spawn(move || {
                     let _in = c.enter();

@@ -343,21 +343,24 @@ pub(crate) fn release_all(aged: bool) {
     let mut passes = ENTRIES;
     while passes > 0 {
         passes -= 1;
-        let e = {
-            let mut t = TABLE.lock();
-            let Some(i) =
-                (0..ENTRIES).find(|&i| t.entries[i].n > 0 && !(aged && t.entries[i].stamp > since))
-            else {
-                return;
-            };
-            let e = t.entries[i];
-            t.entries[i].n = 0;
-            t.bytes -= e.bytes();
-            rehint(&t, e.cg, e.c);
-            e
+        let Some(e) = take_entry(|e| !(aged && e.stamp > since)) else {
+            return;
         };
         release(e.cg, e.c, e.chains(), None);
     }
+}
+
+/// Takes out of the table the first entry holding chains that `pick` accepts (under the
+/// lock, which it drops before returning): the caller gives its chains back.
+fn take_entry(pick: impl Fn(&Entry) -> bool) -> Option<Entry> {
+    let mut t = TABLE.lock();
+    let i = (0..ENTRIES).find(|&i| t.entries[i].n > 0 && pick(&t.entries[i]))?;
+    let e = t.entries[i];
+    t.entries[i].n = 0;
+    t.bytes -= e.bytes();
+    rehint(&t, e.cg, e.c);
+    debug_assert!(consistent(&t));
+    Some(e)
 }
 
 /// Registered with the accounting (`hooks::set_on_death`): tenant `cg` died, so its
@@ -387,20 +390,7 @@ fn forget_held(cg: ObjCgId) {
     if !hinted {
         return;
     }
-    loop {
-        let e = {
-            let mut t = TABLE.lock();
-            let Some(i) = (0..ENTRIES).find(|&i| t.entries[i].n > 0 && t.entries[i].cg == cg)
-            else {
-                return;
-            };
-            let e = t.entries[i];
-            t.entries[i].n = 0;
-            t.bytes -= e.bytes();
-            rehint(&t, e.cg, e.c);
-            debug_assert!(consistent(&t));
-            e
-        };
+    while let Some(e) = take_entry(|e| e.cg == cg) {
         release(e.cg, e.c, e.chains(), None);
     }
 }
