@@ -64,9 +64,9 @@ pub(crate) fn object_drain(which: ObjectDrain) {
 /// reclaim callback that a charge ran), with no lock of the accounting held, once the
 /// objcg points at the parent, so that charges given back then land where the dead
 /// tenant's were moved, and before the objcg's alive ref goes, so that the id names no
-/// other tenant during the call. The allocator gives back the charged free
-/// objects it kept for that tenant's next allocations, which nobody makes any more. The
-/// function must follow the hooks' rules: no allocation, no panic; it may call `uncharge`.
+/// other tenant during the call. The allocator gives back the charged free objects it
+/// kept for that tenant's next allocations, which nobody makes any more. The function must
+/// follow the hooks' rules: no allocation, no panic; it may call `uncharge`.
 pub fn set_on_death(f: fn(ObjCgId)) {
     let _ = ON_DEATH.set(f);
 }

@@ -30,13 +30,14 @@
 //! entries not used since the sweep before, so a tenant whose allocating thread went away
 //! does not keep them for long; a dead tenant's half is given back instead of coming here,
 //! and its entries go back when it dies ([`forget`]). A chain in flight (taken by a
-//! thread, not yet in its bin) is in neither place for a moment, as a slot being freed is: a drain that misses it
-//! leaves it charged, and the bin it lands in is the object stock's, whose next drain or
-//! settle sees it (`object_stock.rs`, the growth a racing free leaves; the taker settles
-//! at once when its pop finds a drainer's bit). So is an entry on its way back (taken out
-//! by an eviction or a release, not yet uncharged): a drain that runs meanwhile does not
-//! wait for it (nothing here waits for another thread), so `current_exact()` may read its
-//! bytes and a refusal in that moment may skip a drain; exact again when the release ends.
+//! thread, not yet in its bin) is in neither place for a moment, as a slot being freed
+//! is: a drain that misses it leaves it charged, and the bin it lands in is the object
+//! stock's, whose next drain or settle sees it (`object_stock.rs`, the growth a racing
+//! free leaves; the taker settles at once when its pop finds a drainer's bit). So is an
+//! entry on its way back (taken out by an eviction or a release, not yet uncharged): a
+//! drain that runs meanwhile does not wait for it (nothing here waits for another thread),
+//! so `current_exact()` may read its bytes and a refusal in that moment may skip a drain;
+//! exact again when the release ends.
 //! A fork child loses what was in flight in another thread at the fork, charges included
 //! (a bounded leak of the child, as for the bins of threads that did not survive).
 //!
@@ -190,9 +191,10 @@ fn rehint(t: &Table, cg: ObjCgId, c: usize) {
 
 /// Leaves `chain` (class `c`, charged to `cg`: module docs) for the next thread that
 /// allocates class `c` for `cg`; false when it was not taken (the tenant and class have a
-/// full entry, the tenant is dead, or no room was made): the caller gives it back. To make room (no entry free,
-/// or [`BYTES_MAX`] reached) the entry least recently used of another tenant or class goes
-/// into `evicted` (its `n > 0` then), whose chains the caller gives back, taken or not.
+/// full entry, the tenant is dead, or no room was made): the caller gives it back. To make
+/// room (no entry free, or [`BYTES_MAX`] reached) the entry least recently used of another
+/// tenant or class goes into `evicted` (its `n > 0` then), whose chains the caller gives
+/// back, taken or not.
 ///
 /// # Safety
 /// `chain` is as the module docs say (its owner words cleared), and the caller gives its
