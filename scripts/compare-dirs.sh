@@ -19,7 +19,8 @@ done
 for w in "$@"; do
     for _ in $(seq "$rounds"); do
         for d in "${dirs[@]}"; do
-            t=$("$d/release/$w" 2>/dev/null | grep -o 'elapsed_s=[0-9.]*' | cut -d= -f2)
+            t=$("$d/release/$w" 2>/dev/null | grep -o 'elapsed_s=[0-9.]*' | cut -d= -f2) ||
+                { echo "compare-dirs: $d/release/$w failed or printed no elapsed_s" >&2; exit 1; }
             echo "$w $d $t"
         done
     done

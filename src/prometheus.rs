@@ -6,11 +6,11 @@
 //! Series (the `tenant` label is the tenant's path, `Tenant::path`: "/"-separated, a "/" or
 //! "%" inside a name percent-encoded, `root` for the root, with `\`, `"` and newlines
 //! escaped; a top-level tenant named "root" is `/root`). Tenants that share a path (siblings
-//! of one name, such as a service's child per request) are one series, since two samples with the same labels make a scrape invalid: the
-//! sum of theirs, with an unlimited `max` or `high` making the sum unlimited. The counters
-//! of such a series go down when one of its tenants dies (as a short-lived tenant's series
-//! starts again from 0 under the next one of its name): count events on the parent, whose
-//! `events` include its children's.
+//! of one name, such as a service's child per request) are one series, since two samples
+//! with the same labels make a scrape invalid: the sum of theirs, with an unlimited `max`
+//! or `high` making the sum unlimited. The counters of such a series go down when one of
+//! its tenants dies (as a short-lived tenant's series starts again from 0 under the next
+//! one of its name): count events on the parent, whose `events` include its children's.
 //! - `slabcg_memory_current_bytes`, `_peak_bytes`, and `_max_bytes` / `_high_bytes` for the
 //!   tenants that have such a limit (an unlimited one has no series);
 //! - `slabcg_memory_events_total{event="high|max|oom|oom_kill"}`, hierarchical as

@@ -140,6 +140,17 @@ struct Table {
     taken: u64,
 }
 
+impl Table {
+    /// Takes entry `i` (one holding chains) out: freed, its bytes and hint bit gone.
+    fn remove(&mut self, i: usize) -> Entry {
+        let e = self.entries[i];
+        self.entries[i].n = 0;
+        self.bytes -= e.bytes();
+        rehint(self, e.cg, e.c);
+        e
+    }
+}
+
 // SAFETY: the chains are free slots that only the lock's holder touches (through their
 // links); the raw pointers in them are not tied to any thread.
 unsafe impl Send for Table {}
@@ -227,10 +238,7 @@ pub(crate) unsafe fn put(cg: ObjCgId, c: usize, chain: Chain, evicted: &mut Entr
             .filter(|&i| t.entries[i].n > 0 && Some(i) != at)
             .min_by_key(|&i| t.entries[i].stamp);
         if let Some(v) = lru {
-            *evicted = t.entries[v];
-            t.entries[v].n = 0;
-            t.bytes -= evicted.bytes();
-            rehint(&t, evicted.cg, evicted.c);
+            *evicted = t.remove(v);
             free = free.or(Some(v));
         }
         if !fits(&t, free) {
@@ -357,10 +365,7 @@ pub(crate) fn release_all(aged: bool) {
 fn take_entry(pick: impl Fn(&Entry) -> bool) -> Option<Entry> {
     let mut t = TABLE.lock();
     let i = (0..ENTRIES).find(|&i| t.entries[i].n > 0 && pick(&t.entries[i]))?;
-    let e = t.entries[i];
-    t.entries[i].n = 0;
-    t.bytes -= e.bytes();
-    rehint(&t, e.cg, e.c);
+    let e = t.remove(i);
     debug_assert!(consistent(&t));
     Some(e)
 }

@@ -1395,23 +1395,18 @@ impl Half {
 }
 
 /// Clears the owner words of the `n` slots of class `c` linked from `head` (a tagged bin's
-/// half on its way to the hand-back), checking each, as a give-back does: a word already 0
-/// is a slot freed twice, and a list that runs past `n` slots a slot listed twice.
+/// half on its way to the hand-back), checking each as a give-back does ([`release_chain`],
+/// keeping none): a word already 0 is a slot freed twice, and a list that runs past `n`
+/// slots a slot listed twice.
 fn clear_owners(lines: &Lines, c: usize, head: *mut FreeObj, n: u32) {
-    let mut steps = Steps(n);
-    let mut o = head;
-    while !o.is_null() {
-        steps.step();
+    release_chain(
+        head,
+        n,
         // SAFETY: o is a free slot of class c's accounted cache on the caller's chain;
         // `lines[c].owner` is that cache's geometry.
-        let w = unsafe { &*class_owner_word(o as *mut u8, c, &lines[c].owner) };
-        if w.load(Ordering::Relaxed) == 0 {
-            chain_too_long();
-        }
-        w.store(0, Ordering::Relaxed);
-        // SAFETY: as above; the link of a free slot on the chain.
-        o = unsafe { FreeObj::next(o) };
-    }
+        |o| unsafe { &*class_owner_word(o as *mut u8, c, &lines[c].owner) },
+        |_| false,
+    );
 }
 
 /// A front's kept bin as the owner took it: the front's core, the chain and its length, and
