@@ -11,7 +11,7 @@
 //! per objcg pointing at it (`objcg.rs`), and the credits threads' entries hold.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::counter::{Counter, Hierarchy};
 use crate::kin_entry::KinOp;
@@ -101,8 +101,9 @@ pub(crate) struct Node {
     pub(crate) parent: Option<Arc<Node>>,
     /// This node's own allocation, so that a `&Node` (all the charge paths have) can become
     /// a handle again without rebuilding an `Arc` from a pointer that only covers the node.
-    /// Set once, just after the node is built in place ([`Node::new_arc`]).
-    pub(crate) this: OnceLock<Weak<Node>>,
+    /// Written with the other fields, before the node is initialised ([`Node::new_arc`]):
+    /// a `OnceLock` set just after cost a tenant's creation about 80 instructions.
+    pub(crate) this: Weak<Node>,
     pub(crate) name: Box<str>,
     /// Taken only under `TREE`, so that no thread holds it across a `fork` (the fork
     /// handlers hold `TREE`).
@@ -131,6 +132,13 @@ impl Node {
             unreachable!("a new Arc has no other reference")
         };
         let p = m.as_mut_ptr();
+        // The allocation's weak handle, as a `Weak<Node>`: `MaybeUninit<Node>` has `Node`'s
+        // size and alignment, which is what `Weak::from_raw` asks of a pointer that
+        // `Weak::<MaybeUninit<Node>>::into_raw` returned. Taken after `p`, since `get_mut`
+        // refuses an `Arc` with weak handles; it touches the counts, not the node `p` writes.
+        // Nothing upgrades it before the node is initialised: only the node holds it.
+        // SAFETY: as just said.
+        let this = unsafe { Weak::from_raw(Weak::into_raw(Arc::downgrade(&a)).cast::<Node>()) };
         // SAFETY: `p` points to this unique, uninitialised allocation of a `Node`, and every
         // field is written below through raw pointers, with no reference to the rest
         // (`_every_field_is_written` lists the fields, as a reminder for a new one). `stats`
@@ -140,7 +148,7 @@ impl Node {
             (&raw mut (*p).stats).write_bytes(0, 1);
             (&raw mut (*p).counter).write(Counter::new());
             (&raw mut (*p).parent).write(parent);
-            (&raw mut (*p).this).write(OnceLock::new());
+            (&raw mut (*p).this).write(this);
             (&raw mut (*p).name).write(name);
             (&raw mut (*p).objcg).write(AtomicU32::new(0));
             (&raw mut (*p).kin).write(Kin::new(handles));
@@ -151,8 +159,7 @@ impl Node {
             a.assume_init()
         };
         debug_assert!(node.stats.is_zero());
-        // Nothing else has seen the node, so the cell is empty.
-        let _ = node.this.set(Arc::downgrade(&node));
+        debug_assert!(core::ptr::eq(node.this.as_ptr(), Arc::as_ptr(&node)));
         node
     }
 }
@@ -228,7 +235,7 @@ impl Node {
     /// A strong reference to this node's memory (not a handle: it does not keep the tenant
     /// alive, only readable).
     pub(crate) fn arc(&self) -> Option<Arc<Node>> {
-        self.this.get()?.upgrade()
+        self.this.upgrade()
     }
     /// Whether the tenant's death has not started (`dead` unset: a handle or a live child
     /// still held it a moment ago). A hint for its callers, who race with a death either way.
