@@ -651,10 +651,12 @@ pub(crate) fn transfer(from: ObjCgId, to: ObjCgId, parts: &[(StatIdx, u64)]) -> 
 /// first charge borrows from ([`borrow_from_parent`]): a request's end touches no shared
 /// line either.
 pub(crate) fn release_own_slot(id: ObjCgId) {
+    // The slot taken whole, or, handed to the parent's slot, what that slot could not keep
+    // (a pool past STOCK_HIGH, a delta past its flush) with the parent's objcg and a ref
+    // taken on it (`Some(None)`: handed, no rest). One buffer for both: `hand_to_parent`
+    // leaves it empty when it hands nothing, and each `Contents` costs a memset of half a
+    // KiB (a tenant per request makes one here per request).
     let mut c = Contents::EMPTY;
-    // What the parent's slot could not keep (a pool past STOCK_HIGH, a delta past its
-    // flush), with the parent's objcg and a ref taken on it (`Some(None)`: handed, no rest).
-    let mut rest = Contents::EMPTY;
     let mut parent: Option<Option<&'static ObjCg>> = None;
     let mut refs = 0;
     STOCK.with(|s| {
@@ -666,7 +668,7 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
                 // The slot's ref and its object bytes' refs, put below when the slot goes to
                 // the parent's (`release` counts its own otherwise).
                 refs = s.bytes[i].load(Relaxed) + 1;
-                parent = hand_to_parent(s, i, &mut rest);
+                parent = hand_to_parent(s, i, &mut c);
                 if parent.is_none() {
                     s.take_into(i, &mut c);
                 }
@@ -685,7 +687,7 @@ pub(crate) fn release_own_slot(id: ObjCgId) {
                 oc.put(refs);
             }
             if let Some(to) = to {
-                drain::give_back(to, &rest);
+                drain::give_back(to, &c);
                 to.put(1);
             }
         }
