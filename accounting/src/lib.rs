@@ -194,6 +194,19 @@ pub mod testing {
     pub fn objcg_table_bytes() -> usize {
         crate::objcg::table_bytes()
     }
+
+    /// Slots of one thread's byte stock (`stock::NR_SLOTS`), each naming one objcg.
+    pub fn stock_slots() -> usize {
+        crate::stock::NR_SLOTS
+    }
+
+    /// Objcg ids one thread may hold that no live tenant uses: `(refill, batch_cap,
+    /// own_zombies)`, the ids a refill of its batch takes, the most its batch keeps, and its
+    /// own zombies that wait for its next sweep (`objcg.rs`). `tests/common/churn.rs` bounds
+    /// the largest id with them.
+    pub fn objcg_id_batches() -> (usize, usize, usize) {
+        crate::objcg::id_batches()
+    }
 }
 
 #[cfg(test)]

@@ -247,6 +247,11 @@ const BATCH: usize = 16;
 /// ([`recycle`]).
 const BATCH_CAP: usize = 64;
 
+/// `(BATCH, BATCH_CAP, OWN_ZOMBIES)`, for `testing::objcg_id_batches`.
+pub(crate) fn id_batches() -> (usize, usize, usize) {
+    (BATCH, BATCH_CAP, OWN_ZOMBIES as usize)
+}
+
 /// This thread's ids, taken from the allocator or kept from its sweeps ([`recycle`]), not
 /// handed out yet. They count as live in their chunks (so those stay mapped) and go back
 /// when the thread exits; a forked child never gets back the batches of the threads that

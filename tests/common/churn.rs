@@ -65,14 +65,6 @@ pub struct Report {
     pub id_bound: u32,
 }
 
-/// Stock slots per thread (`slabcg-accounting`'s `stock.rs`), for the objcg id bound.
-const STOCK_SLOTS: usize = 7;
-/// For the objcg id bound (`slabcg-accounting`'s `objcg.rs`): the ids a thread takes at
-/// once when its batch is empty (`BATCH`), those its batch may hold at most (`BATCH_CAP`),
-/// and its own zombies that wait for its next sweep (`OWN_ZOMBIES`).
-const ID_BATCH: usize = 16;
-const ID_BATCH_CAP: usize = 64;
-const OWN_ZOMBIES: usize = 32;
 /// Objects one query keeps before it frees instead of allocating.
 const QUERY_OBJECTS: usize = 64;
 /// Helper threads a worker starts per epoch, at most.
@@ -646,11 +638,13 @@ pub fn run(cfg: &Config) -> Report {
     // many queries, and `tests/churn.rs` checks it ran four times as many at least.
     let helpers = cfg.threads * HELPERS_PER_WORKER;
     let threads = cfg.threads + helpers + 1;
+    let stock_slots = slabcg::accounting::testing::stock_slots();
+    let (id_refill, id_batch_cap, own_zombies) = slabcg::accounting::testing::objcg_id_batches();
     let id_bound = (cfg.threads * cfg.open_queries
         + cfg.pool_cap
-        + threads * (STOCK_SLOTS + 1)
-        + cfg.threads * (ID_BATCH_CAP + OWN_ZOMBIES)
-        + helpers * ID_BATCH
+        + threads * (stock_slots + 1)
+        + cfg.threads * (id_batch_cap + own_zombies)
+        + helpers * id_refill
         + 64) as u32;
     let max_objcg_id = shared.max_objcg_id.load(Ordering::Relaxed);
     assert!(
