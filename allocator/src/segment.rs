@@ -97,11 +97,13 @@ pub struct Segment {
     pub plain_class: u32,
     /// Offset of slab 0 from the segment start: a multiple of the slab size (`geometry`).
     pub slabs_offset: usize,
+    /// Slabs in this segment. In the header's first line with `cache` and `slabs_offset`,
+    /// the fields a slot check reads (`SlabCache::check_slot_start`): one line to miss
+    /// where the layout in between made two (the uncharging free of a tenant's object).
+    pub nslabs: usize,
     /// Copy of the cache's layout, so code that starts from a slot address (`usable_size`,
     /// slot checks, dedicated-cache frees) finds it in this one header.
     pub layout: SlabLayout,
-    /// Slabs in this segment.
-    pub nslabs: usize,
     /// Slabs `[fresh, nslabs)` have never been used.
     pub fresh: usize,
     /// Next segment of the same cache.
