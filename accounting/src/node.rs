@@ -133,8 +133,11 @@ impl Node {
         };
         let p = m.as_mut_ptr();
         // The allocation's weak handle, as a `Weak<Node>`: `MaybeUninit<Node>` has `Node`'s
-        // size and alignment, which is what `Weak::from_raw` asks of a pointer that
-        // `Weak::<MaybeUninit<Node>>::into_raw` returned. Taken after `p`, since `get_mut`
+        // size and alignment. `Weak::from_raw` asks for a pointer from `Weak::into_raw` and
+        // says nothing of a change of pointee type; `Arc::from_raw` allows one of the same
+        // size and alignment, and the two share the allocation's layout, so this leans on
+        // the documented `Arc` rule (Miri accepts it under stacked and tree borrows). Taken
+        // after `p`, since `get_mut`
         // refuses an `Arc` with weak handles; it touches the counts, not the node `p` writes.
         // Nothing upgrades it before the node is initialised: only the node holds it.
         // SAFETY: as just said.

@@ -60,7 +60,7 @@ pub struct CacheInfo {
     pub objects_per_slab: usize,
     /// Bytes after the last slot of each slab: `slab_bytes - objects * stride`. With
     /// `Leftover` (and `External`) placement the owner metadata array lives in these bytes,
-    /// at the end of the slab.
+    /// near the end of the slab (on a cache line the layout chooses within them).
     pub leftover_bytes: usize,
     /// Where owner metadata lives.
     pub meta: MetaPlacement,

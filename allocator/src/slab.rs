@@ -292,8 +292,6 @@ impl SlabLayout {
     }
 }
 
-/// The inverse of the odd `d` modulo 2^64, by Newton's iteration: `d` is its own inverse
-/// modulo 8, and each step doubles the bits that are right (3, 6, 12, 24, 48, 96).
 /// Where an owner array goes between `earliest` (the end of the last slot) and `latest` (as
 /// late as it may start): on a line boundary, in the L1 set (bits 6..12 of the offset; slabs
 /// are page aligned) that `object_size` hashes to when the slack spans a page, else on one
@@ -324,7 +322,13 @@ const fn coloured_meta_offset(latest: usize, earliest: usize, object_size: usize
     }
     let lines = (last - first) / LINE + 1;
     if lines < SETS {
-        return last - (hash % lines) * LINE;
+        let offset = last - (hash % lines) * LINE;
+        // `first` is not a page's first line, so a page-aligned pick has a line before it.
+        return if offset.is_multiple_of(PAGE) {
+            offset - LINE
+        } else {
+            offset
+        };
     }
     let set = 1 + hash % (SETS - 2);
     let offset = (last & !(PAGE - 1)) + set * LINE;
@@ -335,6 +339,8 @@ const fn coloured_meta_offset(latest: usize, earliest: usize, object_size: usize
     }
 }
 
+/// The inverse of the odd `d` modulo 2^64, by Newton's iteration: `d` is its own inverse
+/// modulo 8, and each step doubles the bits that are right (3, 6, 12, 24, 48, 96).
 const fn odd_inverse(d: u64) -> u64 {
     let mut inv = d;
     let mut i = 0;
