@@ -137,9 +137,9 @@ impl Node {
         // says nothing of a change of pointee type; `Arc::from_raw` allows one of the same
         // size and alignment, and the two share the allocation's layout, so this leans on
         // the documented `Arc` rule (Miri accepts it under stacked and tree borrows). Taken
-        // after `p`, since `get_mut`
-        // refuses an `Arc` with weak handles; it touches the counts, not the node `p` writes.
-        // Nothing upgrades it before the node is initialised: only the node holds it.
+        // after `p`, since `get_mut` refuses an `Arc` with weak handles; it touches the
+        // counts, not the node `p` writes. Nothing upgrades it before the node is
+        // initialised: only the node holds it.
         // SAFETY: as just said.
         let this = unsafe { Weak::from_raw(Weak::into_raw(Arc::downgrade(&a)).cast::<Node>()) };
         // SAFETY: `p` points to this unique, uninitialised allocation of a `Node`, and every

@@ -110,6 +110,14 @@ pub struct Segment {
     pub next: *mut Segment,
 }
 
+// `nslabs`' doc: a slot check's fields share the header's first line (segments are 4 MiB
+// aligned).
+const _: () = assert!(
+    core::mem::offset_of!(Segment, cache) < 64
+        && core::mem::offset_of!(Segment, slabs_offset) + 8 <= 64
+        && core::mem::offset_of!(Segment, nslabs) + 8 <= 64
+);
+
 impl Segment {
     /// Maps and initialises a segment for `cache`. Null when the OS refuses.
     pub fn create(cache: &CacheId, layout: SlabLayout) -> *mut Segment {

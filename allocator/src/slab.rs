@@ -303,9 +303,10 @@ impl SlabLayout {
 /// (`server 2 20000` under cachegrind) the spread takes 0.66 M of the 3.6 M L1 misses the
 /// tenants add; it costs no instruction, since the fast paths add `meta_offset` whatever it
 /// is. (Slabs of one class still share their class's set: a colour per slab would cost
-/// instructions on every accounted free.) Set 0 is never chosen, nor set 63 where the slack
+/// instructions on every accounted free.) No pick is in set 0, nor in set 63 where the slack
 /// spans a page: page-aligned objects start in the first and, for sizes a multiple of a
-/// page, end in the last.
+/// page, end in the last. (Only `latest`, taken when the slack holds no whole line, may lie
+/// anywhere.)
 const fn coloured_meta_offset(latest: usize, earliest: usize, object_size: usize) -> usize {
     const LINE: usize = 64;
     const SETS: usize = PAGE / LINE;
