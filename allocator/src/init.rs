@@ -35,7 +35,7 @@ pub fn alloc_slow(c: usize, kind: Kind) -> *mut u8 {
 }
 
 /// Slow path of a free to bin `(c, kind)` of this thread: sets up the process and the
-/// thread on the thread's first one, then gives half the bin back
+/// thread on the thread's first one, then gives half the bin back, or all of it
 /// (`thread_cache::flush_push`).
 ///
 /// # Safety

@@ -195,3 +195,63 @@ fn eight_byte_objects_go_back_in_batches() {
     let again: Vec<Box<u64>> = (0..100_000u64).map(Box::new).collect();
     assert!(again.iter().enumerate().all(|(i, b)| **b == i as u64));
 }
+
+/// This thread's count of free slots in the plain bin of the 256-byte class.
+fn plain_bin_256() -> u32 {
+    use slabcg_allocator::testing::{class_of, thread_cache, Kind};
+    thread_cache::with(|tc| tc.bin(class_of(256), Kind::Plain).count())
+}
+
+/// Frees `objs` one by one on this thread and returns, for each time the bin gave slots
+/// back (its count fell), the count left: half the bin plus the freed slot, or 1 when it
+/// gave back everything.
+// Each object is its own 256-byte allocation: boxed in the vector on purpose.
+#[allow(clippy::vec_box)]
+fn drops_while_freeing(objs: Vec<Box<[u8; 256]>>) -> Vec<u32> {
+    let mut drops = Vec::new();
+    let mut before = plain_bin_256();
+    for o in objs {
+        drop(o);
+        let after = plain_bin_256();
+        if after < before {
+            drops.push(after);
+        }
+        before = after;
+    }
+    drops
+}
+
+/// A consumer (a thread that frees what another allocates and allocates none itself) gives
+/// back half its full bin a few times, then the whole bin each time (no walk to its
+/// middle); a thread that allocates from the class between give-backs keeps half each time.
+#[test]
+fn a_consumer_gives_back_whole_bins() {
+    let objs: Vec<Box<[u8; 256]>> = (0..20_000).map(|i| Box::new([i as u8; 256])).collect();
+    let drops = thread::spawn(move || drops_while_freeing(objs))
+        .join()
+        .unwrap();
+    assert!(drops.len() >= 8, "too few give-backs to tell: {drops:?}");
+    assert!(drops[0] > 1, "the first give-back keeps half: {drops:?}");
+    assert!(
+        drops[drops.len() - 5..].iter().all(|&n| n == 1),
+        "a consumer's later give-backs are whole: {drops:?}"
+    );
+
+    // Allocating from the class between give-backs (a refill every two at most): always
+    // half.
+    let drops = thread::spawn(|| {
+        let mut drops = Vec::new();
+        for round in 0..12u8 {
+            let objs: Vec<Box<[u8; 256]>> = (0..800).map(|_| Box::new([round; 256])).collect();
+            drops.extend(drops_while_freeing(objs));
+        }
+        drops
+    })
+    .join()
+    .unwrap();
+    assert!(drops.len() >= 8, "too few give-backs to tell: {drops:?}");
+    assert!(
+        drops.iter().all(|&n| n > 1),
+        "a thread that refills between give-backs keeps half: {drops:?}"
+    );
+}
