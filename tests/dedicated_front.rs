@@ -143,6 +143,48 @@ fn remote_frees_land_in_the_freeing_threads_front() {
     assert_eq!(c.live_objects(), 0);
 }
 
+/// A consumer's front (a thread that only frees the cache's objects) gives back half of its
+/// full bin a few times, then all of it each time, as a size class's bin does
+/// (`bin::DRY_GIVE_BACKS`); every slot stays accounted for.
+#[test]
+fn a_consumers_front_gives_back_whole_bins() {
+    let c = Cache::builder("front-consumer", layout(200)).build();
+    let n = 20_000;
+    let a = addrs(
+        &(0..n)
+            .map(|_| c.alloc().unwrap().as_ptr())
+            .collect::<Vec<_>>(),
+    );
+    let c = &c;
+    // Joined: see `same_thread_pairs_stay_in_the_front`.
+    let drops = std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut drops = Vec::new();
+            let mut before = c.slots_in_my_front();
+            for &p in &a {
+                // SAFETY: allocated by the main thread from c, freed once.
+                unsafe { c.free(nn(p)) };
+                let after = c.slots_in_my_front();
+                if after < before {
+                    drops.push(after);
+                }
+                before = after;
+            }
+            slabcg::allocator::testing::check_invariants();
+            drops
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(drops.len() >= 8, "too few give-backs to tell: {drops:?}");
+    assert!(drops[0] > 1, "the first give-back keeps half: {drops:?}");
+    assert!(
+        drops[drops.len() - 5..].iter().all(|&k| k == 1),
+        "a consumer's later give-backs are whole: {drops:?}"
+    );
+    assert_eq!(c.live_objects(), 0);
+}
+
 #[test]
 fn thread_exit_gives_front_slots_back() {
     let c = Arc::new(Cache::builder("front-exit", layout(512)).build());

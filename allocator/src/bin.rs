@@ -350,6 +350,14 @@ pub struct ClassBins {
     pub(crate) claimed: Cell<bool>,
 }
 
+/// Give-backs in a row with no refill between after which a thread's bin (a size class's,
+/// `thread_cache::flush_push`, or a dedicated cache's front) gives back all it holds instead
+/// of its newest half: a consumer's, whose thread frees objects other threads allocate and
+/// takes none back. A bin whose count wanders between empty and full (a thread replacing
+/// objects of random sizes) gives back a few times in a row often enough: walking to its
+/// half then, as always, keeps its next allocations off the refill path.
+pub(crate) const DRY_GIVE_BACKS: u8 = 3;
+
 /// Stale slots a claim writes beyond the one it popped, at most (`ClassBins::claim_reach`).
 /// With four, the service's working set handed from request to request (`examples/
 /// request_probe 5000 records` under callgrind) costs 7,000 instructions less per request;

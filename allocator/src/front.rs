@@ -57,7 +57,7 @@ use core::cell::Cell;
 use core::ptr;
 use core::sync::atomic::{AtomicIsize, AtomicPtr, Ordering};
 
-use crate::bin::Bin;
+use crate::bin::{Bin, DRY_GIVE_BACKS};
 use crate::cache::{add_signed, SlabCache};
 use crate::slab::FreeObj;
 
@@ -94,6 +94,8 @@ pub struct FrontBin {
     allocs: Cell<u8>,
     /// Frees sent home while closed.
     frees: Cell<u8>,
+    /// Give-backs since the last refill, up to [`DRY_GIVE_BACKS`].
+    dry: Cell<u8>,
 }
 
 impl FrontBin {
@@ -105,6 +107,7 @@ impl FrontBin {
             charged: AtomicIsize::new(0),
             allocs: Cell::new(0),
             frees: Cell::new(0),
+            dry: Cell::new(0),
         }
     }
 
@@ -188,6 +191,7 @@ impl FrontBin {
         self.kept.set_capacity(0);
         self.allocs.set(0);
         self.frees.set(0);
+        self.dry.set(0);
         self.tag.store(
             core as *const SlabCache as *mut SlabCache,
             Ordering::Relaxed,
@@ -242,9 +246,21 @@ impl FrontBin {
         true
     }
 
-    /// Fills the empty bin with a chain of `count` slots of its core.
+    /// Fills the empty bin with a chain of `count` slots of its core (a refill).
     pub(crate) fn fill(&self, head: *mut FreeObj, count: u32) {
         self.bin.fill(head, count);
+        self.dry.set(0);
+    }
+
+    /// The full bin gives back: true when it should give back all it holds (a consumer's,
+    /// [`DRY_GIVE_BACKS`] give-backs in a row with no refill between), else counts one more.
+    pub(crate) fn dry_give_back(&self) -> bool {
+        let n = self.dry.get();
+        if n >= DRY_GIVE_BACKS {
+            return true;
+        }
+        self.dry.set(n + 1);
+        false
     }
 
     /// The invariant (module docs): `Bin::check`, and an untagged bin is empty and counts

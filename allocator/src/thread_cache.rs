@@ -33,7 +33,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use slabcg_accounting::hooks::{self, ObjCgId};
 
-use crate::bin::{new_lines, Bin, ClassBins};
+use crate::bin::{new_lines, Bin, ClassBins, DRY_GIVE_BACKS};
 use crate::cache::SlabCache;
 use crate::class_caches;
 use crate::front::{self, FrontBin, FRONTS};
@@ -54,11 +54,6 @@ const DEAD: u8 = 2;
 
 /// Frees per class a thread sends straight home before it has allocated from the class.
 const HOME_FREES: u8 = 64;
-/// Give-backs in a row with no refill between after which a bin gives back all it holds
-/// (a consumer's, `flush_push`). A bin whose count wanders between empty and full (a thread
-/// replacing objects of random sizes) gives back a few times in a row often enough: walking
-/// to its half then, as always, keeps its next allocations off the refill path.
-const DRY_GIVE_BACKS: u8 = 3;
 
 /// Bytes a bin may hold before it gives slots back.
 const BIN_BYTES: usize = 128 * 1024;
@@ -737,13 +732,10 @@ pub(crate) unsafe fn flush_push(tc: &ThreadCache, p: *mut u8, c: usize, kind: Ki
             bin.count().div_ceil(2)
         };
         if k > 0 {
-            // A bin that gives back again and again with no refill between is a consumer's:
-            // its thread frees objects other threads allocate and takes none back, so
-            // keeping half is for nothing, and finding the half is a walk of it, a pointer
-            // chase through slots the thread last touched when it freed them (xmalloc: 11%
-            // of its time). It gives back the whole list, detached in O(1). A thread that
-            // also allocates from the class empties the bin and refills between
-            // give-backs, and keeps half.
+            // A consumer's bin (`DRY_GIVE_BACKS`) gives back its whole list, detached in
+            // O(1): keeping half would be for nothing, and finding the half is a walk of
+            // it, a pointer chase through slots the thread last touched when it freed them
+            // (xmalloc: 11% of its time).
             let dry = &tc.dry[c][kind as usize];
             let (chain, k) = if dry.get() >= DRY_GIVE_BACKS {
                 bin.take_all()
@@ -1132,7 +1124,12 @@ pub(crate) unsafe fn front_flush_push(
     }
     let k = f.bin.count().div_ceil(2);
     if k > 0 {
-        let chain = f.bin.take(k);
+        // A consumer's bin gives back all it holds, as a size class's does (`flush_push`).
+        let (chain, k) = if f.dry_give_back() {
+            f.bin.take_all()
+        } else {
+            (f.bin.take(k), k)
+        };
         // SAFETY: the chain holds k slots of `core` taken from its bin.
         unsafe { core.flush_batch(chain, k as usize) };
     }
