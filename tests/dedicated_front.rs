@@ -1,7 +1,8 @@
 //! The per-thread front of dedicated caches (issue 18): same-thread pairs stay in the
 //! thread's front, remote frees land in the freeing thread's front (after the first 64 go
-//! home), thread exit and `trim()` give front slots back, and an accounted cache keeps exact
-//! ownership with single and bulk frees mixed across threads, before and after its tenant dies.
+//! home), a consumer's front gives back whole bins, thread exit and `trim()` give front slots
+//! back, and an accounted cache keeps exact ownership with single and bulk frees mixed across
+//! threads, before and after its tenant dies.
 
 use std::alloc::Layout;
 use std::collections::HashSet;

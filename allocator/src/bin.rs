@@ -356,6 +356,14 @@ pub struct ClassBins {
 /// takes none back. A bin whose count wanders between empty and full (a thread replacing
 /// objects of random sizes) gives back a few times in a row often enough: walking to its
 /// half then, as always, keeps its next allocations off the refill path.
+///
+/// "No refill" is not "no allocation": a thread that allocates from the bin but frees more
+/// never empties it, and counts as a consumer too (its bin then empties sooner and refills,
+/// which resets the count; a bulk allocation that pops the bin empty refills its caller's
+/// array, not the bin, and resets nothing). A whole bin given back is one parked batch, which
+/// the next refill of a bin of that size may take back whole. The object stock's tagged bins
+/// keep their half give-back (`ObjectStock::give_back_full`): its walk clears the owner
+/// words the hand-back needs cleared anyway, and reports a slot freed twice.
 pub(crate) const DRY_GIVE_BACKS: u8 = 3;
 
 /// Stale slots a claim writes beyond the one it popped, at most (`ClassBins::claim_reach`).

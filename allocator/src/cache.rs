@@ -472,7 +472,10 @@ impl SlabCache {
         // Not 4 MiB aligned, so no segment: the first slot is always checked (null is not a
         // start value either: a pointer below 4 MiB would match it).
         let mut checked = usize::MAX;
-        while !o.is_null() {
+        // At most `count` steps: a slot freed twice while its first free waited deeper in a
+        // bin links the bin's list into a loop, and a whole bin given back
+        // (`bin::DRY_GIVE_BACKS`) comes here with no walk before this one to cut it.
+        while !o.is_null() && n < count {
             let seg = segment_of(o as *const u8);
             // SAFETY: is_segment says the header is readable.
             if seg as usize != checked {
@@ -491,8 +494,10 @@ impl SlabCache {
             }
             n += 1;
         }
-        if n != count {
-            sys::fatal("corrupted free chain (count mismatch)");
+        if n != count || !o.is_null() {
+            sys::fatal(
+                "corrupted free chain (count mismatch; a slot freed twice links a bin into a loop)",
+            );
         }
         let mut l = self.lists.lock();
         if suspect {

@@ -4,7 +4,8 @@
 //!
 //! A dedicated cache shares the slab machinery of the size classes ([`SlabCache`]), and their
 //! per-thread front: `alloc`/`free` pop from and push onto this thread's bin of the cache
-//! (no lock, no atomic read-modify-write), refilled and flushed half a bin at a time through
+//! (no lock, no atomic read-modify-write), refilled and flushed half a bin at a time (a
+//! consumer's whole, `bin::DRY_GIVE_BACKS`) through
 //! the cache's parked batches (`front.rs`: index assignment, tags, warm-up). A free on
 //! another thread lands in that thread's front, as a size class's does. The first 64 caches
 //! alive at once get a front; later ones take the cache's lock on every `alloc`/`free`.

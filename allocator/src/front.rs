@@ -70,7 +70,7 @@ pub const NO_FRONT: u32 = FRONTS as u32;
 pub const WARM_ALLOCS: u8 = 8;
 /// Frees a thread sends home before its bin opens (the size classes' `HOME_FREES`).
 pub const HOME_FREES: u8 = 64;
-/// Bytes a front bin may hold before it gives half back (as a size-class bin).
+/// Bytes a front bin may hold before it gives slots back (as a size-class bin).
 const BIN_BYTES: usize = 128 * 1024;
 
 /// Capacity of an open front bin of `core`.

@@ -5,7 +5,7 @@
 //! alloc(layout)   size <= 128 KiB && align <= 8 → class (table or lzcnt) → thread bin pop
 //!                 → miss: init::alloc_slow (refill)              other layouts: alloc_other
 //! dealloc(p, l)   same class computation → thread bin push
-//!                 → full: free_plain_slow → init::free_slow (flush half)
+//!                 → full: free_plain_slow → init::free_slow (flush half, or all)
 //!                                                                other layouts: dealloc_other
 //! ```
 //! Rust hands `dealloc` the layout, so a free finds its class without touching the object's

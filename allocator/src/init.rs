@@ -67,8 +67,8 @@ pub fn front_alloc_slow(i: u32, core: &'static SlabCache) -> *mut u8 {
 }
 
 /// Slow path of a free to front `i` of dedicated cache `core` on this thread: sets up the
-/// process and the thread on the thread's first slow path, then flushes half the front
-/// (`thread_cache::front_flush_push`).
+/// process and the thread on the thread's first slow path, then flushes half the front, or
+/// all of it (`thread_cache::front_flush_push`).
 ///
 /// # Safety
 /// `p` must be a live slot of `core` that the caller gives up.

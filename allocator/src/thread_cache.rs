@@ -20,7 +20,8 @@
 //! Dedicated caches have a front here too: `fronts`, one [`FrontBin`] per front index
 //! (`front.rs` says how indexes are assigned, why bins carry their core as a tag, and the
 //! warm-up); [`front_refill_pop`] and [`front_flush_push`] are their slow paths, the same
-//! refill-half / flush-half as the size classes', through the core's parked batches.
+//! refill-half / flush-half (or whole, a consumer's) as the size classes', through the
+//! core's parked batches.
 //!
 //! Lifecycle (`state`): UNINIT (all `max == 0`, so the first alloc or free takes the slow path,
 //! where `init.rs` sets up the process and then this thread, [`set_up`]) → LIVE → DEAD at
@@ -735,7 +736,7 @@ pub(crate) unsafe fn flush_push(tc: &ThreadCache, p: *mut u8, c: usize, kind: Ki
             // A consumer's bin (`DRY_GIVE_BACKS`) gives back its whole list, detached in
             // O(1): keeping half would be for nothing, and finding the half is a walk of
             // it, a pointer chase through slots the thread last touched when it freed them
-            // (xmalloc: 11% of its time).
+            // (xmalloc: 11% of its time). The park's checking walk is then the only one.
             let dry = &tc.dry[c][kind as usize];
             let (chain, k) = if dry.get() >= DRY_GIVE_BACKS {
                 bin.take_all()
@@ -1084,7 +1085,7 @@ fn open_front(tc: &ThreadCache, i: u32, f: &FrontBin, core: &SlabCache) {
 /// Slow path of a free to front `i` of dedicated cache `core` on a set-up thread
 /// (`init::front_free_slow` is the entry): retag the bin when it holds another core's slots,
 /// send the slot home while the bin is closed (`front::HOME_FREES`), else give half the bin
-/// back and push. For a thread whose bins are closed, or a cache without an index, the slot
+/// back (all of it for a consumer's, [`DRY_GIVE_BACKS`]) and push. For a thread whose bins are closed, or a cache without an index, the slot
 /// goes straight to the core.
 ///
 /// # Safety

@@ -113,6 +113,46 @@ fn double_free_on_another_thread_is_reported() {
     println!("not detected: {neighbour:?}");
 }
 
+/// A double free on a consumer's thread, while the first free waits deeper in its bin: the
+/// second push links the bin's list into a loop, and the bin gives back its whole list
+/// (`bin::DRY_GIVE_BACKS`) without a walk that would cut it. The walk that checks the list
+/// before its slots are parked stops after the bin's count and reports the loop (it used to
+/// be unbounded: the thread spun for ever).
+#[test]
+fn double_free_deep_in_a_consumers_bin_is_reported() {
+    const NAME: &str = "double_free_deep_in_a_consumers_bin_is_reported";
+    if !is_child(NAME) {
+        return run_child_expect_fatal(NAME, "slabcg: fatal: corrupted free chain");
+    }
+    let l = Layout::from_size_align(256, 8).unwrap();
+    // SAFETY: valid layout.
+    let ps: Vec<usize> = (0..20_000)
+        .map(|_| unsafe { GLOBAL.alloc(l) } as usize)
+        .collect();
+    assert!(ps.iter().all(|&p| p != 0));
+    std::thread::spawn(move || {
+        // A consumer: enough frees for its bin to give back whole.
+        for &p in &ps[..10_000] {
+            // SAFETY: allocated above, freed once.
+            unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+        }
+        let (x, y) = (ps[10_000], ps[10_001]);
+        // SAFETY: deliberately invalid: x again, below y, which heads the bin.
+        unsafe {
+            GLOBAL.dealloc(x as *mut u8, l);
+            GLOBAL.dealloc(y as *mut u8, l);
+            GLOBAL.dealloc(x as *mut u8, l);
+        }
+        for &p in &ps[10_002..] {
+            // SAFETY: allocated above, freed once.
+            unsafe { GLOBAL.dealloc(p as *mut u8, l) };
+        }
+    })
+    .join()
+    .unwrap();
+    println!("not detected");
+}
+
 /// A double free of a slot a request left in the object stock, after the next request took
 /// the stock over in place: the slot keeps the first request's owner word until an
 /// allocation takes it or claims it ahead (`ClassBins::stale`; the bottom slot, freed again

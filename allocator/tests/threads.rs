@@ -1,5 +1,6 @@
 //! Multi-threaded behaviour: cross-thread frees with byte-pattern checks, thread churn with
-//! bounded growth, allocation in thread-local destructors and before `main`.
+//! bounded growth, allocation in thread-local destructors and before `main`, and a
+//! consumer's bin giving back whole.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::mpsc;
@@ -237,12 +238,15 @@ fn a_consumer_gives_back_whole_bins() {
         "a consumer's later give-backs are whole: {drops:?}"
     );
 
-    // Allocating from the class between give-backs (a refill every two at most): always
-    // half.
+    // Allocating from the class between give-backs: always half. The bin holds at most 512
+    // slots of 256 bytes (`bin_max`), so 700 allocations empty it and refill at least once,
+    // which resets its count of give-backs; 700 frees then overflow it at most three times
+    // (at the second free at the earliest, then every 256), one fewer than a whole give-back
+    // takes (`DRY_GIVE_BACKS` = 3), whatever batches the refills took.
     let drops = thread::spawn(|| {
         let mut drops = Vec::new();
         for round in 0..12u8 {
-            let objs: Vec<Box<[u8; 256]>> = (0..800).map(|_| Box::new([round; 256])).collect();
+            let objs: Vec<Box<[u8; 256]>> = (0..700).map(|_| Box::new([round; 256])).collect();
             drops.extend(drops_while_freeing(objs));
         }
         drops

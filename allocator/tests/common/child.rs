@@ -23,15 +23,43 @@ pub fn run_child(test: &str) {
     assert!(text.contains("CHILD-OK"), "{test} did not run:\n{text}");
 }
 
-/// Runs `test` in a child process that must die with `message` on stderr.
+/// Runs `test` in a child process that must die with `message` on stderr, within two
+/// minutes: a corruption the allocator fails to detect may leave the child walking a looped
+/// list for ever, and the test should fail rather than hang.
 #[allow(dead_code)] // not every includer has tests that must fail
 pub fn run_child_expect_fatal(test: &str, message: &str) {
-    let out = Command::new(std::env::current_exe().unwrap())
+    use std::io::Read;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture"])
         .env("SLABCG_CHILD", test)
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{test}: the child survived");
+    // The child's stderr is read on a thread of its own, so that a child writing more than a
+    // pipe holds does not block while this thread waits for it to exit.
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut err = Vec::new();
+        pipe.read_to_end(&mut err).unwrap();
+        err
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{test}: the child hung (killed after 120 s)");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let err = reader.join().unwrap();
+    let err = String::from_utf8_lossy(&err);
+    assert!(!status.success(), "{test}: the child survived");
     assert!(err.contains(message), "{test}: stderr: {err}");
 }
