@@ -366,6 +366,32 @@ pub struct ClassBins {
 /// words the hand-back needs cleared anyway, and reports a slot freed twice.
 pub(crate) const DRY_GIVE_BACKS: u8 = 3;
 
+/// A bin's give-backs since it was last refilled, up to [`DRY_GIVE_BACKS`]: whether its next
+/// give-back is whole. The owner thread's alone.
+pub(crate) struct GiveBacks(Cell<u8>);
+
+impl GiveBacks {
+    pub(crate) const fn new() -> GiveBacks {
+        GiveBacks(Cell::new(0))
+    }
+
+    /// The bin was refilled: it is no consumer's (yet).
+    pub(crate) fn refilled(&self) {
+        self.0.set(0);
+    }
+
+    /// The full bin gives back: true when it should give back all it holds (a consumer's),
+    /// else counts one more give-back.
+    pub(crate) fn whole(&self) -> bool {
+        let n = self.0.get();
+        if n >= DRY_GIVE_BACKS {
+            return true;
+        }
+        self.0.set(n + 1);
+        false
+    }
+}
+
 /// Stale slots a claim writes beyond the one it popped, at most (`ClassBins::claim_reach`).
 /// With four, the service's working set handed from request to request (`examples/
 /// request_probe 5000 records` under callgrind) costs 7,000 instructions less per request;

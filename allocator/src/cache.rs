@@ -496,7 +496,7 @@ impl SlabCache {
         }
         if n != count || !o.is_null() {
             sys::fatal(
-                "corrupted free chain (count mismatch; a slot freed twice links a bin into a loop)",
+                "corrupted free chain (count mismatch: a slot freed twice can loop a bin's list)",
             );
         }
         let mut l = self.lists.lock();

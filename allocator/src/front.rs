@@ -57,7 +57,7 @@ use core::cell::Cell;
 use core::ptr;
 use core::sync::atomic::{AtomicIsize, AtomicPtr, Ordering};
 
-use crate::bin::{Bin, DRY_GIVE_BACKS};
+use crate::bin::{Bin, GiveBacks};
 use crate::cache::{add_signed, SlabCache};
 use crate::slab::FreeObj;
 
@@ -94,8 +94,8 @@ pub struct FrontBin {
     allocs: Cell<u8>,
     /// Frees sent home while closed.
     frees: Cell<u8>,
-    /// Give-backs since the last refill, up to [`DRY_GIVE_BACKS`].
-    dry: Cell<u8>,
+    /// Give-backs since the last refill (`bin::DRY_GIVE_BACKS`).
+    pub(crate) give_backs: GiveBacks,
 }
 
 impl FrontBin {
@@ -107,7 +107,7 @@ impl FrontBin {
             charged: AtomicIsize::new(0),
             allocs: Cell::new(0),
             frees: Cell::new(0),
-            dry: Cell::new(0),
+            give_backs: GiveBacks::new(),
         }
     }
 
@@ -191,7 +191,7 @@ impl FrontBin {
         self.kept.set_capacity(0);
         self.allocs.set(0);
         self.frees.set(0);
-        self.dry.set(0);
+        self.give_backs.refilled();
         self.tag.store(
             core as *const SlabCache as *mut SlabCache,
             Ordering::Relaxed,
@@ -249,18 +249,7 @@ impl FrontBin {
     /// Fills the empty bin with a chain of `count` slots of its core (a refill).
     pub(crate) fn fill(&self, head: *mut FreeObj, count: u32) {
         self.bin.fill(head, count);
-        self.dry.set(0);
-    }
-
-    /// The full bin gives back: true when it should give back all it holds (a consumer's,
-    /// [`DRY_GIVE_BACKS`] give-backs in a row with no refill between), else counts one more.
-    pub(crate) fn dry_give_back(&self) -> bool {
-        let n = self.dry.get();
-        if n >= DRY_GIVE_BACKS {
-            return true;
-        }
-        self.dry.set(n + 1);
-        false
+        self.give_backs.refilled();
     }
 
     /// The invariant (module docs): `Bin::check`, and an untagged bin is empty and counts

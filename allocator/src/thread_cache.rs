@@ -34,7 +34,7 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use slabcg_accounting::hooks::{self, ObjCgId};
 
-use crate::bin::{new_lines, Bin, ClassBins, DRY_GIVE_BACKS};
+use crate::bin::{new_lines, Bin, ClassBins, GiveBacks};
 use crate::cache::SlabCache;
 use crate::class_caches;
 use crate::front::{self, FrontBin, FRONTS};
@@ -126,9 +126,9 @@ pub struct ThreadCache {
     /// Frees sent home per class while this thread had not yet allocated from the class
     /// (see `free_slow`).
     home_frees: [Cell<u8>; NUM_CLASSES],
-    /// Per class and kind: give-backs of the bin since it was last refilled, up to
-    /// [`DRY_GIVE_BACKS`] (see `flush_push`).
-    dry: [[Cell<u8>; 2]; NUM_CLASSES],
+    /// Per class and kind: give-backs of the bin since it was last refilled (see
+    /// `flush_push`).
+    give_backs: [[GiveBacks; 2]; NUM_CLASSES],
     state: Cell<u8>,
     /// Allocation slow paths of this thread, for the decay sweep's pace ([`tick_slow`]).
     ///
@@ -152,7 +152,7 @@ impl ThreadCache {
             stock: ObjectStock::new(),
             acct_mask: AtomicUsize::new(0),
             home_frees: [const { Cell::new(0) }; NUM_CLASSES],
-            dry: [const { [const { Cell::new(0) }; 2] }; NUM_CLASSES],
+            give_backs: [const { [const { GiveBacks::new() }; 2] }; NUM_CLASSES],
             state: Cell::new(UNINIT),
             slow: Cell::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
@@ -669,7 +669,7 @@ pub(crate) fn refill_pop(tc: &ThreadCache, c: usize, kind: Kind) -> *mut u8 {
         return ptr::null_mut();
     }
     bin.fill(chain.head, chain.count as u32);
-    tc.dry[c][kind as usize].set(0);
+    tc.give_backs[c][kind as usize].refilled();
     tc.check_if_due();
     bin.pop()
 }
@@ -684,8 +684,8 @@ fn refill_one(cache: &SlabCache) -> *mut u8 {
 }
 
 /// Slow path of a free to bin `(c, kind)` of a set-up thread (`init::free_slow` is the
-/// entry): give half the bin back (all of it for a consumer's, [`DRY_GIVE_BACKS`]), or, for
-/// a thread whose bins are closed, the slot straight to its cache.
+/// entry): give half the bin back (all of it for a consumer's, `bin::DRY_GIVE_BACKS`), or,
+/// for a thread whose bins are closed, the slot straight to its cache.
 ///
 /// # Safety
 /// `p` must be a live slot of class `c` of this kind that the caller gives up.
@@ -737,11 +737,9 @@ pub(crate) unsafe fn flush_push(tc: &ThreadCache, p: *mut u8, c: usize, kind: Ki
             // O(1): keeping half would be for nothing, and finding the half is a walk of
             // it, a pointer chase through slots the thread last touched when it freed them
             // (xmalloc: 11% of its time). The park's checking walk is then the only one.
-            let dry = &tc.dry[c][kind as usize];
-            let (chain, k) = if dry.get() >= DRY_GIVE_BACKS {
+            let (chain, k) = if tc.give_backs[c][kind as usize].whole() {
                 bin.take_all()
             } else {
-                dry.set(dry.get() + 1);
                 (bin.take(k), k)
             };
             // SAFETY: the chain holds k slots of this class taken from the bin.
@@ -1085,8 +1083,8 @@ fn open_front(tc: &ThreadCache, i: u32, f: &FrontBin, core: &SlabCache) {
 /// Slow path of a free to front `i` of dedicated cache `core` on a set-up thread
 /// (`init::front_free_slow` is the entry): retag the bin when it holds another core's slots,
 /// send the slot home while the bin is closed (`front::HOME_FREES`), else give half the bin
-/// back (all of it for a consumer's, [`DRY_GIVE_BACKS`]) and push. For a thread whose bins are closed, or a cache without an index, the slot
-/// goes straight to the core.
+/// back (all of it for a consumer's, `bin::DRY_GIVE_BACKS`) and push. For a thread whose
+/// bins are closed, or a cache without an index, the slot goes straight to the core.
 ///
 /// # Safety
 /// `p` must be a live slot of `core` that the caller gives up.
@@ -1126,7 +1124,7 @@ pub(crate) unsafe fn front_flush_push(
     let k = f.bin.count().div_ceil(2);
     if k > 0 {
         // A consumer's bin gives back all it holds, as a size class's does (`flush_push`).
-        let (chain, k) = if f.dry_give_back() {
+        let (chain, k) = if f.give_backs.whole() {
             f.bin.take_all()
         } else {
             (f.bin.take(k), k)

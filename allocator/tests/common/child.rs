@@ -58,6 +58,8 @@ pub fn run_child_expect_fatal_one_of(test: &str, messages: &[&str]) {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
+        // A watchdog, not a timing: it fires only for a child that never exits (a fatal
+        // check takes milliseconds), so that a missed detection fails instead of hanging.
         if start.elapsed() > Duration::from_secs(120) {
             child.kill().unwrap();
             child.wait().unwrap();
