@@ -14,7 +14,11 @@
 # server without the lane (`--heavy-bytes off`), and beside two CPU-only controls as long as
 # a runaway (`/spin`), on the main workers and on the heavy lane.
 #
-# The loops send one request every GAP seconds (env GAP, default 1) after the last answer.
+# The loops send one request every GAP seconds (env GAP, default 1) after the last answer,
+# their curl at nice CLIENT_NICE (default 19): a curl process takes 7-9 ms of CPU per request
+# on the 2-vCPU VM of BENCHMARKS.md (`perf stat`), more than a runaway's slice on a main
+# worker, and at nice 0 the server's workers waited behind it. A client elsewhere costs the
+# server nothing; CLIENT_NICE=0 measures as the runs before this did.
 # ONLY_RUNAWAY=1 skips the throughput table and wrk. HEAVY_SCHED=idle runs the heavy lane of
 # the runaway table's servers under SCHED_IDLE instead of nice 19 (`--heavy-sched`).
 #
@@ -28,6 +32,7 @@ CONC=${3:-32}
 KB=${4:-16}
 RATE=${5:-4000}
 GAP=${GAP:-1}
+CLIENT_NICE=${CLIENT_NICE:-19}
 HEAVY_SCHED=${HEAVY_SCHED:-nice}
 ONLY_RUNAWAY=${ONLY_RUNAWAY:-0}
 PORT=${PORT:-3917}
@@ -71,7 +76,8 @@ load() { # output file, extra oha flags
 # The loop's codes and times go to a file, and the last answer's body beside it.
 beside() { # output file, request path, file for the loop's status codes and times
   rm -f "$OUT/stop"
-  ( while [ ! -e "$OUT/stop" ]; do
+  ( renice -n "$CLIENT_NICE" -p "$BASHPID" >/dev/null
+    while [ ! -e "$OUT/stop" ]; do
       curl -s --max-time 60 -o "$OUT/$3.body" -w '%{http_code} %{time_total}\n' \
         "http://127.0.0.1:$PORT/$2" || true
       sleep "$GAP"
