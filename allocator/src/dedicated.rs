@@ -331,24 +331,35 @@ impl Cache {
     /// when the tenant's limit refuses or memory is exhausted.
     #[inline(always)]
     pub fn alloc(&self) -> Option<NonNull<u8>> {
-        if self.core.id.accounted {
-            return self.alloc_accounted();
+        // One compare of the front's tag tells both whose front it is and whether the cache
+        // is accounted (`front::key`): no flag is loaded on the way to the pop.
+        let addr = self.core as *const SlabCache as usize;
+        let key = thread_cache::with(|tc| tc.front_at(self.at).key());
+        if key == addr | front::ACCOUNTED {
+            return self.alloc_accounted(true);
         }
-        let p = thread_cache::with(|tc| tc.front_at(self.at).pop_of(self.core));
-        if !p.is_null() {
-            // SAFETY: just tested.
-            return Some(unsafe { NonNull::new_unchecked(p) });
+        if key == addr {
+            let p = thread_cache::with(|tc| tc.front_at(self.at).bin.pop());
+            if !p.is_null() {
+                // SAFETY: just tested.
+                return Some(unsafe { NonNull::new_unchecked(p) });
+            }
+        } else if self.core.id.accounted {
+            return self.alloc_accounted(false);
         }
         NonNull::new(init::front_alloc_slow(self.front, self.core))
     }
 
     /// [`alloc`](Self::alloc) of an accounted cache: a slot the object stock kept charged to
-    /// the current tenant (`front.rs`), else charge (byte stock), pop, owner word.
+    /// the current tenant (`front.rs`), else charge (byte stock), pop, owner word. `own`:
+    /// the caller saw this thread's front tagged with this cache (no kept slot to take
+    /// otherwise).
     #[inline(always)]
-    fn alloc_accounted(&self) -> Option<NonNull<u8>> {
+    fn alloc_accounted(&self, own: bool) -> Option<NonNull<u8>> {
         let cg = hooks::current_objcg();
-        if cg != 0 {
-            match thread_cache::with(|tc| tc.front_kept_pop(self.at, self.core, cg)) {
+        if own && cg != 0 {
+            // The front is this cache's (the caller's compare): the kept pop needs no other.
+            match thread_cache::with(|tc| tc.stock.pop(&tc.front_at(self.at).kept, cg)) {
                 // SAFETY: a popped slot is not null.
                 Pop::Hit(p) => return Some(unsafe { NonNull::new_unchecked(p) }),
                 Pop::Empty => {}
@@ -402,7 +413,8 @@ impl Cache {
         if cg != 0 && !unsafe { hooks::charge(cg, size, self.stat) } {
             return None;
         }
-        let mut p = thread_cache::with(|tc| tc.front_at(self.at).pop_of(self.core));
+        let key = self.core as *const SlabCache as usize | front::ACCOUNTED;
+        let mut p = thread_cache::with(|tc| tc.front_at(self.at).pop_of(key));
         if p.is_null() {
             p = init::front_alloc_slow(self.front, self.core);
             if p.is_null() {
@@ -470,12 +482,13 @@ impl Cache {
         // bin, another cache's front) takes one out-of-line call. Two inlined copies of the
         // push made a `CacheBox`'s drop glue big enough that LLVM called it rather than
         // inlining it wherever a program dropped boxes of a type in more than one place.
+        // The front's tag is compared with the key of this cache if accounted, then with the
+        // plain one: the match says both whose front it is and which bin (`front::key`).
         let kept = thread_cache::with(|tc| {
             let f = tc.front_at(self.at);
-            if !f.is_of(self.core) {
-                return false;
-            }
-            let bin = if self.core.id.accounted {
+            let addr = self.core as *const SlabCache as usize;
+            let key = f.key();
+            let bin = if key == addr | front::ACCOUNTED {
                 // SAFETY: p is a slot start of this accounted cache (caller's contract); its
                 // word lives as long as the cache's segments.
                 let owner = unsafe { (*self.core.owner_word_of(p)).load(Ordering::Relaxed) };
@@ -483,8 +496,10 @@ impl Cache {
                     return false;
                 }
                 &f.kept
-            } else {
+            } else if key == addr {
                 &f.bin
+            } else {
+                return false;
             };
             // SAFETY: caller's contract: p is a live slot of this cache, given up; a kept
             // one is charged to the tag (just checked), as the kept bin's slots are.
@@ -548,8 +563,9 @@ impl Cache {
     /// `p` must be a slot of this cache that nobody uses any more, uncharged.
     #[inline(always)]
     unsafe fn free_to_front(&self, p: *mut u8) {
+        let key = front::key(self.core);
         // SAFETY: caller's contract.
-        if unsafe { thread_cache::with(|tc| tc.front_at(self.at).push_of(self.core, p)) } {
+        if unsafe { thread_cache::with(|tc| tc.front_at(self.at).push_of(key, p)) } {
             return;
         }
         // SAFETY: as above.

@@ -9,8 +9,10 @@
 //! every `alloc`/`free`, as before the front existed (documented on `Cache`).
 //!
 //! Tags instead of generations. Each bin records the core whose slots it holds (`tag`, the
-//! core's address; null for none). The fast paths compare it with the cache's core before
-//! they pop or push (one load and compare), so an index reused by another cache never gets
+//! core's [`key`]: its address, plus [`ACCOUNTED`] for an accounted core; 0 for none). The
+//! fast paths compare it with the cache's key before they pop or push (one load and compare,
+//! which also tells an accounted cache's front from a plain one's: the fast paths load no
+//! flag from the core), so an index reused by another cache never gets
 //! an old cache's slot: the first slow path of the new cache on that thread finds the tag
 //! differ and flushes the old slots to their own core before it retags ([`FrontBin::retag`]).
 //! A core address is a generation that never wraps: cores are never freed (segments name
@@ -55,7 +57,7 @@
 
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicIsize, AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicIsize, AtomicPtr, AtomicUsize, Ordering};
 
 use crate::bin::{Bin, GiveBacks};
 use crate::cache::{add_signed, SlabCache};
@@ -73,6 +75,18 @@ pub const HOME_FREES: u8 = 64;
 /// Bytes a front bin may hold before it gives slots back (as a size-class bin).
 const BIN_BYTES: usize = 128 * 1024;
 
+/// The bit a front's tag adds to an accounted core's address ([`key`]). Cores are aligned
+/// to more than 1, so no core's plain address has it.
+pub(crate) const ACCOUNTED: usize = 1;
+const _: () = assert!(core::mem::align_of::<SlabCache>() > ACCOUNTED);
+
+/// The tag of a front bin holding `core`'s slots: its address, with [`ACCOUNTED`] when the
+/// core is accounted (a core's accounting never changes, a revived one's included).
+#[inline(always)]
+pub(crate) fn key(core: &SlabCache) -> usize {
+    core as *const SlabCache as usize | if core.id.accounted { ACCOUNTED } else { 0 }
+}
+
 /// Capacity of an open front bin of `core`.
 pub(crate) fn bin_max(core: &SlabCache) -> u32 {
     (BIN_BYTES / core.layout.stride).clamp(2, 256) as u32
@@ -84,9 +98,10 @@ pub struct FrontBin {
     /// Free slots of the tagged core still charged to the object stock's tag (module docs);
     /// a drainer reads its count.
     pub(crate) kept: Bin,
-    /// The core whose slots the bin holds (null: none). Written by the owner thread only,
-    /// read racily by `stats()` (an atomic for that; relaxed loads and stores are plain moves).
-    tag: AtomicPtr<SlabCache>,
+    /// The [`key`] of the core whose slots the bin holds (0: none). Written by the owner
+    /// thread only, read racily by `stats()` (an atomic for that; relaxed loads and stores
+    /// are plain moves).
+    tag: AtomicUsize,
     /// Net charged objects of `tag`'s core allocated minus freed on this thread since the
     /// tag was set (module docs); read racily by `stats()`.
     charged: AtomicIsize,
@@ -103,7 +118,7 @@ impl FrontBin {
         FrontBin {
             bin: Bin::new(),
             kept: Bin::new(),
-            tag: AtomicPtr::new(ptr::null_mut()),
+            tag: AtomicUsize::new(0),
             charged: AtomicIsize::new(0),
             allocs: Cell::new(0),
             frees: Cell::new(0),
@@ -114,39 +129,54 @@ impl FrontBin {
     /// Whether the bin holds `core`'s slots.
     #[inline(always)]
     pub fn is_of(&self, core: &SlabCache) -> bool {
-        ptr::eq(self.tag.load(Ordering::Relaxed), core)
+        ptr::eq(self.tag(), core)
+    }
+
+    /// The [`key`] of the core whose slots the bin holds (0: none), for the fast paths,
+    /// which compare it with the key they expect.
+    #[inline(always)]
+    pub(crate) fn key(&self) -> usize {
+        self.tag.load(Ordering::Relaxed)
+    }
+
+    /// Whether the bin holds the slots of `core`, an accounted core (no flag to load).
+    #[inline(always)]
+    pub(crate) fn is_of_accounted(&self, core: &SlabCache) -> bool {
+        debug_assert!(core.id.accounted);
+        self.key() == core as *const SlabCache as usize | ACCOUNTED
     }
 
     /// The core whose slots the bin holds (null: none).
     pub(crate) fn tag(&self) -> *const SlabCache {
-        self.tag.load(Ordering::Relaxed)
+        (self.key() & !ACCOUNTED) as *const SlabCache
     }
 
     /// The loom model of the object stock (`loom_tests.rs`): tags the bin with a core the
     /// model never dereferences (it only needs the front to count as tagged).
     #[cfg(all(test, loom))]
     pub(crate) fn tag_for_model(&self, core: *mut SlabCache) {
-        self.tag.store(core, Ordering::Relaxed);
+        self.tag.store(core as usize, Ordering::Relaxed);
     }
 
-    /// Pops a slot of `core`, or null when the bin is empty or holds another core's slots.
+    /// Pops an uncharged slot of the core whose [`key`] is `key`, or null when the bin is
+    /// empty or holds another core's slots.
     #[inline(always)]
-    pub fn pop_of(&self, core: &SlabCache) -> *mut u8 {
-        if !self.is_of(core) {
+    pub fn pop_of(&self, key: usize) -> *mut u8 {
+        if self.key() != key {
             return ptr::null_mut();
         }
         self.bin.pop()
     }
 
-    /// Pushes slot `p` of `core`; false when the bin is full, closed, headed by `p`, or holds
-    /// another core's slots.
+    /// Pushes uncharged slot `p` of the core whose [`key`] is `key`; false when the bin is
+    /// full, closed, headed by `p`, or holds another core's slots.
     ///
     /// # Safety
-    /// `p` must be a slot of `core` that nobody uses any more.
+    /// `p` must be a slot of that core that nobody uses any more, uncharged.
     #[inline(always)]
-    pub unsafe fn push_of(&self, core: &SlabCache, p: *mut u8) -> bool {
+    pub unsafe fn push_of(&self, key: usize, p: *mut u8) -> bool {
         // SAFETY: caller's contract; a slot of the bin's core.
-        self.is_of(core) && unsafe { self.bin.push(p) }
+        self.key() == key && unsafe { self.bin.push(p) }
     }
 
     /// Counts `d` charged objects of the tagged core allocated (+) or freed (-) here.
@@ -172,7 +202,7 @@ impl FrontBin {
     fn take_uncharged(&self) -> Retired {
         let (head, n) = self.bin.take_all();
         Retired {
-            core: self.tag.load(Ordering::Relaxed),
+            core: self.tag(),
             head,
             n,
             charged: self.charged.swap(0, Ordering::Relaxed),
@@ -192,10 +222,7 @@ impl FrontBin {
         self.allocs.set(0);
         self.frees.set(0);
         self.give_backs.refilled();
-        self.tag.store(
-            core as *const SlabCache as *mut SlabCache,
-            Ordering::Relaxed,
-        );
+        self.tag.store(key(core), Ordering::Relaxed);
         old
     }
 
@@ -207,7 +234,7 @@ impl FrontBin {
         self.flush();
         self.bin.set_capacity(0);
         self.kept.set_capacity(0);
-        self.tag.store(ptr::null_mut(), Ordering::Relaxed);
+        self.tag.store(0, Ordering::Relaxed);
     }
 
     /// The capacity `kept` gets: an open bin's, for an accounted core, while the thread's

@@ -19,12 +19,14 @@
 //!                        → accounting never used, or plain segment: bin(c, Kind::Plain).push()
 //!                        → accounted segment: charge::free_small → owner word (owner.rs,
 //!                          the class's OwnerGeom in the thread cache) → tagged_push
-//! Cache::alloc         → ThreadCache::front_at(at).pop_of(core)  (dedicated; front.rs:
-//!                        tag compare, pop); accounted, in a tenant: front_kept_pop
-//!                        (ObjectStock::pop), else byte-stock charge, pop, owner word
+//! Cache::alloc         → front_at(at).key() compared with the core's address, plus
+//!                        front::ACCOUNTED for an accounted cache (dedicated; front.rs: one
+//!                        compare for whose front and which kind): plain, bin.pop();
+//!                        accounted, in a tenant: ObjectStock::pop of the kept bin, else
+//!                        byte-stock charge, pop_of(key), owner word
 //! Cache::free          → accounted: owner_word_if_slot (header and slot checks) →
 //!                        ThreadCache::front_kept_push, else uncharge → front_at(at).push_of
-//! CacheBox drop        → Cache::free_owned: tag compare, owner word from the layout (no
+//! CacheBox drop        → Cache::free_owned: key compare, owner word from the layout (no
 //!                        checks: only a box frees its slot), one push into the kept bin
 //!                        (owner is the tag) or the bin (unaccounted); else free_owned_slow
 //!                        misses: init::{front_alloc_slow, front_free_slow}

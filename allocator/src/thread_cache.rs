@@ -259,7 +259,7 @@ impl ThreadCache {
         out: &mut [*mut u8],
     ) -> usize {
         let f = self.front_at(at);
-        if !f.is_of(core) {
+        if !f.is_of_accounted(core) {
             return 0;
         }
         self.stock.pop_many(&f.kept, cg, out)
@@ -270,7 +270,7 @@ impl ThreadCache {
     #[inline(always)]
     pub(crate) fn front_kept_pop(&self, at: FrontAt, core: &SlabCache, cg: ObjCgId) -> Pop {
         let f = self.front_at(at);
-        if !f.is_of(core) {
+        if !f.is_of_accounted(core) {
             return Pop::Empty;
         }
         // A kept slot counts in `charged` while it waits (`front_counts` takes it out), so
@@ -303,7 +303,7 @@ impl ThreadCache {
     ) -> bool {
         let f = self.front_at(at);
         // SAFETY: caller's contract; the kept bin is `core`'s.
-        f.is_of(core) && unsafe { self.stock.push(&f.kept, owner, p) }
+        f.is_of_accounted(core) && unsafe { self.stock.push(&f.kept, owner, p) }
     }
 
     /// Whether slot `p` heads the kept bin of front `at` (freeing it is a double free).
