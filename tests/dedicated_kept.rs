@@ -121,6 +121,37 @@ fn same_tenant_pairs_reuse_kept_slots_and_drains_are_exact() {
     assert_all_freed(&t, &c);
 }
 
+/// A `TypedCache` box's pair in a tenant goes through the kept bin: the dropped box's slot
+/// waits there still charged and the next allocation takes it back. Were the front's tag
+/// compare to miss (the fast paths of `alloc` and of the box's drop dispatch on it, with the
+/// accounted bit), the slot would be uncharged into the plain bin.
+#[test]
+fn a_typed_boxs_pair_goes_through_the_kept_bin() {
+    let _one = one_at_a_time();
+    let acct: TypedCache<[u64; 6]> = TypedCache::new("typed-front-acct", true);
+    let t = Tenant::new("typed-front");
+    let _in = t.enter();
+    let warm: Vec<_> = (0..2 * WARM)
+        .map(|i| acct.alloc([i as u64; 6]).unwrap())
+        .collect();
+    drop(warm);
+    let b = acct.alloc([7; 6]).unwrap();
+    let addr = &*b as *const [u64; 6] as usize;
+    let kept = acct.cache().kept_in_my_front();
+    drop(b);
+    assert_eq!(
+        acct.cache().kept_in_my_front(),
+        kept + 1,
+        "kept, still charged"
+    );
+    let b = acct.alloc([8; 6]).unwrap();
+    assert_eq!(
+        &*b as *const [u64; 6] as usize, addr,
+        "taken back from the kept bin"
+    );
+    assert_eq!(acct.cache().kept_in_my_front(), kept);
+}
+
 #[test]
 fn another_threads_drain_and_a_refused_charge_uncharge_kept_slots() {
     let _one = one_at_a_time();

@@ -364,7 +364,7 @@ impl Cache {
                 Pop::Hit(p) => return Some(unsafe { NonNull::new_unchecked(p) }),
                 Pop::Empty => {}
                 Pop::Foreign(p) => {
-                    // SAFETY: p is what front_kept_pop just returned as Foreign.
+                    // SAFETY: p was just popped from this front's kept bin as Foreign.
                     if let Some(q) = unsafe { self.put_back_kept(cg, p) } {
                         return Some(q);
                     }
@@ -381,7 +381,8 @@ impl Cache {
     /// objects, as a size class's does); then the kept slot it pops, else None (charge).
     ///
     /// # Safety
-    /// `p` must be what `front_kept_pop(.., cg)` just returned as `Pop::Foreign`.
+    /// `p` must have just been popped from this cache's front's kept bin for `cg` as
+    /// `Pop::Foreign` (`ObjectStock::pop`, or `front_kept_pop`).
     #[cold]
     #[inline(never)]
     unsafe fn put_back_kept(&self, cg: u32, p: *mut u8) -> Option<NonNull<u8>> {

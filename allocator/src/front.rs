@@ -11,9 +11,9 @@
 //! Tags instead of generations. Each bin records the core whose slots it holds (`tag`, the
 //! core's [`key`]: its address, plus [`ACCOUNTED`] for an accounted core; 0 for none). The
 //! fast paths compare it with the cache's key before they pop or push (one load and compare,
-//! which also tells an accounted cache's front from a plain one's: the fast paths load no
-//! flag from the core), so an index reused by another cache never gets
-//! an old cache's slot: the first slow path of the new cache on that thread finds the tag
+//! which also tells an accounted cache's front from a plain one's: `Cache::alloc` and a
+//! `CacheBox`'s free load no flag from the core), so an index reused by another cache never
+//! gets an old cache's slot: the first slow path of the new cache on that thread finds the tag
 //! differ and flushes the old slots to their own core before it retags ([`FrontBin::retag`]).
 //! A core address is a generation that never wraps: cores are never freed (segments name
 //! them), and a revived core is the same core with the same slots, so a bin tagged with it
@@ -49,7 +49,8 @@
 //! subtracts its slots from the core's count (`object_stock::take_kept`).
 //!
 //! Invariants of a [`FrontBin`] (checked by [`FrontBin::check`], with `Bin::check`):
-//! `tag == null  =>  bin.count == 0 && kept.count == 0 && charged == 0`; every slot on
+//! `tag == 0  =>  bin.count == 0 && kept.count == 0 && charged == 0`; `tag != 0  =>  tag ==
+//! key(tag's core)` (the fast paths rely on the bit); every slot on
 //! `bin` or `kept` is a free slot of `tag`'s core, counted in its `counters.used` (slots in
 //! fronts left their slabs); `kept.count > 0  =>  tag's core is accounted`. For a core C
 //! (stats and `Cache::live_objects`): `used(C) == held(C) + transfer(C) + Σ_threads Σ_{bins
@@ -152,10 +153,11 @@ impl FrontBin {
     }
 
     /// The loom model of the object stock (`loom_tests.rs`): tags the bin with a core the
-    /// model never dereferences (it only needs the front to count as tagged).
+    /// model never dereferences (it only needs the front to count as tagged), keyed as an
+    /// accounted core's (the model keeps slots in the kept bin).
     #[cfg(all(test, loom))]
     pub(crate) fn tag_for_model(&self, core: *mut SlabCache) {
-        self.tag.store(core as usize, Ordering::Relaxed);
+        self.tag.store(core as usize | ACCOUNTED, Ordering::Relaxed);
     }
 
     /// Pops an uncharged slot of the core whose [`key`] is `key`, or null when the bin is
@@ -289,6 +291,10 @@ impl FrontBin {
             && (self.bin.count() != 0 || self.kept.count() != 0 || self.charged() != 0)
         {
             crate::invariant::broken("front bin: untagged but holds slots or charges");
+        }
+        // SAFETY: a tagged core is never freed.
+        if !core.is_null() && self.key() != key(unsafe { &*core }) {
+            crate::invariant::broken("front bin: the tag's accounted bit is not its core's");
         }
         // SAFETY: a tagged core is never freed.
         if self.kept.count() != 0 && !unsafe { (*core).id.accounted } {

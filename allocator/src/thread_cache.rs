@@ -281,7 +281,8 @@ impl ThreadCache {
     /// Undoes the pop of [`Pop::Foreign`] from front `at`'s kept bin.
     ///
     /// # Safety
-    /// `p` must be what `front_kept_pop(at, ..)` just returned as `Pop::Foreign`.
+    /// `p` must have just been popped from front `at`'s kept bin as `Pop::Foreign`
+    /// (`front_kept_pop`, or `ObjectStock::pop` of that bin).
     pub(crate) unsafe fn front_put_back(&self, at: FrontAt, p: *mut u8) {
         // SAFETY: p as the caller promises.
         unsafe { self.front_at(at).kept.unpop(p) }
