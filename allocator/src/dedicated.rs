@@ -439,7 +439,10 @@ impl Cache {
     #[inline(always)]
     pub unsafe fn free(&self, ptr: NonNull<u8>) {
         let p = ptr.as_ptr();
-        if self.core.id.accounted {
+        // As in `alloc`, one compare of the front's tag says whose front and which kind.
+        let addr = self.core as *const SlabCache as usize;
+        let key = thread_cache::with(|tc| tc.front_at(self.at).key());
+        if key == addr | front::ACCOUNTED {
             // Kept charged when its owner is the object stock's tag (`front.rs`), once p is
             // seen to be a slot start in a segment of this cache (anything else goes to the
             // checked path, which reports it before any owner word is read or written).
@@ -447,9 +450,10 @@ impl Cache {
             if let Some(w) = unsafe { self.core.owner_word_if_slot(p) } {
                 // SAFETY: the word of p's slot, which lives as long as the cache's segments.
                 let owner = unsafe { (*w).load(Ordering::Relaxed) };
-                // SAFETY: as above; p is charged to `owner` (its word says so), given up.
+                // SAFETY: as above; p is charged to `owner` (its word says so), given up, and
+                // the kept bin is this cache's (the compare above).
                 if unsafe {
-                    thread_cache::with(|tc| tc.front_kept_push(self.at, self.core, owner, p))
+                    thread_cache::with(|tc| tc.stock.push(&tc.front_at(self.at).kept, owner, p))
                 } {
                     return;
                 }
@@ -457,9 +461,21 @@ impl Cache {
             // SAFETY: caller's contract.
             return unsafe { self.free_uncharging(p) };
         }
-        // SAFETY: the caller gives up p, a slot of this cache (validated when the front
-        // flushes it, as a size class's bin).
-        unsafe { self.free_to_front(p) }
+        if key == addr {
+            // SAFETY: the caller gives up p, a slot of this plain cache, whose front this is
+            // (validated when the front flushes it, as a size class's bin).
+            if unsafe { thread_cache::with(|tc| tc.front_at(self.at).bin.push(p)) } {
+                return;
+            }
+        } else if self.core.id.accounted {
+            // Another cache's front (or none) on this thread: nowhere to keep the slot; the
+            // uncharging free checks p before it touches its owner word.
+            // SAFETY: caller's contract.
+            return unsafe { self.free_uncharging(p) };
+        }
+        // SAFETY: as above; the slow path handles a full bin, another cache's front and a
+        // double free at the bin's head.
+        unsafe { init::front_free_slow(p, self.front, self.core) }
     }
 
     /// [`free`](Self::free) of a slot whose provenance the caller's types guarantee

@@ -24,8 +24,9 @@
 //!                        compare for whose front and which kind): plain, bin.pop();
 //!                        accounted, in a tenant: ObjectStock::pop of the kept bin, else
 //!                        byte-stock charge, pop_of(key), owner word
-//! Cache::free          → accounted: owner_word_if_slot (header and slot checks) →
-//!                        ThreadCache::front_kept_push, else uncharge → front_at(at).push_of
+//! Cache::free          → the same key compare; accounted: owner_word_if_slot (header and
+//!                        slot checks) → ObjectStock::push into the kept bin, else uncharge
+//!                        → front_at(at).push_of; plain: bin.push()
 //! CacheBox drop        → Cache::free_owned: key compare, owner word from the layout (no
 //!                        checks: only a box frees its slot), one push into the kept bin
 //!                        (owner is the tag) or the bin (unaccounted); else free_owned_slow

@@ -288,25 +288,6 @@ impl ThreadCache {
         unsafe { self.front_at(at).kept.unpop(p) }
     }
 
-    /// Keeps slot `p` of dedicated cache `core`, whose owner word says `owner`, charged in
-    /// the kept bin of front `at` when the front is `core`'s, `owner` is the object stock's
-    /// tag and there is room. False when it was not kept.
-    ///
-    /// # Safety
-    /// `p` must be a live slot of the accounted cache `core` charged to `owner`, given up.
-    #[inline(always)]
-    pub(crate) unsafe fn front_kept_push(
-        &self,
-        at: FrontAt,
-        core: &SlabCache,
-        owner: ObjCgId,
-        p: *mut u8,
-    ) -> bool {
-        let f = self.front_at(at);
-        // SAFETY: caller's contract; the kept bin is `core`'s.
-        f.is_of_accounted(core) && unsafe { self.stock.push(&f.kept, owner, p) }
-    }
-
     /// Whether slot `p` heads the kept bin of front `at` (freeing it is a double free).
     pub(crate) fn front_kept_is_head(&self, at: FrontAt, p: *mut u8) -> bool {
         self.front_at(at).kept.is_head(p)
