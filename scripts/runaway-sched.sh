@@ -18,12 +18,14 @@
 # Raw data: target/runaway-sched/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${1:-3}
-DUR=${2:-12}
-RATE=${3:-4000}
-KB=${4:-16}
-shift $(( $# < 4 ? $# : 4 ))
-[ "${1:-}" = "--" ] && shift
+# Up to four numbers, then `--` and the server's arguments.
+nums=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do nums+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+ROUNDS=${nums[0]:-3}
+DUR=${nums[1]:-12}
+RATE=${nums[2]:-4000}
+KB=${nums[3]:-16}
 PORT=${PORT:-3921}
 CLIENT_NICE=${CLIENT_NICE:-19}
 OUT=target/runaway-sched

@@ -333,12 +333,11 @@ impl Cache {
     pub fn alloc(&self) -> Option<NonNull<u8>> {
         // One compare of the front's tag tells both whose front it is and whether the cache
         // is accounted (`front::key`): no flag is loaded on the way to the pop.
-        let addr = self.core as *const SlabCache as usize;
         let key = thread_cache::with(|tc| tc.front_at(self.at).key());
-        if key == addr | front::ACCOUNTED {
+        if key == front::accounted_key(self.core) {
             return self.alloc_accounted(true);
         }
-        if key == addr {
+        if key == front::plain_key(self.core) {
             let p = thread_cache::with(|tc| tc.front_at(self.at).bin.pop());
             if !p.is_null() {
                 // SAFETY: just tested.
@@ -414,7 +413,7 @@ impl Cache {
         if cg != 0 && !unsafe { hooks::charge(cg, size, self.stat) } {
             return None;
         }
-        let key = self.core as *const SlabCache as usize | front::ACCOUNTED;
+        let key = front::accounted_key(self.core);
         let mut p = thread_cache::with(|tc| tc.front_at(self.at).pop_of(key));
         if p.is_null() {
             p = init::front_alloc_slow(self.front, self.core);
@@ -440,9 +439,8 @@ impl Cache {
     pub unsafe fn free(&self, ptr: NonNull<u8>) {
         let p = ptr.as_ptr();
         // As in `alloc`, one compare of the front's tag says whose front and which kind.
-        let addr = self.core as *const SlabCache as usize;
         let key = thread_cache::with(|tc| tc.front_at(self.at).key());
-        if key == addr | front::ACCOUNTED {
+        if key == front::accounted_key(self.core) {
             // Kept charged when its owner is the object stock's tag (`front.rs`), once p is
             // seen to be a slot start in a segment of this cache (anything else goes to the
             // checked path, which reports it before any owner word is read or written).
@@ -461,7 +459,7 @@ impl Cache {
             // SAFETY: caller's contract.
             return unsafe { self.free_uncharging(p) };
         }
-        if key == addr {
+        if key == front::plain_key(self.core) {
             // SAFETY: the caller gives up p, a slot of this plain cache, whose front this is
             // (validated when the front flushes it, as a size class's bin).
             if unsafe { thread_cache::with(|tc| tc.front_at(self.at).bin.push(p)) } {
@@ -503,9 +501,8 @@ impl Cache {
         // plain one: the match says both whose front it is and which bin (`front::key`).
         let kept = thread_cache::with(|tc| {
             let f = tc.front_at(self.at);
-            let addr = self.core as *const SlabCache as usize;
             let key = f.key();
-            let bin = if key == addr | front::ACCOUNTED {
+            let bin = if key == front::accounted_key(self.core) {
                 // SAFETY: p is a slot start of this accounted cache (caller's contract); its
                 // word lives as long as the cache's segments.
                 let owner = unsafe { (*self.core.owner_word_of(p)).load(Ordering::Relaxed) };
@@ -513,7 +510,7 @@ impl Cache {
                     return false;
                 }
                 &f.kept
-            } else if key == addr {
+            } else if key == front::plain_key(self.core) {
                 &f.bin
             } else {
                 return false;

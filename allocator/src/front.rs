@@ -85,7 +85,24 @@ const _: () = assert!(core::mem::align_of::<SlabCache>() > ACCOUNTED);
 /// core is accounted (a core's accounting never changes, a revived one's included).
 #[inline(always)]
 pub(crate) fn key(core: &SlabCache) -> usize {
-    core as *const SlabCache as usize | if core.id.accounted { ACCOUNTED } else { 0 }
+    if core.id.accounted {
+        accounted_key(core)
+    } else {
+        plain_key(core)
+    }
+}
+
+/// [`key`] of `core` if it is accounted, without reading its flag: the fast paths compare a
+/// front's tag with it first, and a match says both whose front and which kind.
+#[inline(always)]
+pub(crate) fn accounted_key(core: &SlabCache) -> usize {
+    plain_key(core) | ACCOUNTED
+}
+
+/// [`key`] of `core` if it is not accounted: its address.
+#[inline(always)]
+pub(crate) fn plain_key(core: &SlabCache) -> usize {
+    core as *const SlabCache as usize
 }
 
 /// Capacity of an open front bin of `core`.
@@ -144,7 +161,7 @@ impl FrontBin {
     #[inline(always)]
     pub(crate) fn is_of_accounted(&self, core: &SlabCache) -> bool {
         debug_assert!(core.id.accounted);
-        self.key() == core as *const SlabCache as usize | ACCOUNTED
+        self.key() == accounted_key(core)
     }
 
     /// The core whose slots the bin holds (null: none).

@@ -37,10 +37,10 @@
 //!
 //! Misses go to `init::{alloc_slow, free_slow}` (a thread's first one sets up the process
 //! and the thread; then `thread_cache::{refill_pop, flush_push}` refill / flush half a bin,
-//! a consumer's whole bin, through the cache's parked batches, then its slabs) and, for charged objects, through
-//! the accounting's byte stock (`charge::alloc_small_charging`, `free_small_uncharging`;
-//! the latter first gives back half a full tagged bin, or adopts a run of another tenant's
-//! frees: `ThreadCache::keep_slow`).
+//! a consumer's whole bin, through the cache's parked batches, then its slabs) and, for
+//! charged objects, through the accounting's byte stock (`charge::alloc_small_charging`,
+//! `free_small_uncharging`; the latter first gives back half a full tagged bin, or adopts a
+//! run of another tenant's frees: `ThreadCache::keep_slow`).
 //!
 //! Layers, bottom to top (each file uses only files below it; `modcycles.py` checks):
 //! 1. `sys`, `lock`, `invariant` (reporting broken invariants), `size_class` (the table,
