@@ -691,15 +691,14 @@ impl SlabCache {
     #[inline(always)]
     pub(crate) unsafe fn owner_word_of(&self, p: *mut u8) -> *const AtomicU32 {
         let l = &self.layout;
-        let in_slab = p as usize & l.slab_mask;
         // Off a slot start, `meta_step` would give a word between two owner words.
         debug_assert!(
-            l.slot_start(in_slab).is_some(),
+            l.slot_start(p as usize & l.slab_mask).is_some(),
             "owner_word_of: not a slot start"
         );
-        // SAFETY: as in `owner_word_at`, with `meta_step` giving `index * meta_stride` for
-        // a slot start (caller's contract) without the index.
-        unsafe { p.sub(in_slab).add(l.meta_offset + l.meta_step(in_slab)) as *const AtomicU32 }
+        // SAFETY: caller's contract: a slot start of this accounted cache, whose layout
+        // gives the steps.
+        unsafe { l.owner_steps().word_of(p) }
     }
 
     /// The owner word of slot `idx` of `p`'s slab, `in_slab` being `p`'s offset there.

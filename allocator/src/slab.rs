@@ -39,6 +39,7 @@
 //! carry no metadata ([`MetaPlacement::None`]).
 
 use crate::sys::PAGE;
+use core::sync::atomic::AtomicU32;
 
 /// A free slot: the link of a free list (a slab's, a thread bin's, a batch's) lives in the
 /// slot's first word (`link.rs`: plain, or encoded in hardened builds).
@@ -122,7 +123,43 @@ pub struct SlabLayout {
     pub meta_recip: u64,
 }
 
+/// What finding a slot's owner word takes from a [`SlabLayout`], copied into a dedicated
+/// cache's handle (`Cache`) so that its free reaches the word without loading the layout
+/// from the cache's core first: one dependent load fewer on the way to the owner compare.
+#[derive(Clone, Copy, Debug)]
+pub struct OwnerSteps {
+    slab_mask: usize,
+    meta_offset: usize,
+    meta_recip: u64,
+}
+
+impl OwnerSteps {
+    /// The owner word of the slot starting at `p`.
+    ///
+    /// # Safety
+    /// `p` must be a slot start in a slab of an accounted cache whose layout gave these
+    /// steps ([`SlabLayout::owner_steps`]).
+    #[inline(always)]
+    pub unsafe fn word_of(&self, p: *mut u8) -> *const AtomicU32 {
+        let in_slab = p as usize & self.slab_mask;
+        let step = ((in_slab as u64 * self.meta_recip) >> 40) as usize;
+        // SAFETY: slabs of accounted segments are aligned to their size, and for a slot
+        // start `step` is `index * meta_stride` (`SlabLayout::meta_step`), so the word lies
+        // inside p's slab (`metadata_fits_where_promised`).
+        unsafe { p.sub(in_slab).add(self.meta_offset + step) as *const AtomicU32 }
+    }
+}
+
 impl SlabLayout {
+    /// The steps [`OwnerSteps::word_of`] takes for this layout.
+    pub const fn owner_steps(&self) -> OwnerSteps {
+        OwnerSteps {
+            slab_mask: self.slab_mask,
+            meta_offset: self.meta_offset,
+            meta_recip: self.meta_recip,
+        }
+    }
+
     /// Bytes per slab.
     #[inline(always)]
     pub const fn slab_bytes(&self) -> usize {
@@ -543,13 +580,29 @@ mod tests {
         let mut placements = [0usize; 2];
         for l in classes.chain(dedicated) {
             placements[usize::from(l.meta == MetaPlacement::Padding)] += 1;
+            // A slab-aligned block stands for a slab: `OwnerSteps::word_of` (a dedicated
+            // cache's copy of these steps) must land on each slot's word as `meta_step` does.
+            let block =
+                std::alloc::Layout::from_size_align(l.slab_bytes(), l.slab_bytes()).unwrap();
+            // SAFETY: a non-zero size; freed below with the same layout.
+            let slab = unsafe { std::alloc::alloc(block) };
+            assert!(!slab.is_null());
             for i in 0..l.objects {
                 assert_eq!(
                     l.meta_step(i * l.stride),
                     i * l.meta_stride,
                     "{l:?} slot {i}"
                 );
+                // SAFETY: slot i's start, inside the block, which is aligned as a slab.
+                let word = unsafe { l.owner_steps().word_of(slab.add(i * l.stride)) };
+                assert_eq!(
+                    word as usize - slab as usize,
+                    l.meta_offset + i * l.meta_stride,
+                    "{l:?} slot {i}"
+                );
             }
+            // SAFETY: allocated above with `block`.
+            unsafe { std::alloc::dealloc(slab, block) };
         }
         assert!(
             placements[0] > 0 && placements[1] > 0,
