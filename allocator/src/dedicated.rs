@@ -206,13 +206,13 @@ pub struct Cache {
     pub(crate) front: u32,
     /// Where that index's bin lies in a thread cache, for the fast paths.
     pub(crate) at: FrontAt,
-    /// `front::accounted_key(core)` and the core's owner steps, copied here so that a
-    /// `CacheBox`'s free (`free_owned`), which reloads this handle from memory, compares the
-    /// front's tag and reaches the slot's owner word without loading the core first. A plain
-    /// cache has them too: no front is ever tagged with its accounted key, as no accounted
-    /// core has a plain core's address. (`alloc` and `free` read the core's: with these
-    /// fields there, `Cache`'s pair in a tenant measured slower, 1.14x-1.16x of Box against
-    /// 1.06x-1.09x, `dedicated_front` bench.)
+    /// `front::accounted_key(core)` and the core's owner steps, copied here for a
+    /// `CacheBox`'s free (`free_owned`), which reloads this handle from memory: the key saves
+    /// an `or` on the core's address, the steps a load through the core to its layout before
+    /// the owner word. A plain cache has them too: no front is ever tagged with its accounted
+    /// key, as no accounted core has a plain core's address. (`alloc` and `free` compute the
+    /// key from the core: using the copy there, `Cache`'s pair in a tenant measured
+    /// 1.14x-1.16x of Box against 1.06x-1.09x, three alternated `dedicated_front` runs.)
     accounted_key: usize,
     owner: OwnerSteps,
     name: String,
@@ -512,10 +512,13 @@ impl Cache {
         // The front's tag is compared with the key of this cache if accounted, then with the
         // plain one: the match says both whose front it is and which bin (`front::key`).
         debug_assert_eq!(self.accounted_key, front::accounted_key(self.core));
+        debug_assert_eq!(self.owner, self.core.layout.owner_steps());
         let kept = thread_cache::with(|tc| {
             let f = tc.front_at(self.at);
             let key = f.key();
             let bin = if key == self.accounted_key {
+                let l = &self.core.layout;
+                debug_assert!(l.slot_start(p as usize & l.slab_mask).is_some());
                 // SAFETY: p is a slot start of this accounted cache (caller's contract), whose
                 // layout gave `self.owner`; its word lives as long as the cache's segments.
                 let owner = unsafe { (*self.owner.word_of(p)).load(Ordering::Relaxed) };

@@ -27,8 +27,8 @@
 //! Cache::free          → the same key compare; accounted: owner_word_if_slot (header and
 //!                        slot checks) → ObjectStock::push into the kept bin, else uncharge
 //!                        → front_at(at).push_of; plain: bin.push()
-//! CacheBox drop        → Cache::free_owned: key compare, owner word from the layout (no
-//!                        checks: only a box frees its slot), one push into the kept bin
+//! CacheBox drop        → Cache::free_owned: key compare, owner word from the handle's
+//!                        copies (no checks: only a box frees its slot), one push into the kept bin
 //!                        (owner is the tag) or the bin (unaccounted); else free_owned_slow
 //!                        misses: init::{front_alloc_slow, front_free_slow}
 //! ```

@@ -126,8 +126,8 @@ pub struct SlabLayout {
 /// What finding a slot's owner word takes from a [`SlabLayout`], copied into a dedicated
 /// cache's handle (`Cache`) so that its free reaches the word without loading the layout
 /// from the cache's core first: one dependent load fewer on the way to the owner compare.
-#[derive(Clone, Copy, Debug)]
-pub struct OwnerSteps {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OwnerSteps {
     slab_mask: usize,
     meta_offset: usize,
     meta_recip: u64,
@@ -137,22 +137,23 @@ impl OwnerSteps {
     /// The owner word of the slot starting at `p`.
     ///
     /// # Safety
-    /// `p` must be a slot start in a slab of an accounted cache whose layout gave these
-    /// steps ([`SlabLayout::owner_steps`]).
+    /// `p` must be a slot start of the layout that gave these steps
+    /// ([`SlabLayout::owner_steps`]), a layout with owner metadata, in a live region of its
+    /// `slab_bytes` aligned to `slab_bytes`: a slab of an accounted cache of that layout.
     #[inline(always)]
-    pub unsafe fn word_of(&self, p: *mut u8) -> *const AtomicU32 {
+    pub(crate) unsafe fn word_of(&self, p: *mut u8) -> *const AtomicU32 {
         let in_slab = p as usize & self.slab_mask;
         let step = ((in_slab as u64 * self.meta_recip) >> 40) as usize;
-        // SAFETY: slabs of accounted segments are aligned to their size, and for a slot
-        // start `step` is `index * meta_stride` (`SlabLayout::meta_step`), so the word lies
-        // inside p's slab (`metadata_fits_where_promised`).
+        // SAFETY: p's region starts `in_slab` bytes below it (its alignment), and for a
+        // slot start `step` is `index * meta_stride` (`SlabLayout::meta_step`), so the word
+        // lies inside the region (`metadata_fits_where_promised`).
         unsafe { p.sub(in_slab).add(self.meta_offset + step) as *const AtomicU32 }
     }
 }
 
 impl SlabLayout {
     /// The steps [`OwnerSteps::word_of`] takes for this layout.
-    pub const fn owner_steps(&self) -> OwnerSteps {
+    pub(crate) const fn owner_steps(&self) -> OwnerSteps {
         OwnerSteps {
             slab_mask: self.slab_mask,
             meta_offset: self.meta_offset,
@@ -587,13 +588,16 @@ mod tests {
             // SAFETY: a non-zero size; freed below with the same layout.
             let slab = unsafe { std::alloc::alloc(block) };
             assert!(!slab.is_null());
+            // The last slot's word ends inside the slab, so `word_of` stays in the block.
+            assert!(l.meta_offset + (l.objects - 1) * l.meta_stride + 4 <= l.slab_bytes());
             for i in 0..l.objects {
                 assert_eq!(
                     l.meta_step(i * l.stride),
                     i * l.meta_stride,
                     "{l:?} slot {i}"
                 );
-                // SAFETY: slot i's start, inside the block, which is aligned as a slab.
+                // SAFETY: slot i's start, in the block, which is a slab-sized region aligned
+                // as a slab; its word is inside (asserted above).
                 let word = unsafe { l.owner_steps().word_of(slab.add(i * l.stride)) };
                 assert_eq!(
                     word as usize - slab as usize,
