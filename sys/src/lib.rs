@@ -72,4 +72,6 @@ pub use mem::{
     release, remap, remap_to, resident_bytes, unmap, PAGE,
 };
 pub use random::random_u64;
-pub use thread::{cpus, on_thread_exit, register_fork_handlers, yield_now, ExitFn, ExitStep};
+pub use thread::{
+    cpus, current_cpu, on_thread_exit, register_fork_handlers, yield_now, ExitFn, ExitStep,
+};

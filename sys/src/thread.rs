@@ -208,3 +208,19 @@ fn read_cpus() -> u32 {
 fn read_cpus() -> u32 {
     1
 }
+
+/// The CPU the calling thread runs on now (0 when the OS cannot say): a hint only, as the
+/// thread may move right after. `sched_getcpu` reads it through the vDSO, with no system
+/// call and no allocation, so slow paths under a lock may call it.
+#[cfg(all(target_os = "linux", not(miri)))]
+pub fn current_cpu() -> u32 {
+    // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).unwrap_or(0)
+}
+
+/// The CPU the calling thread runs on now: 0 where the OS cannot say (and under Miri).
+#[cfg(not(all(target_os = "linux", not(miri))))]
+pub fn current_cpu() -> u32 {
+    0
+}
