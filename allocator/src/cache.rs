@@ -26,10 +26,10 @@
 //! batch that fits and was given back on its own CPU first (else the newest, as before). The
 //! slots of a batch sit between the live objects of the thread that freed them: handed to a
 //! thread on another CPU, they put that thread's writes on lines the first one still reads,
-//! and a consumer's batch goes to a producer on its own CPU, in its cache. On two CPUs
-//! (BENCHMARKS.md, section 2): xmalloc 0.83x-0.92x of the time without it, larson 0.89x-1.01x
-//! (median 0.97x), the other workloads within noise. The CPU is a hint (`sched_getcpu`, no
-//! system call), read on these locked slow paths only.
+//! and a consumer's batch goes to a producer on its CPU, in that CPU's caches. On two CPUs
+//! (BENCHMARKS.md, section 2): xmalloc 0.83x-0.92x of the time without it, larson
+//! 0.89x-1.01x, the other workloads within noise. The CPU is a hint (`sys::current_cpu`),
+//! read on these slow paths only, before the lock.
 
 use core::ptr;
 use core::sync::atomic::{
@@ -81,8 +81,11 @@ unsafe impl Send for Lists {}
 
 impl Lists {
     /// Moves the newest parked batch given back on `cpu` that holds at most `most` slots to
-    /// the top of the stack, the others keeping their order (the decay takes the oldest from
-    /// the bottom); nothing when the top is one already or there is none.
+    /// the top of the stack, for the refill that takes it next, the others keeping their
+    /// order; nothing when the top is one already or there is none. The batches from its old
+    /// place up count as touched in this decay interval (`parked_decay`: the oldest at the
+    /// bottom go back when no refill reached them), so the one that moved down is not taken
+    /// for idle.
     fn newest_first_from(&mut self, cpu: u32, most: usize) {
         let n = self.nparked;
         if n < 2 || (self.parked_cpu[n - 1] == cpu && self.parked[n - 1].1 <= most) {
@@ -94,6 +97,7 @@ impl Lists {
         {
             self.parked[i..n].rotate_left(1);
             self.parked_cpu[i..n].rotate_left(1);
+            self.parked_decay.observe(i);
         }
     }
 }
@@ -338,9 +342,10 @@ impl SlabCache {
             head: ptr::null_mut(),
             count: 0,
         };
+        let cpu = sys::current_cpu();
         let mut l = self.lists.lock();
         let mut from_slabs = 0;
-        l.newest_first_from(sys::current_cpu(), most);
+        l.newest_first_from(cpu, most);
         if l.nparked > 0 && l.parked[l.nparked - 1].1 <= most {
             let (head, count) = self.unpark(&mut l);
             // Slots in the parked batches already count as handed out (`used`).
@@ -532,6 +537,7 @@ impl SlabCache {
                 "corrupted free chain (count mismatch: a slot freed twice can loop a bin's list)",
             );
         }
+        let cpu = sys::current_cpu();
         let mut l = self.lists.lock();
         if suspect {
             // SAFETY: the chain is well formed (just walked); under the lock.
@@ -544,7 +550,7 @@ impl SlabCache {
         }
         let i = l.nparked;
         l.parked[i] = (head, count);
-        l.parked_cpu[i] = sys::current_cpu();
+        l.parked_cpu[i] = cpu;
         l.nparked += 1;
         l.parked_objects += count;
         self.counters

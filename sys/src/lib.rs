@@ -37,6 +37,7 @@
 //! | [`warn`]`(msg)` | the message on stderr | ignored |
 //! | [`random_u64`] | 64 random bits from `getrandom`, never 0 | a weaker mix of clock, pid and a stack address |
 //! | [`cpus`] | the CPUs in the affinity mask (read once), at least 1 | 1 |
+//! | [`current_cpu`] | the CPU the thread runs on now, a hint (`sched_getcpu`: rseq or vDSO, a system call only where neither exists) | 0 |
 //! | [`yield_now`] | gives the CPU away (`sched_yield`) | ignored |
 //! | [`fast_tls`] | per-thread words in the initial-exec TLS model (feature `ie-tls`), else a `thread_local!` | cannot fail |
 //! | [`sync`] | core's atomics, or loom's under `cfg(loom)` (made on first use: `new` stays `const`) | — |
@@ -46,7 +47,7 @@
 //! `/proc`); each says what it gives up. Under loom, the barriers are `SeqCst` fences.
 //!
 //! # Layers
-//! `sync` (atomics) <- `thread` (yield, exit hook, fork, cpus) <- `lock` (spin lock) <-
+//! `sync` (atomics) <- `thread` (yield, exit hook, fork, cpus, current CPU) <- `lock` (spin lock) <-
 //! `barrier` (membarrier, mprotect fallback); `mem` (mappings), `clock` (coarse time), `diag`
 //! (fatal, warn), `fast_tls` (per-thread words) and `random` stand alone. No file imports
 //! one that imports it back.

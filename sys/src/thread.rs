@@ -1,5 +1,5 @@
 //! Per-thread and per-process hooks: the one thread-exit hook, fork handlers, yielding, the
-//! CPU count.
+//! CPU count and the current CPU.
 //!
 //! ## Thread exit
 //!
@@ -210,8 +210,9 @@ fn read_cpus() -> u32 {
 }
 
 /// The CPU the calling thread runs on now (0 when the OS cannot say): a hint only, as the
-/// thread may move right after. `sched_getcpu` reads it through the vDSO, with no system
-/// call and no allocation, so slow paths under a lock may call it.
+/// thread may move right after. `sched_getcpu` reads it from rseq or the vDSO (a `getcpu`
+/// system call only where neither exists) and allocates nothing, so the allocator's slow
+/// paths may call it.
 #[cfg(all(target_os = "linux", not(miri)))]
 pub fn current_cpu() -> u32 {
     // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
