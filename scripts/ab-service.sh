@@ -7,6 +7,7 @@
 # rounds of 8 s after 2 s of warm-up, 32 connections, kb=16 from three customers, as the
 # throughput table of scripts/load-service.sh. Traffic goes to 127.0.0.1 only.
 set -euo pipefail
+source "$(dirname "$0")/service-common.sh"
 old=$1 new=$2 rounds=${3:-5} dur=${4:-8} conc=${5:-32} kb=${6:-16}
 command -v oha >/dev/null || cargo install oha --locked
 port=3917
@@ -19,10 +20,7 @@ for _ in $(seq "$rounds"); do
         [ "$v" = new ] && bin=$new
         "$bin" --addr "127.0.0.1:$port" 2>/dev/null &
         server=$!
-        for _ in $(seq 100); do
-            curl -sf -o /dev/null "http://127.0.0.1:$port/work?kb=1&tenant=warmup" && break
-            sleep 0.05
-        done
+        wait_ready "$port"
         oha -z 2s -c "$conc" --no-tui --output-format quiet --rand-regex-url "$url"
         oha -z "${dur}s" -c "$conc" --no-tui --output-format json --rand-regex-url "$url" |
             python3 -c '

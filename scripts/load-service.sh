@@ -26,6 +26,7 @@
 # Raw results: target/load-service/*.json; the summary table is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/service-common.sh
 ROUNDS=${1:-3}
 DUR=${2:-10}
 CONC=${3:-32}
@@ -57,11 +58,7 @@ start() { # binary, args...
   local bin=$1; shift
   "$OUT/bin/$bin" --addr "127.0.0.1:$PORT" "$@" 2>>"$OUT/server.txt" &
   SERVER=$!
-  for _ in $(seq 100); do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/work?kb=1&tenant=warmup" && return
-    sleep 0.05
-  done
-  echo "server $bin did not start" >&2; exit 1
+  wait_ready "$PORT"
 }
 stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; }
 trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null || true' EXIT

@@ -11,6 +11,7 @@
 # jemalloc builds (`--features service-mimalloc|service-jemalloc`) have no tenants to kill a
 # runaway: measure them with --no-tenants. Traffic goes to 127.0.0.1 only.
 set -euo pipefail
+source "$(dirname "$0")/service-common.sh"
 bin=$1
 shift
 flags=()
@@ -25,12 +26,7 @@ port=3931
 server=$!
 load=
 trap 'kill "$server" $load 2>/dev/null || true' EXIT
-ready=0
-for _ in $(seq 100); do
-    curl -sf -o /dev/null "http://127.0.0.1:$port/work?kb=1&tenant=warmup" && { ready=1; break; }
-    sleep 0.05
-done
-(( ready )) || { echo "the server did not answer on port $port" >&2; exit 1; }
+wait_ready "$port"
 # Longer than the sampling, whatever the burst takes; stopped when the sampling ends.
 oha -z "$((secs + 30))s" -q "$rate" --no-tui --output-format quiet \
     "http://127.0.0.1:$port/work?kb=16&tenant=steady" &

@@ -18,6 +18,7 @@
 # Raw data: target/runaway-sched/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/service-common.sh
 # Up to four numbers, then `--` and the server's arguments.
 nums=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do nums+=("$1"); shift; done
@@ -47,10 +48,7 @@ run() { # mode (quiet|runaway), round, server args...
   shift 2
   "$BIN" --addr "127.0.0.1:$PORT" "$@" 2>>"$OUT/server.txt" &
   SERVER=$!
-  for _ in $(seq 100); do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/work?kb=1&tenant=warmup" && break
-    sleep 0.05
-  done
+  wait_ready "$PORT"
   echo "$SERVER" >"$OUT/pid.$tag"
   local url="http://127.0.0.1:$PORT/work\\?kb=$KB&tenant=customer-[1-3]"
   oha -z 2s -c 32 --no-tui --output-format quiet --rand-regex-url "$url"

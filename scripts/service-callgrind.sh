@@ -13,6 +13,7 @@
 # valgrind, curl (apt-get) and oha (cargo install) if missing. Traffic to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/service-common.sh
 bin=$1; shift
 n=2000 kb=16
 if [ $# -gt 0 ] && [ "$1" != -- ]; then n=$1; shift; fi
@@ -30,10 +31,8 @@ valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out/$name.ou
     "$bin" --addr "127.0.0.1:$port" "$@" 2>"$out/$name.valgrind.txt" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
-for _ in $(seq 300); do
-    curl -sf -o /dev/null "http://127.0.0.1:$port/work?kb=1&tenant=warmup" && break
-    sleep 0.2
-done
+# Under valgrind the server takes seconds to start.
+wait_ready "$port" 300 0.2
 url="http://127.0.0.1:$port/work\\?kb=$kb&tenant=customer-[1-3]"
 oha -n "${WARM:-300}" -c 4 --no-tui --output-format quiet --rand-regex-url "$url"
 callgrind_control -i on "$pid" >/dev/null 2>&1

@@ -17,6 +17,9 @@ use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 
 use slabcg::{Cache, CacheBox, SlabAlloc, Tenant, TypedCache};
 
+#[path = "common/typed_pair.rs"]
+mod typed_pair;
+
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
 
@@ -131,25 +134,12 @@ fn a_typed_boxs_pair_goes_through_the_kept_bin() {
     let acct: TypedCache<[u64; 6]> = TypedCache::new("typed-front-acct", true);
     let t = Tenant::new("typed-front");
     let _in = t.enter();
-    let warm: Vec<_> = (0..2 * WARM)
-        .map(|i| acct.alloc([i as u64; 6]).unwrap())
-        .collect();
-    drop(warm);
-    let b = acct.alloc([7; 6]).unwrap();
-    let addr = &*b as *const [u64; 6] as usize;
-    let kept = acct.cache().kept_in_my_front();
-    drop(b);
-    assert_eq!(
-        acct.cache().kept_in_my_front(),
-        kept + 1,
-        "kept, still charged"
+    typed_pair::pair_goes_through(
+        &acct,
+        2 * WARM,
+        Cache::kept_in_my_front,
+        "the kept bin, still charged",
     );
-    let b = acct.alloc([8; 6]).unwrap();
-    assert_eq!(
-        &*b as *const [u64; 6] as usize, addr,
-        "taken back from the kept bin"
-    );
-    assert_eq!(acct.cache().kept_in_my_front(), kept);
 }
 
 #[test]

@@ -6,7 +6,10 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use slabcg::{CacheBox, SlabAlloc, Tenant, TenantAlloc, TypedCache};
+use slabcg::{Cache, CacheBox, SlabAlloc, Tenant, TenantAlloc, TypedCache};
+
+#[path = "common/typed_pair.rs"]
+mod typed_pair;
 
 #[global_allocator]
 static GLOBAL: SlabAlloc = SlabAlloc::new();
@@ -55,32 +58,16 @@ impl Drop for Counted {
     }
 }
 
-/// A same-thread pair of an unaccounted cache goes through the thread's front: the dropped
-/// box's slot is the front's next one out. Were the front's tag compare to miss (the fast
-/// paths of `alloc` and of the box's drop dispatch on it), the slot would go home. The
-/// accounted twin, which drains elsewhere in this file would disturb, is in
-/// `dedicated_kept.rs`.
+/// A same-thread pair of an unaccounted cache goes through the thread's front on its fast
+/// paths: the dropped box's slot is the front's next one out, and no front slow path ran
+/// (`typed_pair`). The accounted twin, which drains elsewhere in this file would disturb,
+/// is in `dedicated_kept.rs`.
 #[test]
 fn a_boxs_pair_stays_in_the_threads_front() {
     // Past the warm-up (`front::WARM_ALLOCS` locked allocations), with room left.
     const WARM: usize = 16;
     let plain: TypedCache<[u64; 6]> = TypedCache::new("typed-front-plain", false);
-    let warm: Vec<_> = (0..WARM)
-        .map(|i| plain.alloc([i as u64; 6]).unwrap())
-        .collect();
-    drop(warm);
-    let b = plain.alloc([7; 6]).unwrap();
-    let addr = &*b as *const [u64; 6] as usize;
-    let n = plain.cache().slots_in_my_front();
-    drop(b);
-    assert_eq!(
-        plain.cache().slots_in_my_front(),
-        n + 1,
-        "the drop pushed to the front"
-    );
-    let b = plain.alloc([8; 6]).unwrap();
-    assert_eq!(&*b as *const [u64; 6] as usize, addr, "the alloc popped it");
-    assert_eq!(plain.cache().slots_in_my_front(), n);
+    typed_pair::pair_goes_through(&plain, WARM, Cache::slots_in_my_front, "the front");
 }
 
 #[test]

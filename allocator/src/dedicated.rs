@@ -306,6 +306,13 @@ impl Cache {
         thread_cache::front_counts(self.core).0
     }
 
+    /// Tests: the dedicated-cache front slow paths (any cache's) the calling thread has
+    /// taken; a pair that stays on the fast paths leaves it unchanged.
+    #[doc(hidden)]
+    pub fn front_slow_paths_on_this_thread() -> u64 {
+        thread_cache::with(|tc| tc.front_slow_paths())
+    }
+
     /// Tests: slots of this cache in the calling thread's front.
     #[doc(hidden)]
     pub fn slots_in_my_front(&self) -> usize {
@@ -513,12 +520,15 @@ impl Cache {
         // plain one: the match says both whose front it is and which bin (`front::key`).
         debug_assert_eq!(self.accounted_key, front::accounted_key(self.core));
         debug_assert_eq!(self.owner, self.core.layout.owner_steps());
+        debug_assert!(self
+            .core
+            .layout
+            .slot_start(p as usize & self.core.layout.slab_mask)
+            .is_some());
         let kept = thread_cache::with(|tc| {
             let f = tc.front_at(self.at);
             let key = f.key();
             let bin = if key == self.accounted_key {
-                let l = &self.core.layout;
-                debug_assert!(l.slot_start(p as usize & l.slab_mask).is_some());
                 // SAFETY: p is a slot start of this accounted cache (caller's contract), whose
                 // layout gave `self.owner`; its word lives as long as the cache's segments.
                 let owner = unsafe { (*self.owner.word_of(p)).load(Ordering::Relaxed) };
@@ -587,15 +597,16 @@ impl Cache {
         });
     }
 
-    /// Puts the uncharged slot `p` in this thread's front, or through its slow path.
+    /// Puts the uncharged slot `p` of this accounted cache in this thread's front, or through
+    /// its slow path.
     ///
     /// # Safety
     /// `p` must be a slot of this cache that nobody uses any more, uncharged.
     #[inline(always)]
     unsafe fn free_to_front(&self, p: *mut u8) {
-        let key = front::key(self.core);
+        debug_assert!(self.core.id.accounted);
         // SAFETY: caller's contract.
-        if unsafe { thread_cache::with(|tc| tc.front_at(self.at).push_of(key, p)) } {
+        if unsafe { thread_cache::with(|tc| tc.front_at(self.at).push_of(self.accounted_key, p)) } {
             return;
         }
         // SAFETY: as above.

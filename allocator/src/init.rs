@@ -62,6 +62,7 @@ pub fn front_alloc_slow(i: u32, core: &'static SlabCache) -> *mut u8 {
         if thread_cache::is_uninit(tc) {
             init_thread(tc);
         }
+        tc.note_front_slow();
         thread_cache::front_refill_pop(tc, i, core)
     })
 }
@@ -79,6 +80,7 @@ pub unsafe fn front_free_slow(p: *mut u8, i: u32, core: &'static SlabCache) {
         if thread_cache::is_uninit(tc) {
             init_thread(tc);
         }
+        tc.note_front_slow();
         // SAFETY: caller's contract.
         unsafe { thread_cache::front_flush_push(tc, p, i, core) }
     })

@@ -123,6 +123,12 @@ pub struct SlabLayout {
     pub meta_recip: u64,
 }
 
+/// [`SlabLayout::meta_step`] with the layout's `meta_recip`: shared with [`OwnerSteps`].
+#[inline(always)]
+const fn meta_step(offset: usize, meta_recip: u64) -> usize {
+    ((offset as u64 * meta_recip) >> 40) as usize
+}
+
 /// What finding a slot's owner word takes from a [`SlabLayout`], copied into a dedicated
 /// cache's handle (`Cache`) so that its free reaches the word without loading the layout
 /// from the cache's core first: one dependent load fewer on the way to the owner compare.
@@ -143,7 +149,7 @@ impl OwnerSteps {
     #[inline(always)]
     pub(crate) unsafe fn word_of(&self, p: *mut u8) -> *const AtomicU32 {
         let in_slab = p as usize & self.slab_mask;
-        let step = ((in_slab as u64 * self.meta_recip) >> 40) as usize;
+        let step = meta_step(in_slab, self.meta_recip);
         // SAFETY: p's region starts `in_slab` bytes below it (its alignment), and for a
         // slot start `step` is `index * meta_stride` (`SlabLayout::meta_step`), so the word
         // lies inside the region (`metadata_fits_where_promised`).
@@ -316,7 +322,7 @@ impl SlabLayout {
     /// distance from slot 0's owner word to its own.
     #[inline(always)]
     pub fn meta_step(&self, offset: usize) -> usize {
-        ((offset as u64 * self.meta_recip) >> 40) as usize
+        meta_step(offset, self.meta_recip)
     }
 
     /// Bytes per slab that owner metadata costs (External placement only): the slots the

@@ -134,6 +134,10 @@ pub struct ThreadCache {
     ///
     /// [`tick_slow`]: ThreadCache::tick_slow
     slow: Cell<u32>,
+    /// Dedicated-cache front slow paths this thread took (`init::front_alloc_slow`,
+    /// `front_free_slow`): tests see from it that a pair stayed on the fast paths, whose
+    /// misses the slow paths otherwise mend without a trace but the time.
+    front_slow: Cell<u64>,
     next: AtomicPtr<ThreadCache>,
     prev: AtomicPtr<ThreadCache>,
     /// Slow paths since the last invariant walk (`crate::invariant::due`).
@@ -155,6 +159,7 @@ impl ThreadCache {
             give_backs: [const { [const { GiveBacks::new() }; 2] }; NUM_CLASSES],
             state: Cell::new(UNINIT),
             slow: Cell::new(0),
+            front_slow: Cell::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
             prev: AtomicPtr::new(ptr::null_mut()),
             #[cfg(debug_assertions)]
@@ -523,6 +528,16 @@ impl ThreadCache {
     /// tenant, `charge::alloc_small_put_back`); true on every `SWEEP_EVERY`th, when the
     /// caller runs the process-wide decay sweep (`sweep.rs`), so the clock is read once per
     /// that many rather than on each.
+    /// Counts one dedicated-cache front slow path ([`front_slow_paths`](Self::front_slow_paths)).
+    pub(crate) fn note_front_slow(&self) {
+        self.front_slow.set(self.front_slow.get().wrapping_add(1));
+    }
+
+    /// Dedicated-cache front slow paths this thread has taken.
+    pub(crate) fn front_slow_paths(&self) -> u64 {
+        self.front_slow.get()
+    }
+
     #[inline]
     pub(crate) fn tick_slow(&self) -> bool {
         const SWEEP_EVERY: u32 = 64;
