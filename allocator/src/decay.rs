@@ -75,8 +75,11 @@ pub fn interval_ms() -> u64 {
 
 /// A low-water mark over the current interval.
 ///
-/// Invariant: `low` is at most every value the pool held since `tick` (its owner calls
-/// [`observe`](Self::observe) after every decrease).
+/// Invariant: for a pool used as a stack (items taken from the top, or out of the middle
+/// with those above moving down), its bottom `low` items stayed in it, untouched, since
+/// `tick`: `low` is at most every value the pool held since then (its owner calls
+/// [`observe`](Self::observe) after every decrease), less one for each item taken out from
+/// under it ([`removed_at`](Self::removed_at)).
 pub struct Decay {
     low: usize,
     tick: u64,
@@ -91,6 +94,17 @@ impl Decay {
     #[inline]
     pub fn observe(&mut self, amount: usize) {
         self.low = self.low.min(amount);
+    }
+
+    /// An item at position `i` from the bottom was taken out from under the others (they
+    /// moved down one). One below the mark leaves the bottom `low - 1` items untouched: the
+    /// one that moved down to `low - 1` was above the mark, so it may have been reused. One
+    /// at or above the mark changes nothing below it.
+    #[inline]
+    pub fn removed_at(&mut self, i: usize) {
+        if i < self.low {
+            self.low -= 1;
+        }
     }
 
     /// When an interval is over at `now` (ms, `sys::now_ms`): the amount that stayed idle
