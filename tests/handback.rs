@@ -2,7 +2,8 @@
 //! (`allocator/src/handback.rs`): the producer's next allocations take them without a charge.
 //! The tenants stay exact through drains, a refused charge drains what the hand-back
 //! holds, a dead tenant's chains are given back at its death (uncharged from its parent),
-//! and `trim()` empties it.
+//! `trim()` empties it, and a drain gives back every chain that was there before it while
+//! another thread keeps putting chains.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -372,4 +373,114 @@ fn the_handback_stays_bounded() {
         assert_eq!(p.current_exact(), 0);
     }
     assert_eq!(handback_counts().bytes, 0);
+}
+
+/// How many chains the busy consumer of the test below was asked to put, and has put.
+static ASKED: AtomicUsize = AtomicUsize::new(0);
+static PUT: AtomicUsize = AtomicUsize::new(0);
+
+std::thread_local! {
+    /// Set on the test's draining thread only: a release on another thread (a decay sweep
+    /// on the busy consumer's own slow path) must not wait for the consumer.
+    static DRAINER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run after each entry the hand-back's release gives back; on the test's draining thread,
+/// the busy consumer puts one more chain, which takes the lowest free entry.
+fn one_more_chain_meanwhile() {
+    if !DRAINER.with(|d| d.get()) {
+        return;
+    }
+    let asked = ASKED.fetch_add(1, Ordering::AcqRel) + 1;
+    while PUT.load(Ordering::Acquire) < asked {
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_drain_gives_back_every_chain_that_was_there_before_it() {
+    let _one = one_at_a_time();
+    // A busy producer/consumer pair: the consumer holds the producer's objects and frees
+    // them, putting one chain in the hand-back, each time the drain below asks.
+    let p = Tenant::new("handback-busy-producer");
+    let c = Tenant::new("handback-busy-consumer");
+    let objs: Vec<Vec<u8>> = {
+        let p = p.clone();
+        std::thread::spawn(move || {
+            let _in = p.enter();
+            (0..60_000)
+                .map(|i| black_box(vec![i as u8; SIZE]))
+                .collect()
+        })
+        .join()
+        .unwrap()
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = {
+        let (stop, ready) = (stop.clone(), ready.clone());
+        std::thread::spawn(move || {
+            let _in = c.enter();
+            let warm = black_box(vec![0u8; SIZE]);
+            let mut objs = objs;
+            // Until the consumer has adopted the producer's objects and put a chain.
+            let before = handback_counts().put;
+            while handback_counts().put == before {
+                drop(objs.pop().expect("a chain within 60,000 frees"));
+            }
+            ready.store(true, Ordering::Release);
+            let mut done = 0;
+            while !stop.load(Ordering::Acquire) {
+                if ASKED.load(Ordering::Acquire) > done {
+                    let before = handback_counts().put;
+                    while handback_counts().put == before {
+                        let Some(o) = objs.pop() else { break };
+                        drop(o);
+                    }
+                    done += 1;
+                    PUT.store(done, Ordering::Release);
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            drop(objs);
+            drop(warm);
+        })
+    };
+    while !ready.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    // Two idle tenants' chains, in the table's first two entries.
+    slabcg::allocator::trim();
+    assert_eq!(handback_counts().chains, 0);
+    let (a, b) = (
+        Tenant::new("handback-idle-a"),
+        Tenant::new("handback-idle-b"),
+    );
+    let c2 = Tenant::new("handback-idle-consumer");
+    let max = 4 << 20;
+    b.set_max(max);
+    drop(pipeline(&a, &c2, 5, 1000, 8000, 0));
+    drop(pipeline(&b, &c2, 5, 1000, 8000, 0));
+    assert!(b.current() > 0, "b's chains wait in the hand-back");
+    // One drain, with a chain put after each entry it gives back. Nothing of b is live.
+    slabcg::allocator::testing::set_handback_release_hook(Some(one_more_chain_meanwhile));
+    DRAINER.with(|d| d.set(true));
+    let exact = b.current_exact();
+    DRAINER.with(|d| d.set(false));
+    slabcg::allocator::testing::set_handback_release_hook(None);
+    stop.store(true, Ordering::Release);
+    busy.join().unwrap();
+    assert!(
+        ASKED.load(Ordering::Relaxed) >= 2,
+        "the drain released both idle entries"
+    );
+    assert_eq!(
+        exact, 0,
+        "the drain left b's chains charged in the hand-back"
+    );
+    // And b was drained clean: all of its limit is there for a charge.
+    b.charge(max - 4096, StatItem::Sock)
+        .expect("b's chains were given back by the drain");
+    b.uncharge(max - 4096, StatItem::Sock);
 }

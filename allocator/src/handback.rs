@@ -52,7 +52,7 @@
 
 use core::ptr;
 // Statics keep core's atomics (`slabcg_sys::sync`: a loom model never reaches them).
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use slabcg_accounting::hooks::{self, ObjCgId, StatIdx};
 
@@ -339,6 +339,16 @@ pub(crate) fn take(cg: ObjCgId, c: usize, room: u32) -> Option<Chain> {
 /// decay: `aged`): uncharged from their tenants, to their slabs. One entry at a time, each
 /// out of the table before its chains are given back. Drains of the stocks start here
 /// (`thread_cache::drain_object_stocks`), as do `trim()` and the decay sweep (`aged`).
+///
+/// One pass over the table's indices (an entry never moves), so every entry it held when
+/// the release began is reached, unless a taker or another release takes it first. An
+/// entry put meanwhile at an index already passed stays: it is newer than the release
+/// (`put` notes its tenant as stocked, at the drain's generation or later, so a refusal
+/// does not take that tenant for clean). Taking the lowest entry again and again
+/// instead, with a bound on the passes, let a thread that kept putting chains during a
+/// drain fill the lowest index each time and use the passes up, leaving entries that were
+/// there before the drain charged after it: `current_exact()` read them, and a refusal
+/// skipped the drain that would have given them back.
 pub(crate) fn release_all(aged: bool) {
     let since = {
         let mut t = TABLE.lock();
@@ -348,26 +358,42 @@ pub(crate) fn release_all(aged: bool) {
         }
         since
     };
-    // Each pass takes one entry out; an entry that comes in meanwhile is newer than `since`
-    // for an aged release, and a full release stops once the table is seen empty.
-    let mut passes = ENTRIES;
-    while passes > 0 {
-        passes -= 1;
-        let Some(e) = take_entry(|e| !(aged && e.stamp > since)) else {
-            return;
-        };
+    let mut from = 0;
+    while let Some((i, e)) = take_entry_from(from, |e| !(aged && e.stamp > since)) {
         release(e.cg, e.c, e.chains(), None);
+        after_release_pass();
+        from = i + 1;
     }
 }
 
-/// Takes out of the table the first entry holding chains that `pick` accepts (under the
-/// lock, which it drops before returning): the caller gives its chains back.
-fn take_entry(pick: impl Fn(&Entry) -> bool) -> Option<Entry> {
+/// Takes out of the table the first entry at index `from` or above holding chains that
+/// `pick` accepts (under the lock, which it drops before returning), with its index: the
+/// caller gives its chains back.
+fn take_entry_from(from: usize, pick: impl Fn(&Entry) -> bool) -> Option<(usize, Entry)> {
     let mut t = TABLE.lock();
-    let i = (0..ENTRIES).find(|&i| t.entries[i].n > 0 && pick(&t.entries[i]))?;
+    let i = (from..ENTRIES).find(|&i| t.entries[i].n > 0 && pick(&t.entries[i]))?;
     let e = t.remove(i);
     debug_assert!(consistent(&t));
-    Some(e)
+    Some((i, e))
+}
+
+/// A test's function run after each entry [`release_all`] gives back (0: none), so that a
+/// test can put chains in the middle of a release (`testing::set_handback_release_hook`).
+static RELEASE_HOOK: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets (or clears) [`RELEASE_HOOK`].
+pub(crate) fn set_release_hook(f: Option<fn()>) {
+    RELEASE_HOOK.store(f.map_or(0, |f| f as usize), Ordering::Release);
+}
+
+/// Runs the test's [`RELEASE_HOOK`], if any: one load per entry released otherwise.
+fn after_release_pass() {
+    let h = RELEASE_HOOK.load(Ordering::Acquire);
+    if h != 0 {
+        // SAFETY: RELEASE_HOOK holds 0 or a `fn()` stored by `set_release_hook`.
+        let f = unsafe { core::mem::transmute::<usize, fn()>(h) };
+        f();
+    }
 }
 
 /// Registered with the accounting (`hooks::set_on_death`): tenant `cg` died, so its
@@ -397,7 +423,8 @@ fn forget_held(cg: ObjCgId) {
     if !hinted {
         return;
     }
-    while let Some(e) = take_entry(|e| e.cg == cg) {
+    // `put` refuses a dead tenant's chains, so none comes in behind this.
+    while let Some((_, e)) = take_entry_from(0, |e| e.cg == cg) {
         release(e.cg, e.c, e.chains(), None);
     }
 }

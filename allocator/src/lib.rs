@@ -194,6 +194,11 @@ pub mod testing {
     pub fn handback_counts() -> HandbackCounts {
         crate::handback::counts()
     }
+    /// `tests/handback.rs`: a function run after each entry the hand-back's release gives
+    /// back (None: none), to put chains in the middle of a drain.
+    pub fn set_handback_release_hook(f: Option<fn()>) {
+        crate::handback::set_release_hook(f)
+    }
 
     /// `tests/common/kept_free.rs`: the calling thread's cache, to count a bin's slots.
     pub mod thread_cache {
