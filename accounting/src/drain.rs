@@ -444,13 +444,19 @@ fn exit(s: &Stock) {
         release_taken(&t);
     }
     let g = lock();
+    // Unless it withdrew (its remote barrier failed: no membarrier, and no mprotect
+    // fallback): then the slots and forwarding entries are still here, with `steal` clear.
+    // Drainers set and clear `steal` under the lock we hold, so none is stealing now, and
+    // this take finds whatever is left (nothing, most times).
+    let late = if s.enter() { Some(s.take_all()) } else { None };
+    s.leave();
     // Its zombies wait on the global list now (pushes from here on go there: `EXITED`),
     // moved under the lock so that a full sweep or a fork does not miss them in between.
     objcg::move_to_global(&s.zombies);
     // The cached counts go back to their parents; their references after the lock.
     let kin = s.kin.take_all();
     let credits = kin.map(|t| t.as_ref().map_or(0, release_kin));
-    // Empty now: a stealing drainer took the slots under the lock we hold.
+    // Empty now: taken above, by this thread or by a stealing drainer.
     unlist(s);
     let (next, prev) = (
         s.next.load(Ordering::Relaxed),
@@ -473,6 +479,9 @@ fn exit(s: &Stock) {
     REGISTERED_STOCKS.fetch_sub(1, Ordering::Relaxed);
     s.set_flags(0, REGISTERED);
     drop(g);
+    if let Some(t) = late {
+        release_taken(&t);
+    }
     for (t, n) in kin.iter().zip(credits) {
         if let Some(t) = t {
             release_credits(t.node, u64::from(n));

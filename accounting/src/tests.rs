@@ -776,3 +776,47 @@ fn refill_batches_respect_max_and_high() {
     drain_all();
     assert_eq!(m.current_exact(), 0);
 }
+
+/// A thread that exits while a drainer has set its stock's `steal` and then withdraws (the
+/// remote barrier failed: no membarrier) gives its slot back itself: the exit saw `steal`
+/// and left the take to the drainer, which took nothing.
+#[test]
+fn a_thread_exiting_under_a_withdrawn_steal_gives_its_slot_back() {
+    use crate::stock::Stock;
+    use std::sync::mpsc;
+    let _serial = serial();
+    hooks::set_idle_decay(false);
+    let t = Tenant::new("exit-withdrawn-steal");
+    let id = t.objcg_id();
+    let (stock_tx, stock_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        // A slot for t in this thread's stock, its batch pre-charged.
+        assert!(charge(id, 100, StatIdx::slab(0)));
+        // SAFETY: gives back the 100 bytes charged just above.
+        unsafe { hooks::uncharge(id, 100, StatIdx::slab(0)) };
+        stock_tx
+            .send(STOCK.with(|s| s as *const Stock as usize))
+            .unwrap();
+        go_rx.recv().unwrap();
+    });
+    // SAFETY: the thread waits on go_rx; once told to go it exits, and its exit waits for
+    // the registry lock held below before its stock goes away.
+    let s = unsafe { &*(stock_rx.recv().unwrap() as *const Stock) };
+    {
+        let _g = crate::drain::registry_lock();
+        // A drainer's first half, then its withdrawal, with the exit in between.
+        s.request_steal();
+        go_tx.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        s.withdraw_steal();
+    }
+    h.join().unwrap();
+    drain_all();
+    hooks::set_idle_decay(true);
+    assert_eq!(
+        t.current_exact(),
+        0,
+        "the exited thread's slot stayed charged"
+    );
+}
