@@ -66,7 +66,10 @@
 //! bin hands the slot out first. Before lazy words, the loop such a free makes was reported
 //! at the next transfer's walk. A slot claimed ahead has the tag's word like any kept slot,
 //! so a double free of it while it waits deeper in the bin is not caught on the fast path
-//! (the root crate's `src/lib.rs`, invalid frees). Hardened builds still rewrite the words
+//! (the root crate's `src/lib.rs`, invalid frees); nor is one of a stale slot whose old word
+//! happens to be the tag (bins handed from T0 to T1 and back to T0, or an objcg id recycled
+//! by the next tenant): the tagged push takes it again, and only a give-back's walk of the
+//! bin reports it. Hardened builds still rewrite the words
 //! at the transfer (`LAZY_OWNERS`), so their push check reports the double free at once
 //! (`allocator/tests/invalid_free.rs`).
 //!
