@@ -788,6 +788,10 @@ fn a_thread_exiting_under_a_withdrawn_steal_gives_its_slot_back() {
     hooks::set_idle_decay(false);
     let t = Tenant::new("exit-withdrawn-steal");
     let id = t.objcg_id();
+    /// The exiting thread's stock, sent to the test's thread (with its provenance).
+    struct StockAt(*const Stock);
+    // SAFETY: dereferenced only while the stock lives (below).
+    unsafe impl Send for StockAt {}
     let (stock_tx, stock_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let h = std::thread::spawn(move || {
@@ -796,13 +800,13 @@ fn a_thread_exiting_under_a_withdrawn_steal_gives_its_slot_back() {
         // SAFETY: gives back the 100 bytes charged just above.
         unsafe { hooks::uncharge(id, 100, StatIdx::slab(0)) };
         stock_tx
-            .send(STOCK.with(|s| s as *const Stock as usize))
+            .send(StockAt(STOCK.with(|s| s as *const Stock)))
             .unwrap();
         go_rx.recv().unwrap();
     });
     // SAFETY: the thread waits on go_rx; once told to go it exits, and its exit waits for
     // the registry lock held below before its stock goes away.
-    let s = unsafe { &*(stock_rx.recv().unwrap() as *const Stock) };
+    let s = unsafe { &*stock_rx.recv().unwrap().0 };
     {
         let _g = crate::drain::registry_lock();
         // A drainer's first half, then its withdrawal, with the exit in between.

@@ -103,6 +103,12 @@ impl CacheBuilder {
 
     /// Creates the cache, or explains why the layout cannot be served.
     pub fn try_build(self) -> Result<Cache, CacheError> {
+        // The process-wide setup (the fork handlers that hold every cache's lock across a
+        // fork, the accounting's hooks) before any path can take this cache's lock: a
+        // program whose global allocator is another one, using the cache only in bulk, took
+        // no slow path that runs it, and a child forked while another thread held the
+        // cache's lock inherited it held.
+        init::init_once();
         let size = self.layout.size().max(1);
         let Some(layout) =
             SlabLayout::new(size, self.layout.align(), self.account, self.hwcache_align)
