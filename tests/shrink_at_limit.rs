@@ -2,7 +2,8 @@
 //! large block) moves it to a fresh slot. In a tenant at its limit that new slot used to be
 //! charged like any allocation and refused, although the shrink lowers the tenant's usage;
 //! `Vec::shrink_to_fit` then aborted the process (found by a bug hunt). Now the charge moves
-//! with the block (`charge.rs`, `realloc_shrink_small`, `realloc_shrink_large`).
+//! with the block (`charge.rs`, `realloc_shrink_small`, `realloc_shrink_large`), for the C
+//! `realloc` too (`raw::realloc`).
 
 use std::alloc::{GlobalAlloc, Layout};
 
@@ -203,4 +204,47 @@ fn shrink_of_a_block_aligned_above_a_page_stays_in_place_at_the_limit() {
     unsafe { GLOBAL.dealloc(q, Layout::from_size_align(to, ALIGN).unwrap()) };
     t.uncharge(room, StatItem::Sock);
     assert_eq!(t.current_exact(), 0);
+}
+
+/// The C `realloc` (`raw::realloc`, which libslabcg's `realloc` calls) moves the charge the
+/// same way: a large block, and a small block aligned above a page (`memalign`, a large
+/// block too), shrunk into a size class at the limit.
+#[test]
+fn c_realloc_shrinks_into_a_class_at_the_limit() {
+    use slabcg::allocator::raw;
+    for (name, size, align, to) in [
+        ("c-shrink-large", 300_000usize, 8usize, 112usize),
+        ("c-shrink-memalign", 3000, 8192, 100),
+    ] {
+        let t = Tenant::new(name);
+        t.set_max(MAX);
+        // In the tenant only for the allocation and the realloc: at its limit, a failed
+        // assertion's message could not be allocated there.
+        let (p, room) = {
+            let _g = t.enter();
+            let p = raw::alloc(size, align);
+            assert!(!p.is_null());
+            // SAFETY: p holds size writable bytes.
+            unsafe { std::ptr::write_bytes(p, 0x5A, size) };
+            (p, MAX - t.current_exact())
+        };
+        t.charge(room, StatItem::Sock).unwrap();
+        let q = {
+            let _g = t.enter();
+            // SAFETY: p is live; on success it is freed.
+            unsafe { raw::realloc(p, to) }
+        };
+        let full = t.current_exact();
+        t.uncharge(room, StatItem::Sock);
+        assert!(!q.is_null(), "{name}: a shrink refused at the limit");
+        assert!(full < MAX, "{name}: the shrink lowered the usage");
+        // SAFETY: q holds at least `to` bytes, the first `to` of p's.
+        assert!(
+            (0..to).all(|i| unsafe { *q.add(i) } == 0x5A),
+            "{name}: contents"
+        );
+        // SAFETY: q is live, freed once.
+        unsafe { raw::free(q) };
+        assert_eq!(t.current_exact(), 0, "{name}: nothing left charged");
+    }
 }

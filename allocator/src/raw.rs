@@ -200,8 +200,9 @@ pub unsafe fn usable_size(p: *mut u8) -> usize {
 
 /// Resizes `p` to `new_size` bytes (> 0), keeping `min(old usable, new_size)` bytes, aligned
 /// to at least 8 (16 when the caller rounds `new_size` to 16 above 8). Null when the block
-/// cannot be resized (then it is unchanged, still live): out of memory, or the owner's limit.
-/// `p` must not be null.
+/// cannot be resized (then it is unchanged, still live): out of memory, or the owner's limit
+/// (never for a shrink into a size class of the caller's tenant's block, whose charge moves
+/// with it, as in `GlobalAlloc::realloc`). `p` must not be null.
 ///
 /// # Safety
 /// `p` must be a live block of this allocator; on success it is freed (or returned).
@@ -230,6 +231,19 @@ pub unsafe fn realloc(p: *mut u8, new_size: usize) -> *mut u8 {
             let layout = Layout::from_size_align_unchecked(usable, PAGE);
             SlabAlloc::new().realloc(p, layout, new_size)
         };
+    }
+    // A shrink into a size class of a block of the caller's tenant moves the charge with
+    // the block, so that no limit refuses it (as `GlobalAlloc::realloc` does): a large
+    // block, or a small one aligned above a page (`memalign`), which is large too.
+    if new_size < usable && hooks::accounting_active() {
+        if let Some(c) = class_for(new_size, 8) {
+            // SAFETY: p is a live large allocation holding at least new_size bytes to keep,
+            // and new_size <= class_size(c).
+            let q = unsafe { charge::realloc_shrink_large(p, c, new_size) };
+            if !q.is_null() {
+                return q;
+            }
+        }
     }
     // Into a size class, or a small block aligned above a page: a new block of malloc's
     // alignment, not the old one's.
