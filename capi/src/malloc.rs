@@ -56,10 +56,21 @@ extern "C" fn alloc_slow(n: usize) -> *mut c_void {
     p.cast()
 }
 
+/// The size asked of `raw::alloc` (at alignment 8) for `size` bytes aligned to `align <=
+/// 16`: C's `malloc` size (`c_size`, 16-aligned above 8 bytes), and at least 16 when 16 is
+/// asked for, since the slots of the 8-byte class are only 8 apart.
+fn small_aligned_size(align: usize, size: usize) -> usize {
+    if align > 8 {
+        c_size(size.max(16))
+    } else {
+        c_size(size)
+    }
+}
+
 /// Allocates `size` bytes aligned to `align` (a power of two), or null with ENOMEM.
 fn alloc_aligned(align: usize, size: usize) -> *mut c_void {
     let p = if align <= 16 {
-        raw::alloc(c_size(size), 8)
+        raw::alloc(small_aligned_size(align, size), 8)
     } else {
         raw::alloc(size, align)
     };
@@ -167,7 +178,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 /// POSIX `posix_memalign`: stores a block of `size` bytes aligned to `align` in `*out` and
 /// returns 0; `EINVAL` when `align` is not a power of two multiple of `sizeof(void *)` (or
 /// `out` is null), `ENOMEM` when out of memory. `*out` is unchanged on failure; `errno` is
-/// not set.
+/// not set here (a failed mapping may have set it, as under glibc).
 ///
 /// # Safety
 /// `out` must be null or valid for a pointer write.
@@ -180,7 +191,7 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
         return libc::EINVAL;
     }
     let p = if align <= 16 {
-        raw::alloc(c_size(size), 8)
+        raw::alloc(small_aligned_size(align, size), 8)
     } else {
         raw::alloc(size, align)
     };

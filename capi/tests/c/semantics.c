@@ -184,6 +184,25 @@ static void check_aligned(void) {
     }
     ok("posix_memalign");
 
+    /* Small blocks at alignment 16, kept alive together: the 8-byte class's slots are only
+       8 apart, so one freed before the next is asked for (above) can hide a misaligned
+       one. */
+    {
+        void *held[3][64];
+        for (int i = 0; i < 64; i++) {
+            size_t n = 1 + (size_t)i % 8;
+            CHECK(posix_memalign(&held[0][i], 16, n) == 0);
+            held[1][i] = aligned_alloc(16, n);
+            held[2][i] = memalign(16, n);
+            for (int k = 0; k < 3; k++)
+                CHECK(held[k][i] && ((uintptr_t)held[k][i] % 16) == 0);
+        }
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 64; i++)
+                free(held[k][i]);
+    }
+    ok("alignment 16 of blocks of 8 bytes or less");
+
     for (size_t align = 1; align <= (1u << 20); align *= 4) {
         void *q = aligned_alloc(align, 100);
         CHECK(q && ((uintptr_t)q % align) == 0);
