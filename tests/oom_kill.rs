@@ -447,3 +447,68 @@ fn a_stuck_victim_holds_off_kills_for_a_grace_period_only() {
     drop((stuck, held, chunks));
     assert_eq!(p.current_exact(), 0);
 }
+
+/// `Tenant::kill` on a killed tenant changes nothing: a watchdog that kills a stuck tenant
+/// again every 100 ms does not extend the grace its first kill started, and after it the
+/// sibling is the next victim.
+#[test]
+fn killing_a_killed_tenant_again_does_not_extend_its_grace() {
+    const MIB: u64 = 1 << 20;
+    let p = Tenant::new("killed-again");
+    p.set_max(4 * MIB);
+    p.set_overdraft(MIB);
+    p.set_oom_policy(OomPolicy::Kill);
+    let a = p.child("a");
+    a.charge(3 * MIB, slabcg::StatItem::Sock).unwrap();
+    let stuck = a.work_in_flight();
+    a.kill();
+    let b = p.child("b");
+    let mut chunks = Vec::with_capacity(1000);
+    assert!(
+        !fill(&b, &mut chunks, 1000),
+        "b is not killed while a is dying"
+    );
+    for _ in 0..13 {
+        std::thread::sleep(Duration::from_millis(100));
+        a.kill();
+    }
+    assert!(
+        fill(&b, &mut chunks, 1),
+        "1.3 s after a's only kill, b is the next victim: {:?}",
+        p.events()
+    );
+    assert!(b.is_killed());
+    drop((stuck, chunks));
+    a.uncharge(3 * MIB, slabcg::StatItem::Sock);
+    assert_eq!(p.current_exact(), 0);
+}
+
+/// A charge refused by its parent's limit, then, after the kill that limit's overdraft
+/// allowed, by an ancestor's: the ancestor's limit was hit too, so its `max` event counts
+/// with its `oom` (memory.events pairs them on the group whose limit failed the charge).
+#[test]
+fn the_limit_that_refuses_after_a_kill_counts_a_max_with_its_oom() {
+    const MIB: u64 = 1 << 20;
+    let a = Tenant::new("outer-limit");
+    a.set_max(10 * MIB);
+    a.set_overdraft(0);
+    a.set_oom_policy(OomPolicy::Kill);
+    let s = a.child("s");
+    s.charge(6 * MIB, slabcg::StatItem::Sock).unwrap();
+    let r = a.child("r");
+    r.set_max(4 * MIB);
+    r.set_overdraft(4 * MIB);
+    let x = r.child("x");
+    x.charge(4 * MIB, slabcg::StatItem::Sock).unwrap();
+    assert!(x.charge(64 << 10, slabcg::StatItem::Sock).is_err());
+    let (ev_a, ev_r) = (a.events_local(), r.events_local());
+    assert_eq!(ev_r.max, 1, "r's limit refused first: {ev_r:?}");
+    assert_eq!(
+        (ev_a.max, ev_a.oom),
+        (1, 1),
+        "a's limit failed the charge: {ev_a:?}"
+    );
+    s.uncharge(6 * MIB, slabcg::StatItem::Sock);
+    x.uncharge(4 * MIB, slabcg::StatItem::Sock);
+    assert_eq!(a.current_exact(), 0);
+}

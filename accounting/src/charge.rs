@@ -338,8 +338,14 @@ fn charge_counter(
         Err(r) => Refused(r),
     };
     // SAFETY: as above.
-    let node = unsafe { &*refused.0 };
-    counter::record_event(node, Event::Oom);
+    let last = unsafe { &*refused.0 };
+    // The retry after a kill may be refused by another limit (an ancestor's, once the
+    // victim's overdraft let it past its own): that limit was hit too, and its `max` counts
+    // with the `oom`, as memory.events pairs them.
+    if !core::ptr::eq(last, node) {
+        counter::record_event(last, Event::Max);
+    }
+    counter::record_event(last, Event::Oom);
     Err(refused)
 }
 

@@ -68,7 +68,9 @@ pub(crate) enum Event {
 pub struct Events {
     /// Charges that left usage above `high`.
     pub high: u64,
-    /// Charges refused by `max` (after draining and reclaim).
+    /// Charges refused by `max` (after draining and reclaim). One charge can count at two
+    /// tenants: refused by one limit, and after the kill its overdraft allowed, by an
+    /// ancestor's (which then counts the `oom` too).
     pub max: u64,
     /// Charges that failed because of it: allocations that returned null and
     /// `Tenant::charge` calls that returned an error.

@@ -85,6 +85,13 @@ fn now_ns() -> u64 {
 
 /// Marks `node` killed for `why`; false if it already was.
 fn mark(node: &Node, why: u8) -> bool {
+    // The first kill's time stands: storing it again on each `Tenant::kill` of a killed
+    // tenant (a watchdog killing again every 100 ms) kept its grace (`is_dying`) from ever
+    // ending while it had work in flight, and no other victim was chosen. Two first kills
+    // racing may both store a time, a few nanoseconds apart.
+    if node.oom.killed.load(Ordering::Acquire) != KILLED_NOT {
+        return false;
+    }
     node.oom.killed_at.store(now_ns(), Ordering::Relaxed);
     let marked = node
         .oom
