@@ -39,6 +39,10 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 /// slabcg_allocator::start_decay_thread().unwrap();
 /// ```
 pub fn start_decay_thread() -> std::io::Result<()> {
+    // The fork handlers first, whose `fork_child` forgets the thread in a child (it is not
+    // there): a program on another global allocator may call this before anything ran the
+    // setup, and a child forked then believed the thread ran, so nothing gave memory back.
+    crate::init::init_once();
     if STARTED.swap(true, Ordering::AcqRel) {
         return Ok(());
     }

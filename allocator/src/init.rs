@@ -8,7 +8,7 @@
 //! (`charge.rs`, `global.rs`), which enter their slow paths through it: no layer below calls
 //! up into setup.
 
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use slabcg_accounting::hooks;
 
@@ -92,48 +92,86 @@ fn init_thread(tc: &thread_cache::ThreadCache) {
     thread_cache::set_up(tc);
 }
 
-static INIT: AtomicU8 = AtomicU8::new(0);
+/// The process-wide setup's state: [`DONE`], 0 before it, or [`in_progress`] of the
+/// process whose thread runs it.
+static INIT: AtomicU64 = AtomicU64::new(0);
+const DONE: u64 = 2;
+
+/// [`INIT`] while a thread of process `pid` runs the setup.
+fn in_progress(pid: u32) -> u64 {
+    u64::from(pid) << 2 | 1
+}
+
+/// Set by [`fork_child`]: this process was forked with the fork handlers registered, so it
+/// has them (they are inherited with the process).
+static FORKED_WITH_HANDLERS: AtomicBool = AtomicBool::new(false);
 
 /// Process-wide setup, run by the first thread that takes a slow path ([`alloc_slow`],
-/// [`free_slow`]): fork handlers, and the allocator's side of the accounting (class sizes,
-/// root usage, the object-stock drain, activation).
+/// [`free_slow`]) or builds a dedicated cache: fork handlers, and the allocator's side of
+/// the accounting (class sizes, root usage, the object-stock drain, activation).
 #[inline]
 pub fn init_once() {
-    if INIT.load(Ordering::Acquire) != 2 {
+    if INIT.load(Ordering::Acquire) != DONE {
         init_slow();
     }
 }
 
-/// [`init_once`] before the setup is done: runs it, or waits for the thread running it.
+/// [`init_once`] before the setup is done: runs it, or waits for the thread running it. A
+/// fork child whose parent was in the middle of it inherits the mark with no thread to
+/// finish: a thread of another process holds it, so this one takes it over (the steps are
+/// idempotent). Without that, the child's first slow path waited for ever.
 #[cold]
 #[inline(never)]
 fn init_slow() {
-    if INIT
-        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-        .is_ok()
-    {
-        if !sys::check_page_size() {
-            sys::fatal("the OS page size is larger than the 4 KiB slabcg was built for");
+    let me = in_progress(sys::process_id());
+    let mut seen = INIT.load(Ordering::Acquire);
+    loop {
+        if seen == DONE {
+            return;
         }
+        if seen != me {
+            // Not begun, or begun in the process this one was forked from.
+            match INIT.compare_exchange(seen, me, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    set_up(seen == 0);
+                    INIT.store(DONE, Ordering::Release);
+                    return;
+                }
+                Err(now) => {
+                    seen = now;
+                    continue;
+                }
+            }
+        }
+        sys::yield_now();
+        seen = INIT.load(Ordering::Acquire);
+    }
+}
+
+/// The setup's steps. `fresh`: no thread began it before; else this is a fork child taking
+/// over from its parent's thread, and the fork handlers are registered again only if the
+/// fork ran none (registration and fork exclude each other in the C library: had the
+/// parent's registration happened first, the fork would have run `fork_child`, which says
+/// so), as twice they would take every lock twice at the next fork.
+fn set_up(fresh: bool) {
+    if !sys::check_page_size() {
+        sys::fatal("the OS page size is larger than the 4 KiB slabcg was built for");
+    }
+    if fresh || !FORKED_WITH_HANDLERS.load(Ordering::Relaxed) {
         // SAFETY: the handlers take and release this crate's locks in the documented order
         // and never allocate (their own comments); they live for the whole program.
         unsafe { sys::thread::register_fork_handlers(fork_prepare, fork_parent, fork_child) };
-        hooks::read_environment();
-        class_caches::register_with_accounting();
-        hooks::set_root_usage_source(root_usage);
-        hooks::set_object_drain(thread_cache::drain_object_stocks);
-        hooks::set_on_activate(thread_cache::activate);
-        hooks::set_on_death(handback::forget);
-        if hooks::accounting_active() {
-            // A scope was entered before the hook was registered (no allocation had been
-            // made yet): catch up.
-            thread_cache::activate();
-        }
-        INIT.store(2, Ordering::Release);
-    } else {
-        while INIT.load(Ordering::Acquire) != 2 {
-            sys::yield_now();
-        }
+    }
+    hooks::read_environment();
+    class_caches::register_with_accounting();
+    hooks::set_root_usage_source(root_usage);
+    hooks::set_object_drain(thread_cache::drain_object_stocks);
+    hooks::set_on_activate(thread_cache::activate);
+    hooks::set_on_death(handback::forget);
+    if hooks::accounting_active() {
+        // A scope was entered before the hook was registered (no allocation had been made
+        // yet): catch up.
+        thread_cache::activate();
     }
 }
 
@@ -187,6 +225,7 @@ unsafe extern "C" fn fork_parent() {
 }
 
 unsafe extern "C" fn fork_child() {
+    FORKED_WITH_HANDLERS.store(true, Ordering::Relaxed);
     // SAFETY (all unlocks below): locked by fork_prepare in the thread that forked, which is
     // the child's only thread.
     unsafe { large::fork_release() };

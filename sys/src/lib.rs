@@ -37,6 +37,7 @@
 //! | [`warn`]`(msg)` | the message on stderr | ignored |
 //! | [`random_u64`] | 64 random bits from `getrandom`, never 0 | a weaker mix of clock, pid and a stack address |
 //! | [`cpus`] | the CPUs in the affinity mask (read once), at least 1 | 1 |
+//! | [`process_id`] | this process's id (`getpid`) | cannot fail |
 //! | [`current_cpu`] | the CPU the thread runs on now, a hint (`sched_getcpu`: rseq or vDSO, a system call only where neither exists) | 0 |
 //! | [`yield_now`] | gives the CPU away (`sched_yield`) | ignored |
 //! | [`fast_tls`] | per-thread words in the initial-exec TLS model (feature `ie-tls`), else a `thread_local!` | cannot fail |
@@ -74,5 +75,6 @@ pub use mem::{
 };
 pub use random::random_u64;
 pub use thread::{
-    cpus, current_cpu, on_thread_exit, register_fork_handlers, yield_now, ExitFn, ExitStep,
+    cpus, current_cpu, on_thread_exit, process_id, register_fork_handlers, yield_now, ExitFn,
+    ExitStep,
 };

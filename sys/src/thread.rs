@@ -220,6 +220,17 @@ pub fn current_cpu() -> u32 {
     u32::try_from(c).unwrap_or(0)
 }
 
+/// The calling process's id (`getpid`; 1 under Miri). A fork child's differs from its
+/// parent's, so a one-time setup can tell that the thread running it was left behind.
+pub fn process_id() -> u32 {
+    #[cfg(not(miri))]
+    // SAFETY: getpid has no preconditions and touches no memory of ours.
+    let pid = unsafe { libc::getpid() };
+    #[cfg(miri)]
+    let pid = 1;
+    u32::try_from(pid).unwrap_or(0)
+}
+
 /// The CPU the calling thread runs on now: 0 where the OS cannot say (and under Miri).
 #[cfg(not(all(target_os = "linux", not(miri))))]
 pub fn current_cpu() -> u32 {

@@ -5,8 +5,8 @@
 //! purpose, so that unit tests run the undo paths after a refused mapping.
 
 pub use slabcg_sys::{
-    advise_huge, check_page_size, current_cpu, fatal, now_ms, protect_none, protect_rw, release,
-    resident_bytes, yield_now, PAGE,
+    advise_huge, check_page_size, current_cpu, fatal, now_ms, process_id, protect_none, protect_rw,
+    release, resident_bytes, yield_now, PAGE,
 };
 
 /// The atomics of the structures a loom model checks (`ObjectStock`, `Bin`): core's, or
