@@ -36,7 +36,7 @@
 
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -354,7 +354,8 @@ struct Reaper {
 
 static REAPER: AtomicPtr<Reaper> = AtomicPtr::new(core::ptr::null_mut());
 static WAKE_PENDING: AtomicBool = AtomicBool::new(false);
-static SPAWN: Mutex<()> = Mutex::new(());
+/// Set while a thread spawns the reaper ([`ensure_reaper`]); cleared in a fork child.
+static SPAWNING: AtomicBool = AtomicBool::new(false);
 
 /// Asks the reaper to wake the killed tenants' futures. Allocation-free, lock-free: called
 /// on the OOM path inside `alloc`, and by `Tenant::kill`. Without a reaper (no future ever
@@ -373,24 +374,33 @@ fn ensure_reaper() {
     if !REAPER.load(Ordering::Acquire).is_null() {
         return;
     }
-    let _root = scope::unscoped();
-    let _g = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
-    if !REAPER.load(Ordering::Acquire).is_null() {
+    // One spawner at a time; the others go on, as the spawner wakes the reaper it publishes
+    // for whatever came meanwhile (`WAKE_PENDING`, `DECAYING`). A flag, not a lock: a child
+    // forked while a thread of its parent held a lock here waited on it for ever
+    // (`fork_child` clears the flag).
+    if SPAWNING
+        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
         return;
     }
-    let spawned = std::thread::Builder::new()
-        .name("slabcg-bg".into())
-        .spawn(reaper_main);
-    // If the OS refuses a thread, the next registration tries again; until then kills
-    // are seen at the victims' next polls only.
-    if let Ok(handle) = spawned {
-        let r = Box::new(Reaper {
-            thread: handle.thread().clone(),
-        });
-        REAPER.store(Box::into_raw(r), Ordering::Release);
-        // A kill before the reaper existed may be waiting.
-        request_wake();
+    if REAPER.load(Ordering::Acquire).is_null() {
+        let _root = scope::unscoped();
+        let spawned = std::thread::Builder::new()
+            .name("slabcg-bg".into())
+            .spawn(reaper_main);
+        // If the OS refuses a thread, the next registration tries again; until then kills
+        // are seen at the victims' next polls only.
+        if let Ok(handle) = spawned {
+            let r = Box::new(Reaper {
+                thread: handle.thread().clone(),
+            });
+            REAPER.store(Box::into_raw(r), Ordering::Release);
+            // A kill (or the idle decay's start) before the reaper existed may be waiting.
+            request_wake();
+        }
     }
+    SPAWNING.store(false, Ordering::Release);
 }
 
 /// How often the background thread gives idle threads' stocks back, once there are more
@@ -442,6 +452,7 @@ pub(crate) fn housekeeping() {
 /// spawns a new one. The old one's handle is leaked (a few bytes per fork).
 pub(crate) fn fork_child() {
     REAPER.store(core::ptr::null_mut(), Ordering::Relaxed);
+    SPAWNING.store(false, Ordering::Relaxed);
     DECAYING.store(false, Ordering::Relaxed);
 }
 
