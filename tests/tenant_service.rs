@@ -419,3 +419,31 @@ fn the_customer_table_is_bounded() {
     let gone: Vec<usize> = (0..17).filter(|&i| !kept[i]).collect();
     assert_eq!(gone, [1, 2]);
 }
+
+/// Concurrent runaways of one customer: one of them goes on the heavy lane and is killed at
+/// the customer's limit; the others answer 503 when they pass their high, as the lane holds
+/// one request of a customer at a time. Before that, the survivors of the first kill used up
+/// its overdraft while the victim died, and the next refused allocation aborted the process.
+#[test]
+fn concurrent_runaways_of_one_customer_do_not_abort() {
+    let (rt, base, server, client) = serve(2, config(16 << 20, 2, 64, Duration::from_millis(200)));
+    rt.block_on(async {
+        let mut runaways = Vec::new();
+        for _ in 0..8 {
+            let (client, base) = (client.clone(), base.clone());
+            runaways.push(tokio::spawn(async move {
+                get(&client, format!("{base}/work?kb=100000"), Some("mallory")).await
+            }));
+        }
+        for r in runaways {
+            let (status, body) = r.await.unwrap();
+            assert_eq!(status, 503, "{body}");
+            assert!(body.contains("mallory"), "{body}");
+        }
+        let (status, _) = get(&client, format!("{base}/work?kb=1"), Some("trent")).await;
+        assert_eq!(status, 200);
+        let (status, _) = get(&client, format!("{base}/work?kb=16"), Some("mallory")).await;
+        assert_eq!(status, 200, "mallory is served again");
+    });
+    server.abort();
+}

@@ -7,8 +7,9 @@
 //!   small structs), serializes it with serde_json, answers 200 with
 //!   `{"tenant":..,"kb":N,"checksum":..,"lane":..}` (the checksum depends only on N); a
 //!   request whose tenant is killed answers 503 with a JSON error naming the tenant and its
-//!   limit; 503 too, with `Retry-After`, when the heavy lane is full, or when the name is
-//!   new and the customers' table ([`Config::max_tenants`]) is full of busy customers.
+//!   limit; 503 too, with `Retry-After`, when the heavy lane is full or busy with another
+//!   request of the customer, or when the name is new and the customers' table
+//!   ([`Config::max_tenants`]) is full of busy customers.
 //! - `GET /spin?ms=N[&lane=heavy]`: N ms of CPU work that allocates nothing (the load runs'
 //!   control), on the main workers or on the heavy lane.
 //! - `GET /metrics`: `slabcg::prometheus::render()`.
@@ -27,7 +28,10 @@
 //! as without the lane); below full load, it moves the others' p99 less than nice 19 does
 //! (BENCHMARKS.md, section 6). What the lane costs:
 //! - under full load a request on it gets little CPU, and keeps its memory meanwhile; at most
-//!   [`Config::heavy_queue`] requests are on it at once, the next ones answer 503;
+//!   [`Config::heavy_queue`] requests are on it at once, and one of each customer, the next
+//!   ones answer 503 (so a customer's runaways are killed one at a time, while its other
+//!   requests stay under their high: several growing together used up the overdraft of the
+//!   first kill while its victim died, and the next refused allocation aborted the process);
 //! - a killed request's working set is freed on the lane too; a watchdog on the main workers
 //!   frees what is left after 0.2 s (a starved lane), since the OOM killer waits for it only
 //!   within a grace period (1 s) before it picks another victim. The kill itself takes
@@ -149,6 +153,8 @@ struct HeavyLane {
     rt: Option<tokio::runtime::Runtime>,
     queued: Arc<AtomicUsize>,
     max_queued: usize,
+    /// The customers with a request on the lane: one at a time each.
+    customers: Arc<Mutex<Vec<String>>>,
 }
 
 impl HeavyLane {
@@ -163,6 +169,7 @@ impl HeavyLane {
             rt: Some(rt),
             queued: Arc::new(AtomicUsize::new(0)),
             max_queued,
+            customers: Arc::default(),
         }
     }
 
@@ -179,16 +186,37 @@ impl HeavyLane {
             self.queued.fetch_sub(1, Relaxed);
             return None;
         }
-        Some(LaneSlot(self.queued.clone()))
+        Some(LaneSlot(self.queued.clone(), None))
+    }
+
+    /// [`enter`](Self::enter) for a request of `customer`, refused (with the reason) also
+    /// when one of its requests is on the lane already. Its runaways then go one at a time: the OOM killer
+    /// takes one victim at a time and holds further kills off while that one dies, and
+    /// meanwhile every other request of the customer may use the overdraft, so several
+    /// runaways growing together used it up and the next refused allocation aborted the
+    /// process. The others answer 503 at their high instead, their memory freed at once.
+    fn enter_for(&self, customer: &str) -> Result<LaneSlot, &'static str> {
+        let mut on_lane = self.customers.lock().unwrap_or_else(|e| e.into_inner());
+        if on_lane.iter().any(|c| c == customer) {
+            return Err("heavy lane busy with this customer's request: retry later");
+        }
+        let mut slot = self.enter().ok_or("heavy lane full: retry later")?;
+        on_lane.push(customer.to_owned());
+        slot.1 = Some((self.customers.clone(), customer.to_owned()));
+        Ok(slot)
     }
 }
 
-/// A request's place on the heavy lane.
-struct LaneSlot(Arc<AtomicUsize>);
+/// A request's place on the heavy lane (and its customer's, for [`HeavyLane::enter_for`]).
+struct LaneSlot(Arc<AtomicUsize>, Option<(Arc<Mutex<Vec<String>>>, String)>);
 
 impl Drop for LaneSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Relaxed);
+        if let Some((customers, name)) = self.1.take() {
+            let mut on_lane = customers.lock().unwrap_or_else(|e| e.into_inner());
+            on_lane.retain(|c| *c != name);
+        }
     }
 }
 
@@ -551,18 +579,21 @@ async fn work(
         }
         Ok(None) => {
             let lane = heavy.expect("stops only with a lane");
-            let Some(slot) = lane.enter() else {
-                release(work.set).await;
-                let err = serde_json::json!({
-                    "error": "heavy lane full: retry later",
-                    "tenant": name,
-                    "high": svc.cfg.heavy_bytes,
-                    "lane": "main",
-                });
-                let mut resp = json(StatusCode::SERVICE_UNAVAILABLE, err);
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-                return resp;
+            let slot = match lane.enter_for(&name) {
+                Ok(slot) => slot,
+                Err(why) => {
+                    release(work.set).await;
+                    let err = serde_json::json!({
+                        "error": why,
+                        "tenant": name,
+                        "high": svc.cfg.heavy_bytes,
+                        "lane": "main",
+                    });
+                    let mut resp = json(StatusCode::SERVICE_UNAVAILABLE, err);
+                    resp.headers_mut()
+                        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+                    return resp;
+                }
             };
             let main = tokio::runtime::Handle::current();
             let budget = svc.cfg.heavy_release_budget;
