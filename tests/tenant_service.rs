@@ -432,18 +432,36 @@ fn concurrent_runaways_of_one_customer_do_not_abort() {
         for _ in 0..8 {
             let (client, base) = (client.clone(), base.clone());
             runaways.push(tokio::spawn(async move {
-                get(&client, format!("{base}/work?kb=100000"), Some("mallory")).await
+                get(&client, format!("{base}/work?kb=100000"), Some("oscar")).await
             }));
         }
         for r in runaways {
             let (status, body) = r.await.unwrap();
             assert_eq!(status, 503, "{body}");
-            assert!(body.contains("mallory"), "{body}");
+            assert!(body.contains("oscar"), "{body}");
         }
-        let (status, _) = get(&client, format!("{base}/work?kb=1"), Some("trent")).await;
+        let (status, _) = get(&client, format!("{base}/work?kb=1"), Some("peggy")).await;
         assert_eq!(status, 200);
-        let (status, _) = get(&client, format!("{base}/work?kb=16"), Some("mallory")).await;
-        assert_eq!(status, 200, "mallory is served again");
+        let (status, _) = get(&client, format!("{base}/work?kb=16"), Some("oscar")).await;
+        assert_eq!(status, 200, "oscar is served again");
+    });
+    server.abort();
+}
+
+/// An `x-tenant` header that is not text is a bad tenant name (400), not a missing one.
+#[test]
+fn a_tenant_header_that_is_not_text_is_refused() {
+    let (rt, base, server, client) = serve(2, config(16 << 20, 1, 64, Duration::from_millis(200)));
+    rt.block_on(async {
+        let req = hyper::Request::get(format!("{base}/work?kb=1"))
+            .header(
+                "x-tenant",
+                hyper::header::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+            )
+            .body(Empty::new())
+            .unwrap();
+        let resp = client.request(req).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 400);
     });
     server.abort();
 }

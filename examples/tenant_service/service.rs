@@ -532,10 +532,17 @@ async fn work(
     headers: HeaderMap,
     Query(q): Query<WorkQuery>,
 ) -> Response {
-    let name = headers
-        .get("x-tenant")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+    // A header that is there but not text is a bad name, not a missing one (which falls
+    // back to the query's `tenant`, then "anonymous").
+    let header = match headers.get("x-tenant").map(|v| v.to_str()) {
+        Some(Err(_)) => {
+            let err = serde_json::json!({"error": "bad tenant name", "tenant": null});
+            return json(StatusCode::BAD_REQUEST, err);
+        }
+        Some(Ok(v)) => Some(v.to_owned()),
+        None => None,
+    };
+    let name = header
         .or(q.tenant)
         .unwrap_or_else(|| "anonymous".to_owned());
     if !valid_name(&name) {
