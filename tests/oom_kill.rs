@@ -295,6 +295,17 @@ fn past_the_overdraft_charges_fail() {
     assert!(!p.is_killed() && !c.is_killed());
 }
 
+const MIB: u64 = 1 << 20;
+
+/// A Kill-policy parent limited to 4 MiB with a 1 MiB overdraft, for the kill-order tests.
+fn limited_parent(name: &str) -> Tenant {
+    let p = Tenant::new(name);
+    p.set_max(4 * MIB);
+    p.set_overdraft(MIB);
+    p.set_oom_policy(OomPolicy::Kill);
+    p
+}
+
 /// Pushes 64 KiB chunks with fallible reservations inside `t` until a reservation fails or
 /// a checkpoint reports the kill; returns the chunks (still charged) and whether it was
 /// killed.
@@ -318,11 +329,7 @@ fn fill(t: &Tenant, chunks: &mut Vec<Vec<u8>>, most: usize) -> bool {
 /// the killer off: once the overdraft is spent, the next refusal kills the next victim.
 #[test]
 fn a_victim_that_frees_nothing_does_not_stop_the_next_kill() {
-    const MIB: u64 = 1 << 20;
-    let p = Tenant::new("frees-nothing");
-    p.set_max(4 * MIB);
-    p.set_overdraft(MIB);
-    p.set_oom_policy(OomPolicy::Kill);
+    let p = limited_parent("frees-nothing");
     let cache = p.child("cache");
     cache.charge(3 * MIB, slabcg::StatItem::Sock).unwrap();
     let runaway = p.child("runaway");
@@ -345,11 +352,7 @@ fn a_victim_that_frees_nothing_does_not_stop_the_next_kill() {
 /// next refusal waits for it instead of killing the next victim, and fails as under Fail.
 #[test]
 fn work_in_flight_holds_off_the_next_kill() {
-    const MIB: u64 = 1 << 20;
-    let p = Tenant::new("in-flight");
-    p.set_max(4 * MIB);
-    p.set_overdraft(MIB);
-    p.set_oom_policy(OomPolicy::Kill);
+    let p = limited_parent("in-flight");
     let cache = p.child("cache");
     cache.charge(3 * MIB, slabcg::StatItem::Sock).unwrap();
     let freeing = cache.work_in_flight();
@@ -409,11 +412,7 @@ fn one_charge_kills_at_most_one_victim() {
 /// the grace the sibling is the next victim.
 #[test]
 fn a_stuck_victim_holds_off_kills_for_a_grace_period_only() {
-    const MIB: u64 = 1 << 20;
-    let p = Tenant::new("stuck");
-    p.set_max(4 * MIB);
-    p.set_overdraft(MIB);
-    p.set_oom_policy(OomPolicy::Kill);
+    let p = limited_parent("stuck");
     let a = p.child("a");
     let held = {
         let _in = a.enter();
@@ -453,11 +452,7 @@ fn a_stuck_victim_holds_off_kills_for_a_grace_period_only() {
 /// sibling is the next victim.
 #[test]
 fn killing_a_killed_tenant_again_does_not_extend_its_grace() {
-    const MIB: u64 = 1 << 20;
-    let p = Tenant::new("killed-again");
-    p.set_max(4 * MIB);
-    p.set_overdraft(MIB);
-    p.set_oom_policy(OomPolicy::Kill);
+    let p = limited_parent("killed-again");
     let a = p.child("a");
     a.charge(3 * MIB, slabcg::StatItem::Sock).unwrap();
     let stuck = a.work_in_flight();
@@ -488,7 +483,6 @@ fn killing_a_killed_tenant_again_does_not_extend_its_grace() {
 /// with its `oom` (memory.events pairs them on the group whose limit failed the charge).
 #[test]
 fn the_limit_that_refuses_after_a_kill_counts_a_max_with_its_oom() {
-    const MIB: u64 = 1 << 20;
     let a = Tenant::new("outer-limit");
     a.set_max(10 * MIB);
     a.set_overdraft(0);
