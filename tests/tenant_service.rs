@@ -465,3 +465,20 @@ fn a_tenant_header_that_is_not_text_is_refused() {
     });
     server.abort();
 }
+
+/// A request refused by the customers' shared limit (`--total-max`) answers 503 naming that
+/// limit too, not only the customer's own.
+#[test]
+fn a_503_names_the_shared_limit_when_there_is_one() {
+    let mut cfg = config(64 << 20, 1, 64, Duration::from_millis(200));
+    cfg.total_max = 8 << 20;
+    let (rt, base, server, client) = serve(2, cfg);
+    rt.block_on(async {
+        let (status, body) = get(&client, format!("{base}/work?kb=100000"), Some("victor")).await;
+        assert_eq!(status, 503, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["limit"], 64u64 << 20, "{body}");
+        assert_eq!(v["total_limit"], 8u64 << 20, "{body}");
+    });
+    server.abort();
+}

@@ -7,7 +7,7 @@
 //!   small structs), serializes it with serde_json, answers 200 with
 //!   `{"tenant":..,"kb":N,"checksum":..,"lane":..}` (the checksum depends only on N); a
 //!   request whose tenant is killed answers 503 with a JSON error naming the tenant and its
-//!   limit; 503 too, with `Retry-After`, when the heavy lane is full or busy with another
+//!   limit (and the customers' shared one, `total_limit`); 503 too, with `Retry-After`, when the heavy lane is full or busy with another
 //!   request of the customer, or when the name is new and the customers' table
 //!   ([`Config::max_tenants`]) is full of busy customers.
 //! - `GET /spin?ms=N[&lane=heavy]`: N ms of CPU work that allocates nothing (the load runs'
@@ -649,6 +649,9 @@ async fn work(
                 "error": "request killed: out of memory",
                 "tenant": name,
                 "limit": customer.max(),
+                // The customers' shared limit (`--total-max`), which may be the one that
+                // refused; null when unlimited.
+                "total_limit": (svc.cfg.total_max != u64::MAX).then_some(svc.cfg.total_max),
                 "lane": lane,
                 "detail": killed.to_string(),
             }),
