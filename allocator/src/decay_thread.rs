@@ -20,29 +20,10 @@ use crate::sweep;
 /// did not survive.
 static STARTED: AtomicBool = AtomicBool::new(false);
 
-/// Starts the background decay thread, `slabcg-decay`, unless it runs already: every half
-/// decay interval (250 ms by default, [`set_decay_interval_ms`](crate::set_decay_interval_ms))
-/// it gives back the memory that stayed idle through a whole interval, so that memory a
-/// burst left behind goes back to the OS one to two intervals after its last use whatever
-/// the program does meanwhile. From then on no allocation or free path gives memory back
-/// (except the mapping cache's, on large allocations and frees): the `madvise` of a burst's
-/// tens of MB runs on this thread, not on a request's. The thread sleeps between sweeps,
-/// allocates nothing, and skips a cache whose lock is held. Call it once at startup in a
-/// long-running program (a service). `Err` only when the thread could not be spawned;
-/// nothing changed then, and a later call tries again. After a `fork`, the child has no
-/// such thread until it calls this again (when slabcg is the global allocator: its fork
-/// handlers reset the flag).
-///
-/// ```
-/// slabcg_allocator::start_decay_thread().expect("a thread");
-/// // A second call finds the thread running.
-/// slabcg_allocator::start_decay_thread().unwrap();
-/// ```
-pub fn start_decay_thread() -> std::io::Result<()> {
-    // The fork handlers first, whose `fork_child` forgets the thread in a child (it is not
-    // there): a program on another global allocator may call this before anything ran the
-    // setup, and a child forked then believed the thread ran, so nothing gave memory back.
-    crate::init::init_once();
+/// The thread of [`start_decay_thread`](crate::start_decay_thread), once the process-wide
+/// setup ran (its caller's job: the setup registers the fork handlers whose `fork_child`
+/// resets [`STARTED`]).
+pub(crate) fn start() -> std::io::Result<()> {
     if STARTED.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
