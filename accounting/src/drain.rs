@@ -33,7 +33,7 @@
 //! ## The registry and the holding list
 //!
 //! Two intrusive doubly-linked lists of `Stock`s (which live in thread-local storage)
-//! behind one spin lock. The registry has every stock whose thread arms the exit hooks
+//! behind one spin lock. The registry has every stock whose thread armed the exit hook
 //! (`register`; thread exit unlinks, O(1)); fork uses it. The holding list has the stocks
 //! that may hold something (`Stock::listed`): an owner joins it (O(1), under the lock)
 //! before it makes a slot in an empty stock, and a drainer that took every slot of a stock
@@ -43,7 +43,7 @@
 //! all threads together) and the idle-stock decay, that list follows the CPUs and the
 //! threads busy lately, not every thread that ever charged: 4,000 idle threads that
 //! charged one tenant leave at most 4 per CPU on it, and none once the decay has passed.
-//! A stock's TLS memory outlives its unlinking: it is unlinked from a thread-local
+//! A stock's TLS memory outlives its unlinking: it is unlinked from a pthread key
 //! destructor, and the no-`Drop` stock is freed only with the thread's TLS block after all
 //! of them.
 //!
@@ -362,42 +362,28 @@ pub(crate) fn release_kin(t: &KinTaken) -> u32 {
     t.credits
 }
 
-/// Gives this thread's stock back when the thread exits; touched only on the slow path.
-struct ExitGuard;
-
-impl Drop for ExitGuard {
-    fn drop(&mut self) {
-        STOCK.with(exit);
-    }
-}
-
-thread_local! {
-    static EXIT: ExitGuard = const { ExitGuard };
-}
-
-/// Links this thread's stock into the registry and arms the exit hooks. Returns false (and
+/// Links this thread's stock into the registry and arms the exit hook. Returns false (and
 /// marks the stock exited) when it cannot be sure that thread exit will unlink the stock:
 /// the caller then uses the counters directly.
 ///
-/// Two hooks, because neither covers every case alone. The `thread_local!` guard runs early
-/// in thread exit, but one armed after the thread's `thread_local!` destructors ran (a first
-/// charge or uncharge from a pthread key destructor, e.g. a C library's thread cleanup
-/// freeing an object) would never run, leaving a dead thread's stock in the registry: its
-/// bytes stuck, and a later thread reusing its TLS block would link the registry into a
-/// cycle. The pthread key runs after those destructors, and again for keys set during them.
+/// The hook is the one pthread key of `slabcg-sys`, not a `thread_local!` with `Drop`. The
+/// key runs after the thread's `thread_local!` destructors, and again for keys set during
+/// them, so it also covers a first charge or uncharge from a destructor (a C library's
+/// thread cleanup freeing an object). A `thread_local!` destructor armed that late would
+/// never run: the stock would stay in the registry with its bytes, a later thread reusing
+/// its TLS block would link the registry into a cycle, and the C runtime's entry for the
+/// destructor (from its own malloc) would leak once per such thread.
 #[cold]
 pub(crate) fn register(s: &Stock) -> bool {
-    // Registering a `Drop` thread-local goes through the C runtime's
-    // `__cxa_thread_atexit_impl`, and the pthread key through `pthread_setspecific`; both
-    // call libc's malloc, which is slabcg itself when it is preloaded (`slabcg-capi`).
+    // Setting the pthread key may call libc's malloc (`pthread_setspecific` for a key past
+    // the thread descriptor's first block), which is slabcg itself when it is preloaded
+    // (`slabcg-capi`).
     // Those allocations are the root's: charged to the caller's tenant, they would come
     // back here (the stock is not registered yet) and recurse until the stack overflows.
     let _root = crate::scope::unscoped();
     // SAFETY: `exit_hook(s)` runs once at this thread's exit, while `s` (this thread's
-    // const, Drop-less TLS stock) is still valid; it is idempotent with `EXIT`'s drop.
-    if EXIT.try_with(|_| ()).is_err()
-        || !unsafe { sys::on_thread_exit(exit_hook, s as *const Stock as *const u8) }
-    {
+    // const, Drop-less TLS stock) is still valid.
+    if !unsafe { sys::on_thread_exit(exit_hook, s as *const Stock as *const u8) } {
         s.set_flags(EXITED, 0);
         return false;
     }
@@ -421,14 +407,13 @@ pub(crate) fn register(s: &Stock) -> bool {
 /// # Safety
 /// `p` is the exiting thread's own `STOCK`, whose TLS memory outlives the key destructors.
 unsafe extern "C" fn exit_hook(p: *mut core::ffi::c_void) {
-    // SAFETY: as the caller promises; `exit` is idempotent (a stock the thread-local guard
-    // already unlinked is left alone).
+    // SAFETY: as the caller promises.
     exit(unsafe { &*(p as *const Stock) });
 }
 
 /// Thread exit: from now on this thread charges the counters directly; give back what the
-/// stock holds and unlink it. Runs at most once with effect (from the thread-local guard or
-/// the pthread key, whichever comes first).
+/// stock holds and unlink it. Runs once per registration, from the pthread key; a stock
+/// that is not registered is only marked exited.
 fn exit(s: &Stock) {
     s.set_flags(EXITED, 0);
     if s.flags() & REGISTERED == 0 {

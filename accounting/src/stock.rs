@@ -163,8 +163,8 @@ pub(crate) struct Stock {
 
 thread_local! {
     /// Const-initialised and without `Drop`: access is a plain TLS offset, no lazy-init
-    /// check. Thread exit is handled by a second, `Drop`-carrying thread-local that is
-    /// touched only on the slow path (`drain.rs`).
+    /// check. Thread exit is handled by the pthread key that registering the stock arms
+    /// on the slow path (`drain.rs`, `register`).
     pub(crate) static STOCK: Stock = const { Stock::new() };
 }
 
