@@ -184,7 +184,7 @@ fn customers_are_served_while_a_runaway_is_killed() {
             let i = kbs.iter().position(|&k| k == kb).unwrap();
             assert_eq!(v["checksum"], want[i].as_str(), "kb={kb}");
             assert_eq!(v["kb"], kb);
-            assert_eq!(v["lane"], "main", "kb={kb} stays under its high");
+            assert_eq!(v["lane"], "main", "kb={kb} stays under its high: {body}");
         }
         let (status, body) = big.await.unwrap();
         assert_eq!(status, 200, "{body}");

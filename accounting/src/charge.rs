@@ -251,7 +251,7 @@ fn charge_counter(
     // strong reference on the node it charged (`held`). Reading again matters when the
     // objcg's tenant dies meanwhile (a charge through a dead owner's objcg, as a realloc
     // growing another tenant's block makes): its parent is charged then, under its limit.
-    let (mut held, stocked) = {
+    let first = {
         // SAFETY: the caller holds refs on `oc`: an allocation's charger is in a live
         // tenant's scope (the tenant's alive ref), `Tenant::charge` is called on a live
         // handle, and a charge through an object's owner holds that object's bytes.
@@ -272,15 +272,29 @@ fn charge_counter(
                 }
             }
         }
-        let stocked = match counter::try_charge(&*t, n) {
-            Ok(()) => return Ok(n),
-            Err(r) => r.counter.stocked(),
-        };
-        match t.arc() {
-            Some(a) => (a, stocked),
-            // A node's strong count is at least the objcg's reference while we read it.
-            None => return Ok(n),
+        match counter::try_charge(&*t, n) {
+            Ok(raised) => Ok(raised),
+            Err(r) => match t.arc() {
+                Some(a) => Err((a, r.counter.stocked())),
+                // A node's strong count is at least the objcg's reference while we read it.
+                None => return Ok(n),
+            },
         }
+    };
+    // This charge raised a `high`'s pressure. Part of that usage may be bytes that threads
+    // pre-charged for the subtree and do not use (up to a refill on each thread a request's
+    // task ran on): take them back before pressure is acted on, as the kernel drains the
+    // per-CPU stocks before it acts at `max`. Once per crossing, and only if a fill was
+    // recorded since the last complete drain; the pressure stays if the tenant's own
+    // objects keep it above.
+    let (mut held, stocked) = match first {
+        Ok(raised) => {
+            if let Some(stocked) = raised {
+                drain::drain_unless_clean(stocked);
+            }
+            return Ok(n);
+        }
+        Err(refused) => refused,
     };
     let mut try_n = || {
         // SAFETY: as above.
@@ -295,7 +309,7 @@ fn charge_counter(
                 held = a;
             }
         }
-        r.map(|()| n).map_err(|r| Refused(r))
+        r.map(|_| n).map_err(|r| Refused(r))
     };
     // Only if some stock may hold the refusing subtree's bytes (drain.rs): a tenant refused
     // again and again with nothing put in a stock meanwhile pays no walk of the threads.

@@ -279,15 +279,17 @@ impl Counter {
         }
     }
 
-    /// After a successful charge: raise pressure if above `high`; whether it is.
-    fn over_high(&self) -> bool {
+    /// After a successful charge: raise pressure if above `high`. `None` when not above;
+    /// else whether this call raised it (it was not raised before).
+    fn over_high(&self) -> Option<bool> {
         if self.usage.load(Relaxed) > self.high.load(Relaxed) {
-            if !self.pressure.load(Relaxed) {
+            let raised = !self.pressure.load(Relaxed);
+            if raised {
                 self.pressure.store(true, Relaxed);
             }
-            return true;
+            return Some(raised);
         }
-        false
+        None
     }
 
     /// The events of `ev`'s kind at this node and below it (memory.events).
@@ -322,7 +324,7 @@ pub(crate) fn record_event<N: Hierarchy>(node: &N, ev: Event) {
 
 /// Charges `n` to `node` and all its ancestors. On failure nothing stays charged and the
 /// error is the ancestor whose `max` refused.
-pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
+pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<Option<u64>, &N> {
     let mut cur = Some(node);
     while let Some(c) = cur {
         if !c.counter().try_add(n) {
@@ -339,8 +341,7 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
         }
         cur = c.parent();
     }
-    note_high(node);
-    Ok(())
+    Ok(note_high(node))
 }
 
 /// Charges a stock's refill of `n` bytes to `node` and all its ancestors
@@ -371,15 +372,23 @@ pub(crate) fn try_charge_batch_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -
 }
 
 /// Records a `high` event on each of `node` and its ancestors whose usage is above its
-/// `high`.
-fn note_high<N: Hierarchy>(node: &N) {
+/// `high`. When this raised the pressure of one of them (it was at or below its `high`
+/// before), the latest stock fill record of those ([`Counter::stocked`]): bytes that
+/// threads pre-charged for it may be what put it above, which the caller can take back
+/// with a drain.
+fn note_high<N: Hierarchy>(node: &N) -> Option<u64> {
+    let mut raised = None;
     let mut cur = Some(node);
     while let Some(c) = cur {
-        if c.counter().over_high() {
+        if let Some(now) = c.counter().over_high() {
             record_event(c, Event::High);
+            if now {
+                raised = raised.max(Some(c.counter().stocked()));
+            }
         }
         cur = c.parent();
     }
+    raised
 }
 
 /// The lowest common ancestor of `a` and `b` (one of them, when it is the other's ancestor;

@@ -5,7 +5,8 @@
 //!
 //! - `GET /work?kb=N`: builds a working set of about N KiB (a map of owned strings and
 //!   small structs), serializes it with serde_json, answers 200 with
-//!   `{"tenant":..,"kb":N,"checksum":..,"lane":..}` (the checksum depends only on N); a
+//!   `{"tenant":..,"kb":N,"checksum":..,"lane":..,"peak":..}` (the checksum depends only on
+//!   N; `peak`: the request tenant's peak bytes, which its high is held against); a
 //!   request whose tenant is killed answers 503 with a JSON error naming the tenant and its
 //!   limit (and the customers' shared one, `total_limit`); 503 too, with `Retry-After`, when the heavy lane is full or busy with another
 //!   request of the customer, or when the name is new and the customers' table
@@ -552,7 +553,7 @@ async fn work(
     if !svc.cfg.tenants {
         let sum = build(&mut Work::new(q.kb), || false).await;
         let sum = sum.expect("a build that never stops finishes");
-        return json(StatusCode::OK, done(&name, q.kb, sum, "main"));
+        return json(StatusCode::OK, done(&name, q.kb, sum, "main", None));
     }
     let customer = match svc.customer(&name) {
         Ok(c) => c,
@@ -642,7 +643,10 @@ async fn work(
         }
     };
     match outcome {
-        Ok(sum) => json(StatusCode::OK, done(&name, q.kb, sum, lane)),
+        Ok(sum) => json(
+            StatusCode::OK,
+            done(&name, q.kb, sum, lane, Some(request.peak())),
+        ),
         Err(killed) => json(
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({
@@ -659,9 +663,16 @@ async fn work(
     }
 }
 
-/// The body of a `/work` that finished.
-fn done(tenant: &str, kb: u64, sum: u64, lane: &str) -> serde_json::Value {
-    serde_json::json!({"tenant": tenant, "kb": kb, "checksum": format!("{sum:016x}"), "lane": lane})
+/// The body of a `/work` that finished: with the request tenant's peak usage in bytes
+/// (null without tenants), which is what its `high` is compared with.
+fn done(tenant: &str, kb: u64, sum: u64, lane: &str, peak: Option<u64>) -> serde_json::Value {
+    serde_json::json!({
+        "tenant": tenant,
+        "kb": kb,
+        "checksum": format!("{sum:016x}"),
+        "lane": lane,
+        "peak": peak,
+    })
 }
 
 #[derive(Deserialize)]
