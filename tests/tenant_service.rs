@@ -92,6 +92,7 @@ fn config(
 ) -> service::Config {
     service::Config {
         tenant_max,
+        overdraft: None,
         total_max: u64::MAX,
         tenants: true,
         heavy_bytes: 1 << 20,
@@ -479,6 +480,48 @@ fn a_503_names_the_shared_limit_when_there_is_one() {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["limit"], 64u64 << 20, "{body}");
         assert_eq!(v["total_limit"], 8u64 << 20, "{body}");
+    });
+    server.abort();
+}
+
+/// A request whose working set fits its customer's limit but whose JSON does not (the
+/// buffer doubles in one poll, past the limit and the overdraft) answers 503: `Vec`'s own
+/// growth would have aborted the process. The customer is served again afterwards, and its
+/// usage returns to its idle value.
+#[test]
+fn a_request_whose_json_passes_the_limit_answers_503() {
+    let mut cfg = config(2 << 20, 1, 64, Duration::from_millis(200));
+    cfg.overdraft = Some(256 << 10);
+    let (rt, base, server, client) = serve(2, cfg);
+    rt.block_on(async {
+        let (series, idle) = idle_after_one_request(&client, &base, "wendy").await;
+        let mut refused_serializing = 0;
+        for kb in [900u64, 1000, 1100, 1200] {
+            let (status, body) = get(&client, format!("{base}/work?kb={kb}"), Some("wendy")).await;
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            match status {
+                200 => assert_eq!(
+                    v["checksum"],
+                    format!("{:016x}", service::checksum(kb)).as_str()
+                ),
+                503 => {
+                    assert_eq!(v["tenant"], "wendy", "{body}");
+                    assert_eq!(v["limit"], 2u64 << 20, "{body}");
+                    if v["detail"].as_str().unwrap().starts_with("serializing") {
+                        refused_serializing += 1;
+                    }
+                }
+                _ => panic!("kb={kb}: {status} {body}"),
+            }
+        }
+        assert!(
+            refused_serializing > 0,
+            "no request was refused while serializing: the test no longer covers it"
+        );
+        let (status, body) = get(&client, format!("{base}/work?kb=16"), Some("wendy")).await;
+        assert_eq!(status, 200, "{body}");
+        let (_, metrics) = get(&client, format!("{base}/metrics"), None).await;
+        assert_eq!(sample(&metrics, &series), Some(idle), "{metrics}");
     });
     server.abort();
 }

@@ -25,13 +25,15 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const USAGE: &str = "\
-usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES]
+usage: tenant_service [--addr HOST:PORT] [--tenant-max BYTES] [--total-max BYTES] [--overdraft BYTES]
                       [--heavy-bytes BYTES|off] [--heavy-workers N] [--heavy-queue N]
                       [--heavy-sched nice|idle] [--workers N] [--no-tenants] [--decay-ms MS]
                       [--max-tenants N]
   --addr           where to listen (default 127.0.0.1:3000)
   --tenant-max     each customer's hard limit in bytes (default 67108864, 64 MiB)
   --total-max      the limit of all customers together (default: unlimited)
+  --overdraft      how far a customer's requests may pass its limit while a killed request's
+                   memory is freed (default: the limit, at most 64 MiB)
   --max-tenants    customers' tenants kept at once; a new name past it evicts idle ones, or
                    answers 503 when all are busy (default 1024)
   --heavy-bytes    each request's high: past it, the request finishes on the heavy lane,
@@ -63,6 +65,7 @@ fn parse() -> Result<(String, service::Config, Option<usize>, u64), String> {
     let mut addr = "127.0.0.1:3000".to_owned();
     let mut cfg = service::Config {
         tenant_max: 64 << 20,
+        overdraft: None,
         total_max: u64::MAX,
         tenants: true,
         heavy_bytes: 4 << 20,
@@ -86,6 +89,7 @@ fn parse() -> Result<(String, service::Config, Option<usize>, u64), String> {
             "--addr" => addr = value("--addr")?,
             "--tenant-max" => cfg.tenant_max = bytes(value("--tenant-max")?, "--tenant-max")?,
             "--total-max" => cfg.total_max = bytes(value("--total-max")?, "--total-max")?,
+            "--overdraft" => cfg.overdraft = Some(bytes(value("--overdraft")?, "--overdraft")?),
             "--heavy-bytes" => {
                 cfg.heavy_bytes = match value("--heavy-bytes")?.as_str() {
                     "off" => u64::MAX,

@@ -7,9 +7,10 @@
 //!   small structs), serializes it with serde_json, answers 200 with
 //!   `{"tenant":..,"kb":N,"checksum":..,"lane":..,"peak":..}` (the checksum depends only on
 //!   N; `peak`: the request tenant's peak bytes, which its high is held against); a
-//!   request whose tenant is killed answers 503 with a JSON error naming the tenant and its
-//!   limit (and the customers' shared one, `total_limit`); 503 too, with `Retry-After`, when the heavy lane is full or busy with another
-//!   request of the customer, or when the name is new and the customers' table
+//!   request whose tenant is killed, or whose JSON cannot grow past the limit, answers 503
+//!   with a JSON error naming the tenant and its limit (and the customers' shared one,
+//!   `total_limit`); 503 too, with `Retry-After`, when the heavy lane is full or busy with
+//!   another request of the customer, or when the name is new and the customers' table
 //!   ([`Config::max_tenants`]) is full of busy customers.
 //! - `GET /spin?ms=N[&lane=heavy]`: N ms of CPU work that allocates nothing (the load runs'
 //!   control), on the main workers or on the heavy lane.
@@ -61,6 +62,10 @@ use slabcg::{InTenant, OomPolicy, Tenant};
 pub struct Config {
     /// Each customer's `max` (bytes).
     pub tenant_max: u64,
+    /// Each customer's OOM overdraft (bytes; `None`: the library's, `min(max, 64 MiB)`):
+    /// how far the work in flight may pass `max` while the killed request's memory is
+    /// freed (`Tenant::set_overdraft`).
+    pub overdraft: Option<u64>,
     /// The "tenants" parent's `max` (bytes; `u64::MAX`: unlimited).
     pub total_max: u64,
     /// Run requests in tenants (false: the same service with no tenant at all, for the
@@ -300,6 +305,9 @@ impl Service {
         let t = Arc::new(self.parent.child(name));
         t.set_max(self.cfg.tenant_max);
         t.set_oom_policy(OomPolicy::Kill);
+        if let Some(bytes) = self.cfg.overdraft {
+            t.set_overdraft(bytes);
+        }
         gone.extend(
             table
                 .by_name
@@ -407,25 +415,58 @@ impl Work {
     }
 }
 
+/// How a [`build`] ended.
+pub enum Built {
+    /// The checksum of the JSON.
+    Done(u64),
+    /// `stop()` said so at a yield point: call again (on the heavy lane) to go on.
+    Stopped,
+    /// The JSON's buffer could not grow: the request's tenant refused it past its limit and
+    /// the overdraft the OOM killer grants. The working set is left in the [`Work`].
+    OutOfMemory,
+}
+
 /// Builds `w`'s working set with a yield every 256 records (a safe point, where a kill takes
 /// effect; about 0.2 ms of work), then serializes and frees it and returns the checksum of
-/// the JSON. Returns `None` at a yield point where `stop()` is true, to be called again
-/// (on the heavy lane) to go on.
-pub async fn build(w: &mut Work, mut stop: impl FnMut() -> bool) -> Option<u64> {
+/// the JSON.
+pub async fn build(w: &mut Work, mut stop: impl FnMut() -> bool) -> Built {
     while w.next < w.records {
         let (k, r) = record(w.next);
         w.set.insert(k, r);
         w.next += 1;
         if w.next.is_multiple_of(256) {
             if stop() {
-                return None;
+                return Built::Stopped;
             }
             yield_now().await;
         }
     }
-    let json = serde_json::to_vec(&w.set).expect("serializable");
+    let mut json = TryVec(Vec::new());
+    if serde_json::to_writer(&mut json, &w.set).is_err() {
+        return Built::OutOfMemory;
+    }
     w.set.clear();
-    Some(fnv(&json))
+    Built::Done(fnv(&json.0))
+}
+
+/// A `Vec<u8>` writer whose growth may fail. Serializing runs in one poll, with no safe point
+/// where a kill takes effect, and its buffer doubles: past the tenant's limit and its
+/// overdraft (`min(max, 64 MiB)`), `Vec`'s own growth would call `handle_alloc_error` and
+/// abort the process, where this ends the request with an error.
+struct TryVec(Vec<u8>);
+
+impl std::io::Write for TryVec {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .try_reserve(buf.len())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Frees what a killed build left, 1,024 records at a time with a yield in between: a
@@ -551,9 +592,14 @@ async fn work(
         return json(StatusCode::BAD_REQUEST, err);
     }
     if !svc.cfg.tenants {
-        let sum = build(&mut Work::new(q.kb), || false).await;
-        let sum = sum.expect("a build that never stops finishes");
-        return json(StatusCode::OK, done(&name, q.kb, sum, "main", None));
+        return match build(&mut Work::new(q.kb), || false).await {
+            Built::Done(sum) => json(StatusCode::OK, done(&name, q.kb, sum, "main", None)),
+            // A build that never stops finishes, unless memory runs out.
+            _ => {
+                let err = serde_json::json!({"error": "out of memory", "tenant": name});
+                json(StatusCode::SERVICE_UNAVAILABLE, err)
+            }
+        };
     }
     let customer = match svc.customer(&name) {
         Ok(c) => c,
@@ -579,13 +625,18 @@ async fn work(
     let mut work = Work::new(q.kb);
     let heavy = svc.heavy.as_ref();
     let over_high = || heavy.is_some() && request.under_pressure();
+    // The outcome: the checksum, or why the request failed.
     let (outcome, lane) = match build(&mut work, over_high).in_tenant(&request).await {
-        Ok(Some(sum)) => (Ok(sum), "main"),
+        Ok(Built::Done(sum)) => (Ok(sum), "main"),
+        Ok(Built::OutOfMemory) => {
+            release(work.set).await;
+            (Err(SERIALIZE_REFUSED.to_owned()), "main")
+        }
         Err(killed) => {
             release(work.set).await;
-            (Err(killed), "main")
+            (Err(killed.to_string()), "main")
         }
-        Ok(None) => {
+        Ok(Built::Stopped) => {
             let lane = heavy.expect("stops only with a lane");
             let slot = match lane.enter_for(&name) {
                 Ok(slot) => slot,
@@ -622,9 +673,10 @@ async fn work(
                 out
             });
             match rest.await {
-                Ok(Ok(Some(sum))) => (Ok(sum), "heavy"),
-                Ok(Err(killed)) => (Err(killed), "heavy"),
-                // Ok(Ok(None)): cancelled, which only this handler's drop does, so not seen
+                Ok(Ok(Built::Done(sum))) => (Ok(sum), "heavy"),
+                Ok(Ok(Built::OutOfMemory)) => (Err(SERIALIZE_REFUSED.to_owned()), "heavy"),
+                Ok(Err(killed)) => (Err(killed.to_string()), "heavy"),
+                // Ok(Ok(Stopped)): cancelled, which only this handler's drop does, so not seen
                 // here; Err: the lane task panicked or the lane shut down (`HeavyLane::drop`).
                 lost => {
                     let detail = match lost {
@@ -647,7 +699,7 @@ async fn work(
             StatusCode::OK,
             done(&name, q.kb, sum, lane, Some(request.peak())),
         ),
-        Err(killed) => json(
+        Err(detail) => json(
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({
                 "error": "request killed: out of memory",
@@ -657,11 +709,14 @@ async fn work(
                 // refused; null when unlimited.
                 "total_limit": (svc.cfg.total_max != u64::MAX).then_some(svc.cfg.total_max),
                 "lane": lane,
-                "detail": killed.to_string(),
+                "detail": detail,
             }),
         ),
     }
 }
+
+/// The 503's `detail` when the JSON's buffer could not grow ([`Built::OutOfMemory`]).
+const SERIALIZE_REFUSED: &str = "serializing the working set passed the tenant's limit";
 
 /// The body of a `/work` that finished: with the request tenant's peak usage in bytes
 /// (null without tenants), which is what its `high` is compared with.
