@@ -180,3 +180,41 @@ fn a_cache_reference_is_an_allocator_for_layouts_that_fit() {
     assert!(r.is_err());
     assert_eq!(c.live_objects(), 0);
 }
+
+/// Zero-sized blocks of `&Cache` are dangling and never reach the cache: allocator-api2's
+/// `Box` never allocates a zero-sized value but deallocates its dangling pointer (as does an
+/// empty boxed slice). Before, that address went to `Cache::free`: pushed on a plain cache's
+/// front bin, whose next pop followed it (SIGSEGV), or reported as a foreign free by an
+/// accounted one. From a review.
+#[test]
+fn zero_sized_cache_blocks_never_reach_the_cache() {
+    for accounted in [false, true] {
+        let c = Cache::builder("zst", Layout::new::<[u64; 4]>())
+            .account(accounted)
+            .build();
+        // Open this thread's front of the cache (its first allocations take the lock).
+        for _ in 0..32 {
+            drop(ABox::new_in([1u64; 4], &c));
+        }
+        let live = c.live_objects();
+        drop(ABox::new_in((), &c));
+        let v: AVec<u64, &Cache> = AVec::new_in(&c);
+        drop(v.into_boxed_slice());
+        let z = Layout::from_size_align(0, 8).unwrap();
+        let b = (&c).allocate_zeroed(z).unwrap();
+        // SAFETY: a block of `z` from this allocator, given back once.
+        unsafe { (&c).deallocate(b.cast(), z) };
+        assert_eq!(c.live_objects(), live);
+        // A block grown from zero size is a real object, and shrinking to zero frees it.
+        let one = Layout::new::<u64>();
+        // SAFETY: the dangling block of `z` from above's allocator contract; `one` fits.
+        let g = unsafe { (&c).grow(std::ptr::NonNull::dangling(), z, one) }.unwrap();
+        assert_eq!(c.live_objects(), live + 1);
+        // SAFETY: `g` is a live block of `one`.
+        unsafe { (&c).shrink(g.cast(), one, z) }.unwrap();
+        assert_eq!(c.live_objects(), live);
+        // The front still hands out real objects.
+        let held: Vec<_> = (0..64u64).map(|i| ABox::new_in([i; 4], &c)).collect();
+        assert!(held.iter().all(|b| &**b as *const [u64; 4] as usize > 4096));
+    }
+}

@@ -207,7 +207,8 @@ impl Cache {
 /// A dedicated cache as an allocator-api2 [`Allocator`], for layouts that fit its objects
 /// (size up to the object size, alignment up to the cache's): each block is one object
 /// (charged to the current tenant when the cache is accounted, as [`Cache::alloc`] does),
-/// and grows or shrinks in place while it fits; any other layout gets `AllocError`. For a
+/// and grows or shrinks in place while it fits; any other layout gets `AllocError`. A
+/// zero-sized block is a dangling pointer that never reaches the cache. For a
 /// `Box` in a cache, or a small collection with a known bound (a `Vec` that stays within
 /// one object).
 ///
@@ -229,22 +230,32 @@ unsafe impl Allocator for &Cache {
         if !self.fits(layout) {
             return Err(AllocError);
         }
+        // Zero-sized blocks are dangling, as TenantAlloc's: allocator-api2's Box deallocates
+        // a zero-sized value's dangling pointer without ever allocating it.
+        if layout.size() == 0 {
+            return dangling(layout);
+        }
         self.alloc().map(|p| self.block(p)).ok_or(AllocError)
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, _layout: Layout) {
-        // SAFETY: Allocator contract: ptr is a block of this cache (an object), freed once.
-        unsafe { self.free(ptr) };
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        if layout.size() != 0 {
+            // SAFETY: Allocator contract: ptr is a block of this cache (an object), freed once.
+            unsafe { self.free(ptr) };
+        }
     }
 
     unsafe fn grow(
         &self,
         ptr: NonNull<u8>,
-        _old: Layout,
+        old: Layout,
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
         if !self.fits(new) {
             return Err(AllocError);
+        }
+        if old.size() == 0 {
+            return self.allocate(new);
         }
         Ok(self.block(ptr))
     }
@@ -258,6 +269,9 @@ unsafe impl Allocator for &Cache {
         if !self.fits(new) {
             return Err(AllocError);
         }
+        if old.size() == 0 {
+            return self.allocate_zeroed(new);
+        }
         let size = self.core.layout.object_size;
         // SAFETY: the object has `size` writable bytes and old.size() <= size (it fit).
         unsafe { ptr::write_bytes(ptr.as_ptr().add(old.size()), 0, size - old.size()) };
@@ -267,17 +281,25 @@ unsafe impl Allocator for &Cache {
     unsafe fn shrink(
         &self,
         ptr: NonNull<u8>,
-        _old: Layout,
+        old: Layout,
         new: Layout,
     ) -> Result<NonNull<[u8]>, AllocError> {
         if !self.fits(new) {
             return Err(AllocError);
+        }
+        if new.size() == 0 {
+            // SAFETY: Allocator contract: ptr is a live block of this cache with `old`.
+            unsafe { self.deallocate(ptr, old) };
+            return dangling(new);
         }
         Ok(self.block(ptr))
     }
 
     fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
         let b = self.allocate(layout)?;
+        if b.is_empty() {
+            return Ok(b);
+        }
         // SAFETY: the block is a fresh object of b.len() writable bytes.
         unsafe { ptr::write_bytes(b.cast::<u8>().as_ptr(), 0, b.len()) };
         Ok(b)
