@@ -102,8 +102,17 @@ impl Decay {
     /// at or above the mark changes nothing below it.
     #[inline]
     pub fn removed_at(&mut self, i: usize) {
-        if i < self.low {
-            self.low -= 1;
+        self.taken_out(i, 1);
+    }
+
+    /// [`removed_at`](Self::removed_at) for a pool counted in bytes: `len` of them at
+    /// `at` from the bottom were taken out from under the others (they moved down by
+    /// `len`). What was below the mark stays idle, less what was taken: the mark goes down
+    /// by `len`, but not below `at`, since what moved down to there was above it.
+    #[inline]
+    pub fn taken_out(&mut self, at: usize, len: usize) {
+        if at < self.low {
+            self.low = at.max(self.low - len.min(self.low));
         }
     }
 
@@ -155,5 +164,40 @@ mod tests {
             Some(50),
             "untouched: all of it"
         );
+    }
+
+    /// Bytes taken out from under the mark (the mapping cache's best fit): what stayed
+    /// below it stays idle, what moved down to it does not.
+    #[test]
+    fn bytes_taken_from_under_the_mark_leave_the_rest_idle() {
+        let t = 1_000_000;
+        // Extents A (100) and B (30), oldest first; the interval begins with both idle and
+        // then C (50) is freed: the mark stays at 130.
+        let fresh = || {
+            let mut d = Decay::new();
+            d.due(t, 130);
+            d
+        };
+        // A taken: B stays idle, C (moved down to 30..80) does not.
+        let mut d = fresh();
+        d.taken_out(0, 100);
+        assert_eq!(d.due(t + INTERVAL_MS, 80), Some(30));
+        // B taken: A stays idle, C moved down to 100..150 does not.
+        let mut d = fresh();
+        d.taken_out(100, 30);
+        assert_eq!(d.due(t + INTERVAL_MS, 150), Some(100));
+        // C taken: above the mark, nothing changes.
+        let mut d = fresh();
+        d.taken_out(130, 50);
+        assert_eq!(d.due(t + INTERVAL_MS, 130), Some(130));
+        // 40 cut off the front of A: its other 60 and B stay idle.
+        let mut d = fresh();
+        d.taken_out(0, 40);
+        assert_eq!(d.due(t + INTERVAL_MS, 140), Some(90));
+        // Only A idle (B freed in the interval too), then A taken: B, just freed, is not.
+        let mut d = Decay::new();
+        d.due(t, 100);
+        d.taken_out(0, 100);
+        assert_eq!(d.due(t + INTERVAL_MS, 30), Some(0));
     }
 }

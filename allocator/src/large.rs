@@ -236,13 +236,22 @@ impl MappingCache {
         }
     }
 
+    /// The cached bytes below entry `i` (older than it).
+    fn bytes_below(&self, i: usize) -> usize {
+        self.entries[..i].iter().map(|e| e.1).sum()
+    }
+
     fn remove(&mut self, i: usize) -> (usize, usize) {
         let e = self.entries[i];
+        let at = self.bytes_below(i);
         self.entries.copy_within(i + 1..self.n, i);
         self.n -= 1;
         self.bytes -= e.1;
         CACHED.store(self.bytes, Ordering::Relaxed);
-        self.decay.observe(self.bytes);
+        // The newer extents moved down: those below the mark stay idle, not the ones that
+        // moved down to it (a best fit taking an old extent leaves a just freed one idle
+        // for a whole interval, not for what remains of this one).
+        self.decay.taken_out(at, e.1);
         e
     }
 
@@ -264,7 +273,8 @@ impl MappingCache {
         self.entries[i] = (b + len, l - len);
         self.bytes -= len;
         CACHED.store(self.bytes, Ordering::Relaxed);
-        self.decay.observe(self.bytes);
+        let at = self.bytes_below(i);
+        self.decay.taken_out(at, len);
         b
     }
 
