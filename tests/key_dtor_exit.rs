@@ -114,34 +114,3 @@ fn key_dtor_frees_then_threads_reuse_the_tls() {
         }
     });
 }
-
-/// The bytes glibc's own malloc has handed out and not had back (`mallinfo2`). Under
-/// `#[global_allocator]` glibc's malloc serves only the C runtime itself, such as the
-/// entries `__cxa_thread_atexit_impl` keeps for `thread_local!` destructors.
-fn glibc_in_use() -> usize {
-    // SAFETY: mallinfo2 has no preconditions and returns a plain struct.
-    unsafe { libc::mallinfo2() }.uordblks
-}
-
-/// The first uncharge from a key destructor arms no `thread_local!` destructor: the C
-/// runtime had already run them, so the entry it allocates for one (32 bytes of glibc's
-/// malloc) would never be freed, once per such thread for the life of the process.
-#[test]
-fn a_first_uncharge_in_a_key_dtor_leaves_nothing_of_glibc_behind() {
-    let t = Tenant::new("key-dtor-glibc");
-    // Warm up: the key, std's thread machinery and glibc's arenas settle.
-    for _ in 0..20 {
-        exit_freeing_in_key_dtor(alloc_in(&t));
-    }
-    let before = glibc_in_use();
-    const THREADS: usize = 200;
-    for _ in 0..THREADS {
-        exit_freeing_in_key_dtor(alloc_in(&t));
-    }
-    let grown = glibc_in_use().saturating_sub(before);
-    assert!(
-        grown < THREADS * 16,
-        "glibc's malloc grew by {grown} bytes over {THREADS} exited threads"
-    );
-    assert_eq!(t.current_exact(), 0);
-}

@@ -262,16 +262,45 @@ struct IdBatch {
     /// The highest chunk of the last refill (which took the lowest free ids): a sweep keeps
     /// only ids no higher, so that the high chunks still empty out and unmap.
     home: u32,
+    /// Its thread-exit step ([`batch_usable`]): `UNARMED` before the first use, then
+    /// `ARMED`, or `EXITED_BATCH` once it ran or could not be armed, after which the batch
+    /// keeps nothing and the thread takes and returns ids at the allocator.
+    armed: u8,
 }
 
-impl Drop for IdBatch {
-    fn drop(&mut self) {
-        if self.len != 0 {
-            // Without the tree lock (which is above this file): a chunk this empties stays
-            // mapped, all free, for the next batch, as no walk may see it unmapped.
-            give_back(&self.ids[..self.len], false);
+/// The id batch's thread-exit step, a step of the pthread key like the stock's. A `Drop`
+/// thread-local first used from a key destructor (a tenant made in a C library's thread
+/// cleanup) would be armed after the C runtime ran those: it would never run, its ids would
+/// count as live for good and the runtime's entry for it would leak.
+unsafe extern "C" fn batch_exit(_: *mut core::ffi::c_void) {
+    let _ = IDS_BATCH.try_with(|b| {
+        if let Ok(mut b) = b.try_borrow_mut() {
+            if b.len != 0 {
+                // Without the tree lock (which is above this file): a chunk this empties
+                // stays mapped, all free, for the next batch, as no walk may see it unmapped.
+                give_back(&b.ids[..b.len], false);
+                b.len = 0;
+            }
+            b.armed = EXITED_BATCH;
         }
+    });
+}
+
+const UNARMED: u8 = 0;
+const ARMED: u8 = 1;
+const EXITED_BATCH: u8 = 2;
+
+/// Whether the batch may keep ids: its exit step is armed (arming it on first use).
+fn batch_usable(b: &mut IdBatch) -> bool {
+    if b.armed == UNARMED {
+        // SAFETY: `batch_exit` is sound at this thread's exit (it only reads its own TLS).
+        b.armed = if unsafe { crate::sys::on_thread_exit_ids(batch_exit) } {
+            ARMED
+        } else {
+            EXITED_BATCH
+        };
     }
+    b.armed == ARMED
 }
 
 thread_local! {
@@ -281,6 +310,7 @@ thread_local! {
                 ids: [0; BATCH_CAP],
                 len: 0,
                 home: 0,
+                armed: UNARMED,
             })
         };
 }
@@ -290,6 +320,9 @@ thread_local! {
 fn take_id() -> Option<ObjCgId> {
     let batched = IDS_BATCH.try_with(|b| {
         let mut b = b.try_borrow_mut().ok()?;
+        if b.len == 0 && !batch_usable(&mut b) {
+            return None;
+        }
         if b.len == 0 {
             let mut a = lock();
             b.len = take_ids(&mut a, &mut b.ids[..BATCH]);
@@ -579,6 +612,9 @@ pub(crate) fn recycle(ids: &[ObjCgId]) {
         let Ok(mut b) = b.try_borrow_mut() else {
             return false;
         };
+        if !batch_usable(&mut b) {
+            return false;
+        }
         for &id in ids {
             if b.len < BATCH_CAP && id >> CHUNK_SHIFT <= b.home {
                 let len = b.len;

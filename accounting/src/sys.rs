@@ -33,3 +33,16 @@ pub(crate) unsafe fn on_thread_exit(
     // SAFETY: the caller's promise; the stock step is this crate's.
     unsafe { slabcg_sys::on_thread_exit(slabcg_sys::ExitStep::Stock, dtor, arg as *mut _) }
 }
+
+/// Arranges for `dtor(arg)` to run at this thread's exit as the id batch's step.
+///
+/// # Safety
+/// As [`on_thread_exit`].
+pub(crate) unsafe fn on_thread_exit_ids(
+    dtor: unsafe extern "C" fn(*mut core::ffi::c_void),
+) -> bool {
+    // SAFETY: the caller's promise; the id-batch step is this crate's.
+    unsafe {
+        slabcg_sys::on_thread_exit(slabcg_sys::ExitStep::IdBatch, dtor, core::ptr::null_mut())
+    }
+}

@@ -45,14 +45,18 @@ pub enum ExitStep {
     /// this thread's byte stock, which the next step then returns to the counters at once.
     ThreadCache = 0,
     /// slabcg-accounting: give the byte stock back to the counters and unlink it from the
-    /// registry (when its `thread_local!` guard did not already). Last, so that every
-    /// uncharge of the steps before lands in the stock before it goes; a charge or
-    /// uncharge after it goes straight to the counters (the stock is marked exited).
+    /// registry. After the thread cache, so that every uncharge of its flush lands in the
+    /// stock before it goes; a charge or uncharge after it goes straight to the counters
+    /// (the stock is marked exited).
     Stock = 1,
+    /// slabcg-accounting: give the thread's batch of free objcg ids back to the id
+    /// allocator; from then on the thread takes and returns ids there directly. Last, so
+    /// that ids the steps before recycle come back with the batch.
+    IdBatch = 2,
 }
 
 /// How many [`ExitStep`]s there are.
-const STEPS: usize = 2;
+const STEPS: usize = 3;
 
 /// The function a step runs, with the argument it was registered with.
 pub type ExitFn = unsafe extern "C" fn(*mut c_void);
