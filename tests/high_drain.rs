@@ -68,6 +68,11 @@ fn crossing_high_takes_back_what_idle_stocks_hold() {
         t.current_exact()
     );
     assert!(t.current() <= HIGH);
+    assert_eq!(
+        t.events().high,
+        0,
+        "a crossing made by the idle refills alone counts no event"
+    );
     // Objects that really pass it still raise the pressure.
     let more: Vec<usize> = (0..(HIGH / 2 / 4096) + 8)
         .map(|_| alloc_in(&t, l))

@@ -24,6 +24,7 @@ use crate::node::Node;
 use crate::objcg::{self, ObjCg};
 use crate::stat;
 use crate::stock::{Contents, Pool, Stock, CHARGE_BATCH, EXITED, IN_RECLAIM, REGISTERED, STOCK};
+use crate::sys;
 use crate::types::{ObjCgId, StatIdx};
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -272,8 +273,13 @@ fn charge_counter(
                 }
             }
         }
-        match counter::try_charge(&*t, n) {
-            Ok(raised) => Ok(raised),
+        match counter::try_charge_crossing(&*t, n) {
+            // Whether to drain first: one crossing of a node's `high` in its interval does.
+            Ok(crossed) => Ok(crossed.map(|c| {
+                c.counter
+                    .claim_high_drain(sys::now_ms())
+                    .then(|| c.counter.stocked())
+            })),
             Err(r) => match t.arc() {
                 Some(a) => Err((a, r.counter.stocked())),
                 // A node's strong count is at least the objcg's reference while we read it.
@@ -281,16 +287,23 @@ fn charge_counter(
             },
         }
     };
-    // This charge raised a `high`'s pressure. Part of that usage may be bytes that threads
-    // pre-charged for the subtree and do not use (up to a refill on each thread a request's
-    // task ran on): take them back before pressure is acted on, as the kernel drains the
-    // per-CPU stocks before it acts at `max`. Once per crossing, and only if a fill was
-    // recorded since the last complete drain; the pressure stays if the tenant's own
+    // This charge took a node across its `high`. Part of that usage may be bytes that
+    // threads pre-charged for the subtree and do not use (up to a refill on each thread a
+    // request's task ran on): take them back before the pressure is raised, as the kernel
+    // drains the per-CPU stocks before it acts at `max`. At most once per
+    // `HIGH_DRAIN_EVERY_MS` for the node, and only if a fill was recorded since the last
+    // complete drain; the pressure is raised, and the event counted, if the tenant's own
     // objects keep it above.
     let (mut held, stocked) = match first {
-        Ok(raised) => {
-            if let Some(stocked) = raised {
+        Ok(None) => return Ok(n),
+        Ok(Some(drain)) => {
+            if let Some(stocked) = drain {
                 drain::drain_unless_clean(stocked);
+            }
+            // SAFETY: as above; a tenant that died meanwhile has its objcg re-pointed at
+            // its parent, whose `high` is the one to check then.
+            if let Some(t) = unsafe { oc.read() } {
+                counter::raise_high(&*t);
             }
             return Ok(n);
         }

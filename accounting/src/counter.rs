@@ -46,7 +46,17 @@ pub(crate) struct Counter {
     events: [AtomicU64; NR_EVENTS],
     local: [AtomicU64; NR_EVENTS],
     pressure: AtomicBool,
+    /// When a charge last drained the stocks on crossing this node's `high` (ms,
+    /// `sys::now_ms`; 0: never): [`claim_high_drain`](Self::claim_high_drain).
+    high_drained: AtomicU64,
 }
+
+/// A node's crossings of its `high` drain the stocks at most once in this many ms. A
+/// tenant whose objects sit just under its `high` while another thread frees them crosses
+/// it again every few dozen allocations (the freeing thread's stock keeps what it frees,
+/// and refills bring usage back up after each drain): unbounded, that was a drain every
+/// 33 allocations (a review's test, 6,200 in 200,000).
+const HIGH_DRAIN_EVERY_MS: u64 = 10;
 
 const NR_EVENTS: usize = 4;
 
@@ -119,7 +129,20 @@ impl Counter {
             events: [const { AtomicU64::new(0) }; NR_EVENTS],
             local: [const { AtomicU64::new(0) }; NR_EVENTS],
             pressure: AtomicBool::new(false),
+            high_drained: AtomicU64::new(0),
         }
+    }
+
+    /// Whether a charge that crosses this node's `high` at `now` (ms) may drain the stocks:
+    /// none did within [`HIGH_DRAIN_EVERY_MS`]. Of racing crossers, one gets it.
+    pub(crate) fn claim_high_drain(&self, now: u64) -> bool {
+        let last = self.high_drained.load(Relaxed);
+        if last != 0 && now.wrapping_sub(last) < HIGH_DRAIN_EVERY_MS {
+            return false;
+        }
+        self.high_drained
+            .compare_exchange(last, now.max(1), Relaxed, Relaxed)
+            .is_ok()
     }
 
     pub(crate) fn usage(&self) -> u64 {
@@ -279,12 +302,12 @@ impl Counter {
         }
     }
 
-    /// After a successful charge: raise pressure if above `high`. `None` when not above;
-    /// else whether this call raised it (it was not raised before).
-    fn over_high(&self) -> Option<bool> {
+    /// After a successful charge, whether usage is above `high`: `None` when not, else
+    /// whether pressure was raised already. Raises it when `raise` says so.
+    fn over_high(&self, raise: bool) -> Option<bool> {
         if self.usage.load(Relaxed) > self.high.load(Relaxed) {
-            let raised = !self.pressure.load(Relaxed);
-            if raised {
+            let raised = self.pressure.load(Relaxed);
+            if !raised && raise {
                 self.pressure.store(true, Relaxed);
             }
             return Some(raised);
@@ -324,7 +347,19 @@ pub(crate) fn record_event<N: Hierarchy>(node: &N, ev: Event) {
 
 /// Charges `n` to `node` and all its ancestors. On failure nothing stays charged and the
 /// error is the ancestor whose `max` refused.
-pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<Option<u64>, &N> {
+pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<(), &N> {
+    try_charge_noting(node, n, false).map(|_| ())
+}
+
+/// [`try_charge`], except that a node this charge takes across its `high` (usage above it,
+/// pressure not raised) is left as it is: returned, the topmost such one, for the caller
+/// to take back what stocks hold ([`raise_high`] then raises the pressure and counts the
+/// event on the nodes still above). Nodes already under pressure count their event here.
+pub(crate) fn try_charge_crossing<N: Hierarchy>(node: &N, n: u64) -> Result<Option<&N>, &N> {
+    try_charge_noting(node, n, true)
+}
+
+fn try_charge_noting<N: Hierarchy>(node: &N, n: u64, defer: bool) -> Result<Option<&N>, &N> {
     let mut cur = Some(node);
     while let Some(c) = cur {
         if !c.counter().try_add(n) {
@@ -341,7 +376,7 @@ pub(crate) fn try_charge<N: Hierarchy>(node: &N, n: u64) -> Result<Option<u64>, 
         }
         cur = c.parent();
     }
-    Ok(note_high(node))
+    Ok(note_high(node, defer))
 }
 
 /// Charges a stock's refill of `n` bytes to `node` and all its ancestors
@@ -357,7 +392,11 @@ pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64, above_high: bool)
         return false;
     }
     if above_high {
-        note_high(node);
+        // A quarter refill finds usage above `high` already: pressure is up (unless it
+        // races with the charge that crossed, which then finds it up and drains nothing:
+        // the pressure stays until an uncharge brings usage back, as before crossings
+        // drained).
+        note_high(node, false);
     }
     true
 }
@@ -372,23 +411,36 @@ pub(crate) fn try_charge_batch_below<N: Hierarchy>(node: &N, stop: &N, n: u64) -
 }
 
 /// Records a `high` event on each of `node` and its ancestors whose usage is above its
-/// `high`. When this raised the pressure of one of them (it was at or below its `high`
-/// before), the latest stock fill record of those ([`Counter::stocked`]): bytes that
-/// threads pre-charged for it may be what put it above, which the caller can take back
-/// with a drain.
-fn note_high<N: Hierarchy>(node: &N) -> Option<u64> {
-    let mut raised = None;
+/// `high`, raising its pressure. With `defer`, one whose pressure is not raised yet (this
+/// charge crossed it) is left alone instead, and the topmost such node is returned: bytes
+/// that threads pre-charged for it may be what put it above, which the caller takes back
+/// before [`raise_high`].
+fn note_high<N: Hierarchy>(node: &N, defer: bool) -> Option<&N> {
+    let mut crossed = None;
     let mut cur = Some(node);
     while let Some(c) = cur {
-        if let Some(now) = c.counter().over_high() {
-            record_event(c, Event::High);
-            if now {
-                raised = raised.max(Some(c.counter().stocked()));
-            }
+        match c.counter().over_high(!defer) {
+            Some(false) if defer => crossed = Some(c),
+            Some(_) => record_event(c, Event::High),
+            None => {}
         }
         cur = c.parent();
     }
-    raised
+    crossed
+}
+
+/// After [`try_charge_crossing`] returned a crossed node and the caller drained: raises
+/// the pressure of `node` and its ancestors that are still above their `high` with none
+/// raised, each counting a `high` event (the charge left usage above it). A node the drain
+/// brought back under counts nothing.
+pub(crate) fn raise_high<N: Hierarchy>(node: &N) {
+    let mut cur = Some(node);
+    while let Some(c) = cur {
+        if c.counter().over_high(true) == Some(false) {
+            record_event(c, Event::High);
+        }
+        cur = c.parent();
+    }
 }
 
 /// The lowest common ancestor of `a` and `b` (one of them, when it is the other's ancestor;

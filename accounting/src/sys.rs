@@ -15,8 +15,8 @@ pub(crate) use slabcg_sys::sync;
 #[cfg(feature = "ie-tls")]
 pub(crate) use slabcg_sys::fast_tls;
 pub(crate) use slabcg_sys::{
-    cpus, light_barrier, read_environment, remote_barrier, remote_barrier_kind, warn, SpinGuard,
-    SpinLock,
+    cpus, light_barrier, now_ms, read_environment, remote_barrier, remote_barrier_kind, warn,
+    SpinGuard, SpinLock,
 };
 
 /// Arranges for `dtor(arg)` to run when the calling thread exits: the stock step of the one

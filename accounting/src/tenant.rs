@@ -161,10 +161,11 @@ impl Tenant {
     /// Sets the soft limit: going above it never fails, it counts `events.high` and raises
     /// [`under_pressure`](Self::under_pressure). Stock refills stop at it (a refill that
     /// would cross it is a quarter one or exactly what is asked). The charge that takes
-    /// usage across it then takes back what every thread's stock pre-charged (one drain,
-    /// skipped when nothing was stocked since the last), which clears the pressure again
-    /// unless the tenant's objects keep it above: pressure follows what is in use, not the
-    /// refills a task left on each thread it ran on. Lowering it below the current usage
+    /// usage across it first takes back what every thread's stock pre-charged (one drain,
+    /// at most one per 10 ms for the tenant, skipped when nothing was stocked since the
+    /// last), and raises the pressure and counts the event only if the tenant's objects
+    /// keep it above: pressure follows what is in use, not the refills a task left on each
+    /// thread it ran on. Lowering it below the current usage
     /// first takes back the bytes pre-charged into every thread's stock (one drain), as
     /// `set_max` does. Ignored on the root.
     pub fn set_high(&self, bytes: u64) {
