@@ -461,6 +461,15 @@ pub(crate) fn release(cg: ObjCgId, c: usize, chains: &[Chain], bin: Option<&Bin>
     }
 }
 
+/// Adds the slots the table holds to `per_class[c]`, class by class (`stats()`: they are
+/// free slots, cached like a tagged bin's, not objects the program holds).
+pub(crate) fn add_slots(per_class: &mut [usize; NUM_CLASSES]) {
+    let t = TABLE.lock();
+    for e in t.entries.iter().filter(|e| e.n > 0) {
+        per_class[e.c] += e.chains().iter().map(|ch| ch.n as usize).sum::<usize>();
+    }
+}
+
 /// What the table holds now, and what passed through it so far (tests).
 pub(crate) fn counts() -> Counts {
     let t = TABLE.lock();

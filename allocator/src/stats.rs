@@ -19,7 +19,8 @@ pub struct ClassStats {
     pub size: usize,
     /// Objects the program holds.
     pub objects: usize,
-    /// Objects cached in thread bins and parked batches.
+    /// Free slots cached in thread bins, parked batches and the hand-back (accounted slots
+    /// kept charged for the next allocation of their tenant).
     pub cached: usize,
     /// Slabs with at least one object handed out (the plain cache's and its accounted
     /// twin's).
@@ -80,6 +81,12 @@ pub fn stats() -> AllocStats {
     thread_cache::for_each_bin_count(|c, kind, n| {
         cached[c][usize::from(kind == Kind::Accounted)] += n as usize
     });
+    // Slots in the hand-back are free and cached (still charged, as a tagged bin's are).
+    let mut handed = [0usize; NUM_CLASSES];
+    crate::handback::add_slots(&mut handed);
+    for (c, n) in handed.iter().enumerate() {
+        cached[c][1] += n;
+    }
     let mut s = AllocStats {
         allocated: 0,
         active: 0,
