@@ -274,11 +274,12 @@ fn charge_counter(
             }
         }
         match counter::try_charge_crossing(&*t, n) {
-            // Whether to drain first: one crossing of a node's `high` in its interval does.
+            // Whether to drain first: one crossing of a node's `high` in its interval does,
+            // if stocks may hold its bytes; it keeps the node alive to end its drain.
             Ok(crossed) => Ok(crossed.map(|c| {
-                c.counter
-                    .claim_high_drain(sys::now_ms())
-                    .then(|| c.counter.stocked())
+                let stocked = c.counter.stocked();
+                let drain = !drain::is_clean(stocked) && c.counter.claim_high_drain(sys::now_ms());
+                (c.arc(), drain.then_some(stocked))
             })),
             Err(r) => match t.arc() {
                 Some(a) => Err((a, r.counter.stocked())),
@@ -296,7 +297,7 @@ fn charge_counter(
     // objects keep it above.
     let (mut held, stocked) = match first {
         Ok(None) => return Ok(n),
-        Ok(Some(drain)) => {
+        Ok(Some((crossed, drain))) => {
             if let Some(stocked) = drain {
                 drain::drain_unless_clean(stocked);
             }
@@ -304,6 +305,10 @@ fn charge_counter(
             // its parent, whose `high` is the one to check then.
             if let Some(t) = unsafe { oc.read() } {
                 counter::raise_high(&*t);
+            }
+            // The crossed node's mark, should the tenant's chain have changed.
+            if let Some(c) = crossed {
+                c.counter.end_high_drain();
             }
             return Ok(n);
         }

@@ -49,6 +49,11 @@ pub(crate) struct Counter {
     /// When a charge last drained the stocks on crossing this node's `high` (ms,
     /// `sys::now_ms`; 0: never): [`claim_high_drain`](Self::claim_high_drain).
     high_drained: AtomicU64,
+    /// Set by the charge that took usage across `high` (`note_high` with `defer`) until it
+    /// decided, after its drain if it made one ([`raise_high`]): meanwhile other charges
+    /// that find usage above `high` leave the pressure and the event to it, since its
+    /// drain may take usage back under.
+    high_draining: AtomicBool,
 }
 
 /// A node's crossings of its `high` drain the stocks at most once in this many ms. A
@@ -57,6 +62,14 @@ pub(crate) struct Counter {
 /// and refills bring usage back up after each drain): unbounded, that was a drain every
 /// 33 allocations (a review's test, 6,200 in 200,000).
 const HIGH_DRAIN_EVERY_MS: u64 = 10;
+
+/// The process's budget of drains for crossings, whatever the node: a token bucket of
+/// [`HIGH_DRAIN_BURST`] drains refilled by one a millisecond, `last_ms << 8 | tokens`.
+/// Each drain takes every thread's stock, for every tenant: a hundred tenants sitting at
+/// their `high`, each at its 10 ms bound, would drain 10,000 times a second. Past the
+/// budget, a crossing raises the pressure on what is counted.
+static HIGH_DRAIN_TOKENS: AtomicU64 = AtomicU64::new(0);
+const HIGH_DRAIN_BURST: u64 = 64;
 
 const NR_EVENTS: usize = 4;
 
@@ -130,19 +143,47 @@ impl Counter {
             local: [const { AtomicU64::new(0) }; NR_EVENTS],
             pressure: AtomicBool::new(false),
             high_drained: AtomicU64::new(0),
+            high_draining: AtomicBool::new(false),
         }
     }
 
     /// Whether a charge that crosses this node's `high` at `now` (ms) may drain the stocks:
-    /// none did within [`HIGH_DRAIN_EVERY_MS`]. Of racing crossers, one gets it.
+    /// none did for it within [`HIGH_DRAIN_EVERY_MS`], and the process's budget of such
+    /// drains has one left ([`HIGH_DRAIN_TOKENS`]).
     pub(crate) fn claim_high_drain(&self, now: u64) -> bool {
+        let now = now.max(1);
         let last = self.high_drained.load(Relaxed);
         if last != 0 && now.wrapping_sub(last) < HIGH_DRAIN_EVERY_MS {
             return false;
         }
-        self.high_drained
-            .compare_exchange(last, now.max(1), Relaxed, Relaxed)
-            .is_ok()
+        let bucket = HIGH_DRAIN_TOKENS.load(Relaxed);
+        let (then, tokens) = (bucket >> 8, bucket & 0xff);
+        let now_low = now & (u64::MAX >> 8);
+        let tokens = tokens
+            .saturating_add(now_low.saturating_sub(then))
+            .min(HIGH_DRAIN_BURST);
+        if tokens == 0 {
+            return false;
+        }
+        // A lost race for either word gives up this drain: the charge raises the pressure
+        // on what is counted, as one over budget would.
+        if self
+            .high_drained
+            .compare_exchange(last, now, Relaxed, Relaxed)
+            .is_err()
+            || HIGH_DRAIN_TOKENS
+                .compare_exchange(bucket, now_low << 8 | (tokens - 1), Relaxed, Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        true
+    }
+
+    /// The crossing charge that marked this node has decided: charges decide its pressure
+    /// themselves again.
+    pub(crate) fn end_high_drain(&self) {
+        self.high_draining.store(false, Relaxed);
     }
 
     pub(crate) fn usage(&self) -> u64 {
@@ -302,11 +343,15 @@ impl Counter {
         }
     }
 
-    /// After a successful charge, whether usage is above `high`: `None` when not, else
-    /// whether pressure was raised already. Raises it when `raise` says so.
+    /// After a successful charge, whether usage is above `high`: `None` when not (or when
+    /// the pressure is not raised while a crossing's drain runs: its charge decides),
+    /// else whether pressure was raised already. Raises it when `raise` says so.
     fn over_high(&self, raise: bool) -> Option<bool> {
         if self.usage.load(Relaxed) > self.high.load(Relaxed) {
             let raised = self.pressure.load(Relaxed);
+            if !raised && self.high_draining.load(Relaxed) {
+                return None;
+            }
             if !raised && raise {
                 self.pressure.store(true, Relaxed);
             }
@@ -392,10 +437,10 @@ pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64, above_high: bool)
         return false;
     }
     if above_high {
-        // A quarter refill finds usage above `high` already: pressure is up (unless it
-        // races with the charge that crossed, which then finds it up and drains nothing:
-        // the pressure stays until an uncharge brings usage back, as before crossings
-        // drained).
+        // A quarter refill finds usage above `high` already: pressure is up, or the charge
+        // that crossed is draining and decides (`over_high`), or that charge has not
+        // claimed its drain yet (a few instructions), and then drains nothing more: the
+        // pressure stays until an uncharge brings usage back, as before crossings drained.
         note_high(node, false);
     }
     true
@@ -420,7 +465,17 @@ fn note_high<N: Hierarchy>(node: &N, defer: bool) -> Option<&N> {
     let mut cur = Some(node);
     while let Some(c) = cur {
         match c.counter().over_high(!defer) {
-            Some(false) if defer => crossed = Some(c),
+            Some(false) if defer => {
+                // Marked, the node's other chargers leave it to this one (`over_high`).
+                let cc = c.counter();
+                if cc
+                    .high_draining
+                    .compare_exchange(false, true, Relaxed, Relaxed)
+                    .is_ok()
+                {
+                    crossed = Some(c);
+                }
+            }
             Some(_) => record_event(c, Event::High),
             None => {}
         }
@@ -436,6 +491,10 @@ fn note_high<N: Hierarchy>(node: &N, defer: bool) -> Option<&N> {
 pub(crate) fn raise_high<N: Hierarchy>(node: &N) {
     let mut cur = Some(node);
     while let Some(c) = cur {
+        // The marks of the crossing: nodes this charge crossed, or (a tolerated race)
+        // another crossing's on an ancestor they share, whose charge then decides on what
+        // this one leaves.
+        c.counter().end_high_drain();
         if c.counter().over_high(true) == Some(false) {
             record_event(c, Event::High);
         }

@@ -112,10 +112,16 @@ pub(crate) fn generation() -> u64 {
 /// `stocked`) was put in a stock since the last complete drain. A tenant at its limit under
 /// fallible code then pays one drain, not one per refused charge.
 pub(crate) fn drain_unless_clean(stocked: u64) {
-    if stocked < COMPLETED.load(Ordering::SeqCst) {
+    if is_clean(stocked) {
         return;
     }
     drain(ObjectDrain::Armed);
+}
+
+/// Whether nothing of a subtree whose latest stock fill record is `stocked` was put in a
+/// stock since the last complete drain: a drain would take nothing of it back.
+pub(crate) fn is_clean(stocked: u64) -> bool {
+    stocked < COMPLETED.load(Ordering::SeqCst)
 }
 
 /// Registered stocks (threads that have charged something and not exited).

@@ -162,10 +162,11 @@ impl Tenant {
     /// [`under_pressure`](Self::under_pressure). Stock refills stop at it (a refill that
     /// would cross it is a quarter one or exactly what is asked). The charge that takes
     /// usage across it first takes back what every thread's stock pre-charged (one drain,
-    /// at most one per 10 ms for the tenant, skipped when nothing was stocked since the
-    /// last), and raises the pressure and counts the event only if the tenant's objects
-    /// keep it above: pressure follows what is in use, not the refills a task left on each
-    /// thread it ran on. Lowering it below the current usage
+    /// at most one per 10 ms for the tenant and 1,000 a second for the process after a
+    /// burst of 64, skipped when nothing was stocked since the last), and raises the
+    /// pressure and counts the event only if the tenant's objects keep it above: pressure
+    /// follows what is in use, not the refills a task left on each thread it ran on.
+    /// Charges meanwhile leave the decision to it. Lowering it below the current usage
     /// first takes back the bytes pre-charged into every thread's stock (one drain), as
     /// `set_max` does. Ignored on the root.
     pub fn set_high(&self, bytes: u64) {
