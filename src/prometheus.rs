@@ -5,7 +5,8 @@
 //!
 //! Series (the `tenant` label is the tenant's path, `Tenant::path`: "/"-separated, a "/" or
 //! "%" inside a name percent-encoded, `root` for the root, with `\`, `"` and newlines
-//! escaped; a top-level tenant named "root" is `/root`). Tenants that share a path (siblings
+//! escaped; a top-level tenant named "root" is `%72oot`, its first letter percent-encoded,
+//! which no path is: a "%" in a name is `%25`). Tenants that share a path (siblings
 //! of one name, such as a service's child per request) are one series, since two samples
 //! with the same labels make a scrape invalid: the sum of theirs, with an unlimited `max`
 //! or `high` making the sum unlimited. The counters of such a series go down when one of
@@ -76,12 +77,16 @@ fn add(into: &mut TenantStat, s: &TenantStat) {
 }
 
 /// The `tenant` label of a path: the text format's escapes (prometheus-client writes label
-/// values as given), and `/root` for a tenant whose path is the root's label.
+/// values as given), and `%72oot` for a tenant whose path is the root's label (`root`,
+/// percent-encoded as no path is: `/root` is the path of a tenant "root" under a top-level
+/// tenant named "").
 fn label(path: &str, is_root: bool) -> String {
-    let mut out = String::with_capacity(path.len() + 1);
-    if !is_root && path == "root" {
-        out.push('/');
-    }
+    let mut out = String::with_capacity(path.len() + 2);
+    let path = if !is_root && path == "root" {
+        "%72oot"
+    } else {
+        path
+    };
     for c in path.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -246,8 +251,9 @@ mod tests {
     use crate::{StatItem, Tenant};
 
     /// Siblings of one name are one series whose numbers add up; a tenant named "root" is
-    /// not the root's series; a name's quote and backslash are escaped; no two samples of a
-    /// scrape carry the same name and labels.
+    /// neither the root's series nor that of a "root" under a tenant named ""; a name's
+    /// quote and backslash are escaped; no two samples of a scrape carry the same name and
+    /// labels.
     #[test]
     fn siblings_of_one_name_are_one_series() {
         let parent = Tenant::new("prom-siblings");
@@ -261,6 +267,10 @@ mod tests {
         b.charge(500, StatItem::Sock).unwrap();
         let named_root = Tenant::new("root");
         named_root.set_max(4096);
+        // Its old label, `/root`, was the path of this one: one series for the two.
+        let empty = Tenant::new("");
+        let under_empty = empty.child("root");
+        under_empty.set_max(8192);
         let odd = Tenant::new("we\"ird\\name");
         // A name with a "/" is not the child of the name before it: its own series.
         let slash = Tenant::new("prom-siblings/request");
@@ -275,7 +285,8 @@ mod tests {
             r#"slabcg_memory_current_bytes{tenant="prom-siblings/request"} 1500"#,
             r#"slabcg_memory_stat_bytes{tenant="prom-siblings/request",item="sock"} 1500"#,
             r#"slabcg_memory_current_bytes{tenant="prom-siblings"} 1500"#,
-            r#"slabcg_memory_max_bytes{tenant="/root"} 4096"#,
+            r#"slabcg_memory_max_bytes{tenant="%72oot"} 4096"#,
+            r#"slabcg_memory_max_bytes{tenant="/root"} 8192"#,
             r#"slabcg_memory_current_bytes{tenant="we\"ird\\name"} 0"#,
             r#"slabcg_memory_current_bytes{tenant="prom-siblings%2Frequest"} 7"#,
         ] {
