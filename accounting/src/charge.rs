@@ -275,7 +275,7 @@ fn charge_counter(
         }
         match counter::try_charge_crossing(&*t, n) {
             // Whether to drain first: one crossing of a node's `high` in its interval does,
-            // if stocks may hold its bytes; it keeps the node alive to end its drain.
+            // if stocks may hold its bytes; the node kept alive to clear its mark after.
             Ok(crossed) => Ok(crossed.map(|c| {
                 let stocked = c.counter.stocked();
                 let drain = !drain::is_clean(stocked) && c.counter.claim_high_drain(sys::now_ms());

@@ -438,9 +438,10 @@ pub(crate) fn try_charge_batch<N: Hierarchy>(node: &N, n: u64, above_high: bool)
     }
     if above_high {
         // A quarter refill finds usage above `high` already: pressure is up, or the charge
-        // that crossed is draining and decides (`over_high`), or that charge has not
-        // claimed its drain yet (a few instructions), and then drains nothing more: the
-        // pressure stays until an uncharge brings usage back, as before crossings drained.
+        // that crossed marked the node and decides (`over_high`), or that charge has not
+        // marked it yet (a few instructions after its add): this raises the pressure, the
+        // crossing then finds it raised and does not drain, and the pressure stays until
+        // an uncharge brings usage back, as before crossings drained.
         note_high(node, false);
     }
     true
