@@ -121,7 +121,9 @@ impl Decay {
     /// and a new interval begins with the low-water mark at `amount` (the caller observes
     /// what is left after giving back). `None` while the interval runs.
     pub fn due(&mut self, now: u64, amount: usize) -> Option<usize> {
-        if now.wrapping_sub(self.tick) < interval_ms() {
+        // A clock read older than the tick (taken before the pool's lock, which another
+        // caller with a later read got first) is inside the interval that caller began.
+        if now.saturating_sub(self.tick) < interval_ms() {
             return None;
         }
         let idle = self.low.min(amount);

@@ -789,3 +789,48 @@ unsafe fn grow(h: *mut u8, old_len: usize, new_len: usize, used: usize) -> *mut 
     // which spans several mappings: the caller then copies).
     unsafe { sys::remap(h, old_len, new_len) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `take_cached` / `keep_cached` / `decay_idle` read the clock before they take the
+    /// cache's lock. Two threads at an interval's end: B (read `t + 1`) gets the lock first
+    /// and decays, starting a new interval at `t + 1`; then A (read `t`, before B) decays
+    /// with `now` one ms before the tick: `Decay::due` sees `t - (t + 1)` wrap to 2^64 - 1,
+    /// takes the interval as over, and every extent (all under the new mark, which is all
+    /// of them) goes, though none was idle for a moment.
+    #[test]
+    fn a_decay_with_a_clock_read_before_the_last_one_takes_nothing() {
+        let mut c = MappingCache {
+            entries: [(0, 0); MAPPING_ENTRIES],
+            n: 0,
+            bytes: 0,
+            decay: Decay::new(),
+        };
+        let t = 10_000_000;
+        // Three extents (fake addresses: nothing is mapped or unmapped here).
+        for k in 0..3 {
+            c.entries[k] = (0x1000_0000 * (k + 1), 16 * PAGE);
+            c.n += 1;
+            c.bytes += 16 * PAGE;
+        }
+        // B: the interval that began at `t - interval` ends; all three were reused in it.
+        c.decay.due(t - interval(), 0);
+        let mut gone = Taken::new();
+        c.decay(t + 1, &mut gone);
+        assert_eq!(gone.n, 0, "nothing stayed idle through the interval");
+        // A, whose clock read came first.
+        let mut gone = Taken::new();
+        c.decay(t, &mut gone);
+        assert_eq!(
+            gone.n, 0,
+            "a decay whose clock read came before the tick unmapped {} of 3 extents, none idle",
+            gone.n
+        );
+    }
+
+    fn interval() -> u64 {
+        crate::decay::interval_ms()
+    }
+}
