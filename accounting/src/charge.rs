@@ -303,11 +303,19 @@ fn charge_counter(
             }
             // SAFETY: as above; a tenant that died meanwhile has its objcg re-pointed at
             // its parent, whose `high` is the one to check then.
-            if let Some(t) = unsafe { oc.read() } {
-                counter::raise_high(&*t);
-            }
-            // The crossed node's mark, should the tenant's chain have changed.
-            if let Some(c) = crossed {
+            let covered = match unsafe { oc.read() } {
+                Some(t) => {
+                    counter::raise_high(&*t);
+                    crossed
+                        .as_deref()
+                        .is_some_and(|c| counter::is_ancestor_or_self(c, &*t))
+                }
+                None => false,
+            };
+            // The crossed node's mark, when the chain `raise_high` walked no longer has it
+            // (the tenant died): clearing it again otherwise could clear a newer
+            // crossing's.
+            if let (Some(c), false) = (crossed, covered) {
                 c.counter.end_high_drain();
             }
             return Ok(n);

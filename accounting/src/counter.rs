@@ -53,7 +53,16 @@ pub(crate) struct Counter {
     /// decided, after its drain if it made one ([`raise_high`]): meanwhile other charges
     /// that find usage above `high` leave the pressure and the event to it, since its
     /// drain may take usage back under.
-    high_draining: AtomicBool,
+    high_draining: AtomicU64,
+}
+
+/// The value a mark of `high_draining` holds: a fork child moves it on, so the marks of
+/// crossings that were in flight in threads the child does not have are no marks there.
+static MARK_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// Fork support, in the child: forget every crossing's mark.
+pub(crate) fn fork_child() {
+    MARK_EPOCH.fetch_add(1, Relaxed);
 }
 
 /// A node's crossings of its `high` drain the stocks at most once in this many ms. A
@@ -143,7 +152,7 @@ impl Counter {
             local: [const { AtomicU64::new(0) }; NR_EVENTS],
             pressure: AtomicBool::new(false),
             high_drained: AtomicU64::new(0),
-            high_draining: AtomicBool::new(false),
+            high_draining: AtomicU64::new(0),
         }
     }
 
@@ -156,34 +165,44 @@ impl Counter {
         if last != 0 && now.wrapping_sub(last) < HIGH_DRAIN_EVERY_MS {
             return false;
         }
-        let bucket = HIGH_DRAIN_TOKENS.load(Relaxed);
-        let (then, tokens) = (bucket >> 8, bucket & 0xff);
-        let now_low = now & (u64::MAX >> 8);
-        let tokens = tokens
-            .saturating_add(now_low.saturating_sub(then))
-            .min(HIGH_DRAIN_BURST);
-        if tokens == 0 {
-            return false;
-        }
-        // A lost race for either word gives up this drain: the charge raises the pressure
-        // on what is counted, as one over budget would.
+        // The node's slot first: of its racing crossers, one goes on.
         if self
             .high_drained
             .compare_exchange(last, now, Relaxed, Relaxed)
             .is_err()
-            || HIGH_DRAIN_TOKENS
-                .compare_exchange(bucket, now_low << 8 | (tokens - 1), Relaxed, Relaxed)
-                .is_err()
         {
             return false;
         }
-        true
+        // Then a token, retried while other nodes' claims move the bucket: losing that
+        // race is no reason to give up this drain (nor the node's slot with it).
+        let now_low = now & (u64::MAX >> 8);
+        let mut bucket = HIGH_DRAIN_TOKENS.load(Relaxed);
+        loop {
+            let (then, tokens) = (bucket >> 8, bucket & 0xff);
+            let tokens = tokens
+                .saturating_add(now_low.saturating_sub(then))
+                .min(HIGH_DRAIN_BURST);
+            if tokens == 0 {
+                // Over budget: no drain, so the node's slot is not used up.
+                let _ = self
+                    .high_drained
+                    .compare_exchange(now, last, Relaxed, Relaxed);
+                return false;
+            }
+            // `then` never moves back (a clock read older than the last claim's would
+            // refill the same milliseconds twice).
+            let next = now_low.max(then) << 8 | (tokens - 1);
+            match HIGH_DRAIN_TOKENS.compare_exchange_weak(bucket, next, Relaxed, Relaxed) {
+                Ok(_) => return true,
+                Err(seen) => bucket = seen,
+            }
+        }
     }
 
     /// The crossing charge that marked this node has decided: charges decide its pressure
     /// themselves again.
     pub(crate) fn end_high_drain(&self) {
-        self.high_draining.store(false, Relaxed);
+        self.high_draining.store(0, Relaxed);
     }
 
     pub(crate) fn usage(&self) -> u64 {
@@ -349,7 +368,7 @@ impl Counter {
     fn over_high(&self, raise: bool) -> Option<bool> {
         if self.usage.load(Relaxed) > self.high.load(Relaxed) {
             let raised = self.pressure.load(Relaxed);
-            if !raised && self.high_draining.load(Relaxed) {
+            if !raised && self.high_draining.load(Relaxed) == MARK_EPOCH.load(Relaxed) {
                 return None;
             }
             if !raised && raise {
@@ -469,10 +488,12 @@ fn note_high<N: Hierarchy>(node: &N, defer: bool) -> Option<&N> {
             Some(false) if defer => {
                 // Marked, the node's other chargers leave it to this one (`over_high`).
                 let cc = c.counter();
-                if cc
-                    .high_draining
-                    .compare_exchange(false, true, Relaxed, Relaxed)
-                    .is_ok()
+                let (epoch, was) = (MARK_EPOCH.load(Relaxed), cc.high_draining.load(Relaxed));
+                if was != epoch
+                    && cc
+                        .high_draining
+                        .compare_exchange(was, epoch, Relaxed, Relaxed)
+                        .is_ok()
                 {
                     crossed = Some(c);
                 }
@@ -533,8 +554,7 @@ pub(crate) fn common_ancestor<'a, N: Hierarchy>(a: &'a N, b: &'a N) -> Option<&'
 }
 
 /// Whether `a` is `node` or one of its ancestors.
-#[cfg(debug_assertions)]
-fn is_ancestor_or_self<N: Hierarchy>(a: &N, node: &N) -> bool {
+pub(crate) fn is_ancestor_or_self<N: Hierarchy>(a: &N, node: &N) -> bool {
     let mut cur = Some(node);
     while let Some(c) = cur {
         if core::ptr::eq(c, a) {
@@ -725,5 +745,44 @@ mod tests {
         assert_eq!(n.c.events(Event::High), 0);
         uncharge(&n, 5);
         assert!(!n.c.under_pressure());
+    }
+
+    /// A claim that loses the process bucket's CAS to another node's claim gives up its
+    /// drain, but has already moved the node's `high_drained` to `now`: the node's 10 ms
+    /// slot is used up with no drain made, so its next crossing within 10 ms raises the
+    /// pressure on idle refills (what 42169a9 meant to stop for the "nothing stocked" case).
+    #[test]
+    #[cfg_attr(miri, ignore)] // two threads racing through 200,000 claims each
+    fn a_claim_refused_by_the_bucket_leaves_the_node_slot_unused() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::Arc;
+        let bad = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let bad = bad.clone();
+                std::thread::spawn(move || {
+                    let c = Counter::new();
+                    for i in 0..200_000u64 {
+                        if bad.load(Relaxed) != 0 {
+                            return;
+                        }
+                        // Every call is past the node's own 10 ms bound.
+                        let now = 1_000_000 + i * HIGH_DRAIN_EVERY_MS;
+                        let before = c.high_drained.load(Relaxed);
+                        if !c.claim_high_drain(now) && c.high_drained.load(Relaxed) != before {
+                            bad.fetch_add(1, Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            bad.load(Relaxed),
+            0,
+            "a claim refused (lost the bucket CAS) still moved the node's high_drained to now"
+        );
     }
 }

@@ -165,6 +165,7 @@ pub fn fork_child() {
     crate::drain::fork_child();
     crate::oom::fork_child();
     crate::objcg::fork_child();
+    crate::counter::fork_child();
 }
 
 /// Fork support, first of all prepare handlers: takes the tenant tree's and the objcg id
