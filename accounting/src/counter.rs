@@ -160,9 +160,17 @@ impl Counter {
     /// none did for it within [`HIGH_DRAIN_EVERY_MS`], and the process's budget of such
     /// drains has one left ([`HIGH_DRAIN_TOKENS`]).
     pub(crate) fn claim_high_drain(&self, now: u64) -> bool {
+        self.claim_high_drain_from(now, &HIGH_DRAIN_TOKENS)
+    }
+
+    /// [`claim_high_drain`](Self::claim_high_drain) with the process budget in `budget`
+    /// (tests give their own).
+    fn claim_high_drain_from(&self, now: u64, budget: &AtomicU64) -> bool {
         let now = now.max(1);
         let last = self.high_drained.load(Relaxed);
-        if last != 0 && now.wrapping_sub(last) < HIGH_DRAIN_EVERY_MS {
+        // Saturating: a clock read older than the last claim's (read before it, then
+        // preempted) is within its interval, and must not move the slot back.
+        if last != 0 && now.saturating_sub(last) < HIGH_DRAIN_EVERY_MS {
             return false;
         }
         // The node's slot first: of its racing crossers, one goes on.
@@ -176,7 +184,7 @@ impl Counter {
         // Then a token, retried while other nodes' claims move the bucket: losing that
         // race is no reason to give up this drain (nor the node's slot with it).
         let now_low = now & (u64::MAX >> 8);
-        let mut bucket = HIGH_DRAIN_TOKENS.load(Relaxed);
+        let mut bucket = budget.load(Relaxed);
         loop {
             let (then, tokens) = (bucket >> 8, bucket & 0xff);
             let tokens = tokens
@@ -192,7 +200,7 @@ impl Counter {
             // `then` never moves back (a clock read older than the last claim's would
             // refill the same milliseconds twice).
             let next = now_low.max(then) << 8 | (tokens - 1);
-            match HIGH_DRAIN_TOKENS.compare_exchange_weak(bucket, next, Relaxed, Relaxed) {
+            match budget.compare_exchange_weak(bucket, next, Relaxed, Relaxed) {
                 Ok(_) => return true,
                 Err(seen) => bucket = seen,
             }
@@ -747,19 +755,21 @@ mod tests {
         assert!(!n.c.under_pressure());
     }
 
-    /// A claim that loses the process bucket's CAS to another node's claim gives up its
-    /// drain, but has already moved the node's `high_drained` to `now`: the node's 10 ms
-    /// slot is used up with no drain made, so its next crossing within 10 ms raises the
-    /// pressure on idle refills (what 42169a9 meant to stop for the "nothing stocked" case).
+    /// Two nodes' claims racing for the process budget: the one whose bucket CAS loses
+    /// tries again rather than give up its drain, and a refused claim leaves its node's
+    /// 10 ms slot as it was (a lost race used to move it to `now` with no drain made, so
+    /// the node's next crossing raised the pressure on idle refills).
     #[test]
     #[cfg_attr(miri, ignore)] // two threads racing through 200,000 claims each
     fn a_claim_refused_by_the_bucket_leaves_the_node_slot_unused() {
         use std::sync::atomic::AtomicUsize;
         use std::sync::Arc;
         let bad = Arc::new(AtomicUsize::new(0));
+        // A budget of the test's own: the process's is shared with the other tests.
+        let budget = Arc::new(AtomicU64::new(0));
         let threads: Vec<_> = (0..2)
             .map(|_| {
-                let bad = bad.clone();
+                let (bad, budget) = (bad.clone(), budget.clone());
                 std::thread::spawn(move || {
                     let c = Counter::new();
                     for i in 0..200_000u64 {
@@ -769,7 +779,9 @@ mod tests {
                         // Every call is past the node's own 10 ms bound.
                         let now = 1_000_000 + i * HIGH_DRAIN_EVERY_MS;
                         let before = c.high_drained.load(Relaxed);
-                        if !c.claim_high_drain(now) && c.high_drained.load(Relaxed) != before {
+                        if !c.claim_high_drain_from(now, &budget)
+                            && c.high_drained.load(Relaxed) != before
+                        {
                             bad.fetch_add(1, Relaxed);
                         }
                     }
@@ -782,7 +794,22 @@ mod tests {
         assert_eq!(
             bad.load(Relaxed),
             0,
-            "a claim refused (lost the bucket CAS) still moved the node's high_drained to now"
+            "a refused claim moved its node's high_drained"
         );
+    }
+
+    /// A claim whose clock read is older than the node's last claim (read before it, then
+    /// preempted) is inside that claim's interval: it neither drains again nor moves the
+    /// slot back (it wrapped, and did both). From a review.
+    #[test]
+    fn a_stale_clock_read_does_not_drain_again() {
+        let budget = AtomicU64::new(0);
+        let c = Counter::new();
+        let t = 5_000_000_000u64;
+        assert!(c.claim_high_drain_from(t + 5, &budget));
+        assert!(!c.claim_high_drain_from(t, &budget));
+        assert_eq!(c.high_drained.load(Relaxed), t + 5);
+        assert!(!c.claim_high_drain_from(t + 4 + HIGH_DRAIN_EVERY_MS, &budget));
+        assert!(c.claim_high_drain_from(t + 5 + HIGH_DRAIN_EVERY_MS, &budget));
     }
 }

@@ -625,16 +625,16 @@ async fn work(
     let mut work = Work::new(q.kb);
     let heavy = svc.heavy.as_ref();
     let over_high = || heavy.is_some() && request.under_pressure();
-    // The outcome: the checksum, or why the request failed.
+    // The outcome: the checksum, or the 503's error and detail.
     let (outcome, lane) = match build(&mut work, over_high).in_tenant(&request).await {
         Ok(Built::Done(sum)) => (Ok(sum), "main"),
         Ok(Built::OutOfMemory) => {
             release(work.set).await;
-            (Err(SERIALIZE_REFUSED.to_owned()), "main")
+            (Err((REFUSED, SERIALIZE_REFUSED.to_owned())), "main")
         }
         Err(killed) => {
             release(work.set).await;
-            (Err(killed.to_string()), "main")
+            (Err((KILLED, killed.to_string())), "main")
         }
         Ok(Built::Stopped) => {
             let lane = heavy.expect("stops only with a lane");
@@ -674,8 +674,10 @@ async fn work(
             });
             match rest.await {
                 Ok(Ok(Built::Done(sum))) => (Ok(sum), "heavy"),
-                Ok(Ok(Built::OutOfMemory)) => (Err(SERIALIZE_REFUSED.to_owned()), "heavy"),
-                Ok(Err(killed)) => (Err(killed.to_string()), "heavy"),
+                Ok(Ok(Built::OutOfMemory)) => {
+                    (Err((REFUSED, SERIALIZE_REFUSED.to_owned())), "heavy")
+                }
+                Ok(Err(killed)) => (Err((KILLED, killed.to_string())), "heavy"),
                 // Ok(Ok(Stopped)): cancelled, which only this handler's drop does, so not seen
                 // here; Err: the lane task panicked or the lane shut down (`HeavyLane::drop`).
                 lost => {
@@ -699,10 +701,10 @@ async fn work(
             StatusCode::OK,
             done(&name, q.kb, sum, lane, Some(request.peak())),
         ),
-        Err(detail) => json(
+        Err((error, detail)) => json(
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({
-                "error": "request killed: out of memory",
+                "error": error,
                 "tenant": name,
                 "limit": customer.max(),
                 // The customers' shared limit (`--total-max`), which may be the one that
@@ -715,7 +717,11 @@ async fn work(
     }
 }
 
-/// The 503's `detail` when the JSON's buffer could not grow ([`Built::OutOfMemory`]).
+/// The 503's `error` for a request the OOM killer killed.
+const KILLED: &str = "request killed: out of memory";
+/// The 503's `error` and `detail` when the JSON's buffer could not grow
+/// ([`Built::OutOfMemory`]): refused, whether or not the request was killed.
+const REFUSED: &str = "request refused: out of memory";
 const SERIALIZE_REFUSED: &str = "serializing the working set passed the tenant's limit";
 
 /// The body of a `/work` that finished: with the request tenant's peak usage in bytes
