@@ -316,7 +316,7 @@ fn charge_counter(
             // (the tenant died): clearing it again otherwise could clear a newer
             // crossing's.
             if let (Some(c), false) = (crossed, covered) {
-                c.counter.end_high_drain();
+                c.counter.clear_crossing();
             }
             return Ok(n);
         }

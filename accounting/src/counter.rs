@@ -49,14 +49,15 @@ pub(crate) struct Counter {
     /// When a charge last drained the stocks on crossing this node's `high` (ms,
     /// `sys::now_ms`; 0: never): [`claim_high_drain`](Self::claim_high_drain).
     high_drained: AtomicU64,
-    /// Set by the charge that took usage across `high` (`note_high` with `defer`) until it
-    /// decided, after its drain if it made one ([`raise_high`]): meanwhile other charges
+    /// The crossing mark: [`MARK_EPOCH`] while the charge that took usage across `high`
+    /// (`note_high` with `defer`) has not decided, after its drain if it made one
+    /// ([`raise_high`]); anything else (0 once cleared) is no mark. Meanwhile other charges
     /// that find usage above `high` leave the pressure and the event to it, since its
     /// drain may take usage back under.
-    high_draining: AtomicU64,
+    crossing: AtomicU64,
 }
 
-/// The value a mark of `high_draining` holds: a fork child moves it on, so the marks of
+/// The value a mark of `crossing` holds: a fork child moves it on, so the marks of
 /// crossings that were in flight in threads the child does not have are no marks there.
 static MARK_EPOCH: AtomicU64 = AtomicU64::new(1);
 
@@ -152,7 +153,7 @@ impl Counter {
             local: [const { AtomicU64::new(0) }; NR_EVENTS],
             pressure: AtomicBool::new(false),
             high_drained: AtomicU64::new(0),
-            high_draining: AtomicU64::new(0),
+            crossing: AtomicU64::new(0),
         }
     }
 
@@ -209,8 +210,8 @@ impl Counter {
 
     /// The crossing charge that marked this node has decided: charges decide its pressure
     /// themselves again.
-    pub(crate) fn end_high_drain(&self) {
-        self.high_draining.store(0, Relaxed);
+    pub(crate) fn clear_crossing(&self) {
+        self.crossing.store(0, Relaxed);
     }
 
     pub(crate) fn usage(&self) -> u64 {
@@ -376,7 +377,7 @@ impl Counter {
     fn over_high(&self, raise: bool) -> Option<bool> {
         if self.usage.load(Relaxed) > self.high.load(Relaxed) {
             let raised = self.pressure.load(Relaxed);
-            if !raised && self.high_draining.load(Relaxed) == MARK_EPOCH.load(Relaxed) {
+            if !raised && self.crossing.load(Relaxed) == MARK_EPOCH.load(Relaxed) {
                 return None;
             }
             if !raised && raise {
@@ -496,10 +497,10 @@ fn note_high<N: Hierarchy>(node: &N, defer: bool) -> Option<&N> {
             Some(false) if defer => {
                 // Marked, the node's other chargers leave it to this one (`over_high`).
                 let cc = c.counter();
-                let (epoch, was) = (MARK_EPOCH.load(Relaxed), cc.high_draining.load(Relaxed));
+                let (epoch, was) = (MARK_EPOCH.load(Relaxed), cc.crossing.load(Relaxed));
                 if was != epoch
                     && cc
-                        .high_draining
+                        .crossing
                         .compare_exchange(was, epoch, Relaxed, Relaxed)
                         .is_ok()
                 {
@@ -524,7 +525,7 @@ pub(crate) fn raise_high<N: Hierarchy>(node: &N) {
         // The marks of the crossing: nodes this charge crossed, or (a tolerated race)
         // another crossing's on an ancestor they share, whose charge then decides on what
         // this one leaves.
-        c.counter().end_high_drain();
+        c.counter().clear_crossing();
         if c.counter().over_high(true) == Some(false) {
             record_event(c, Event::High);
         }

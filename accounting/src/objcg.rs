@@ -262,16 +262,29 @@ struct IdBatch {
     /// The highest chunk of the last refill (which took the lowest free ids): a sweep keeps
     /// only ids no higher, so that the high chunks still empty out and unmap.
     home: u32,
-    /// Its thread-exit step ([`batch_usable`]): `UNARMED` before the first use, then
-    /// `ARMED`, or `EXITED_BATCH` once it ran or could not be armed, after which the batch
-    /// keeps nothing and the thread takes and returns ids at the allocator.
-    armed: u8,
+    /// Its thread-exit step ([`batch_usable`]).
+    exit: BatchExit,
+}
+
+/// Where a thread's id batch stands with its thread-exit step.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BatchExit {
+    /// Not armed yet: the batch was not used.
+    Unarmed,
+    /// Armed: the batch may keep ids, which the step gives back.
+    Armed,
+    /// The step ran, or could not be armed: the batch keeps nothing, and the thread takes
+    /// and returns ids at the allocator.
+    Exited,
 }
 
 /// The id batch's thread-exit step, a step of the pthread key like the stock's. A `Drop`
 /// thread-local first used from a key destructor (a tenant made in a C library's thread
 /// cleanup) would be armed after the C runtime ran those: it would never run, its ids would
 /// count as live for good and the runtime's entry for it would leak.
+///
+/// # Safety
+/// Called by the thread-exit hook only, on the exiting thread, whose TLS is still valid.
 unsafe extern "C" fn batch_exit(_: *mut core::ffi::c_void) {
     let _ = IDS_BATCH.try_with(|b| {
         if let Ok(mut b) = b.try_borrow_mut() {
@@ -281,26 +294,22 @@ unsafe extern "C" fn batch_exit(_: *mut core::ffi::c_void) {
                 give_back(&b.ids[..b.len], false);
                 b.len = 0;
             }
-            b.armed = EXITED_BATCH;
+            b.exit = BatchExit::Exited;
         }
     });
 }
 
-const UNARMED: u8 = 0;
-const ARMED: u8 = 1;
-const EXITED_BATCH: u8 = 2;
-
 /// Whether the batch may keep ids: its exit step is armed (arming it on first use).
 fn batch_usable(b: &mut IdBatch) -> bool {
-    if b.armed == UNARMED {
+    if b.exit == BatchExit::Unarmed {
         // SAFETY: `batch_exit` is sound at this thread's exit (it only reads its own TLS).
-        b.armed = if unsafe { crate::sys::on_thread_exit_ids(batch_exit) } {
-            ARMED
+        b.exit = if unsafe { crate::sys::on_thread_exit_ids(batch_exit) } {
+            BatchExit::Armed
         } else {
-            EXITED_BATCH
+            BatchExit::Exited
         };
     }
-    b.armed == ARMED
+    b.exit == BatchExit::Armed
 }
 
 thread_local! {
@@ -310,7 +319,7 @@ thread_local! {
                 ids: [0; BATCH_CAP],
                 len: 0,
                 home: 0,
-                armed: UNARMED,
+                exit: BatchExit::Unarmed,
             })
         };
 }

@@ -34,7 +34,8 @@ pub(crate) unsafe fn on_thread_exit(
     unsafe { slabcg_sys::on_thread_exit(slabcg_sys::ExitStep::Stock, dtor, arg as *mut _) }
 }
 
-/// Arranges for `dtor(arg)` to run at this thread's exit as the id batch's step.
+/// Arranges for `dtor` to run at this thread's exit as the id batch's step (no argument:
+/// the batch is a thread-local of its own).
 ///
 /// # Safety
 /// As [`on_thread_exit`].
