@@ -117,9 +117,15 @@ pub(crate) struct Stock {
     pub(crate) in_cs: AtomicBool,
     pub(crate) steal: AtomicBool,
     pub(crate) flags: AtomicU8,
-    /// The slot the fast path looks at: the one most recently used by a slow path
-    /// (`touch`). Always < NR_SLOTS. Owner only.
+    /// The slot the charge fast path looks at: the one most recently used by a slow path
+    /// (`touch`) or found by a charge's search. Always < NR_SLOTS. Owner only.
     mru: AtomicU8,
+    /// The slot the uncharge fast path looks at: the one an uncharge's search last found.
+    /// Apart from `mru` because a thread that frees another tenant's objects and allocates
+    /// for its own (two workers that free each other's objects) alternates between two
+    /// slots: with one hint both sides missed and searched on every object. Always <
+    /// NR_SLOTS. Owner only.
+    mru_free: AtomicU8,
     pub(crate) ids: [AtomicU32; NR_SLOTS],
     pub(crate) bytes: [AtomicU64; NR_SLOTS],
     /// Pre-charged bytes for `Tenant::charge`, holding no objcg refs (module docs).
@@ -271,6 +277,7 @@ impl Stock {
             steal: AtomicBool::new(false),
             flags: AtomicU8::new(0),
             mru: AtomicU8::new(0),
+            mru_free: AtomicU8::new(0),
             ids: [const { AtomicU32::new(0) }; NR_SLOTS],
             bytes: [const { AtomicU64::new(0) }; NR_SLOTS],
             api: [const { AtomicU64::new(0) }; NR_SLOTS],
@@ -323,9 +330,9 @@ impl Stock {
     pub(crate) fn with_slot(&self, id: ObjCgId, op: impl Fn(&Stock, usize) -> bool) -> bool {
         let mut ok = false;
         if self.enter() {
-            ok = match self.mru_for(id) {
+            ok = match self.hint_for(&self.mru, id) {
                 Some(i) => op(self, i),
-                None => self.other_slot(id).is_some_and(|i| op(self, i)),
+                None => self.other_slot(&self.mru, id).is_some_and(|i| op(self, i)),
             };
         }
         self.leave();
@@ -347,10 +354,10 @@ impl Stock {
     pub(crate) fn refill(&self, id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> bool {
         let mut ok = false;
         if self.enter() {
-            ok = match self.mru_for(id) {
+            ok = match self.hint_for(&self.mru_free, id) {
                 Some(i) => self.try_give(i, pool, n, idx),
                 None => self.refill_forwarded(id, pool, n, idx).unwrap_or_else(|| {
-                    self.other_slot(id)
+                    self.other_slot(&self.mru_free, id)
                         .is_some_and(|i| self.try_give(i, pool, n, idx))
                 }),
             };
@@ -781,6 +788,7 @@ impl Stock {
         // `steal` may be set meanwhile: a drainer waits for this CS to close before it takes.
         debug_assert!(self.in_cs.load(Relaxed));
         debug_assert!((self.mru.load(Relaxed) as usize) < NR_SLOTS);
+        debug_assert!((self.mru_free.load(Relaxed) as usize) < NR_SLOTS);
         let listed = self.listed();
         for j in 0..NR_FWD {
             let (dead, owed) = (
@@ -844,24 +852,26 @@ impl Stock {
 }
 
 impl Stock {
-    /// The most recently used slot, if it holds `id`. In CS.
+    /// The slot `hint` (`mru` or `mru_free`) names, if it holds `id`. In CS.
     #[inline(always)]
-    fn mru_for(&self, id: ObjCgId) -> Option<usize> {
-        // `get` keeps the index in bounds without a panic path (mru < NR_SLOTS anyway), and
-        // costs a compare where a `% NR_SLOTS` cost a multiply on every charge and uncharge.
-        let i = self.mru.load(Relaxed) as usize;
+    fn hint_for(&self, hint: &AtomicU8, id: ObjCgId) -> Option<usize> {
+        // `get` keeps the index in bounds without a panic path (a hint < NR_SLOTS anyway),
+        // and costs a compare where a `% NR_SLOTS` cost a multiply on every charge and
+        // uncharge.
+        let i = hint.load(Relaxed) as usize;
         match self.ids.get(i) {
             Some(slot) if slot.load(Relaxed) == id => Some(i),
             _ => None,
         }
     }
 
-    /// The slot holding `id` when it is not the MRU one; makes it the MRU. Out of line so
-    /// the hit path stays short, but still free of atomics and shared lines. In CS.
+    /// The slot holding `id` when `hint` (`mru` or `mru_free`) names another; makes `hint`
+    /// name it. Out of line so the hit path stays short, but still free of atomics and
+    /// shared lines. In CS.
     #[inline(never)]
-    fn other_slot(&self, id: ObjCgId) -> Option<usize> {
+    fn other_slot(&self, hint: &AtomicU8, id: ObjCgId) -> Option<usize> {
         let i = self.find(id)?;
-        self.mru.store(i as u8, Relaxed);
+        hint.store(i as u8, Relaxed);
         Some(i)
     }
 }
