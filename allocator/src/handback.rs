@@ -309,8 +309,9 @@ pub(crate) fn hinted(cg: ObjCgId, c: usize) -> bool {
     }
 }
 
-/// Takes a chain of class `c` charged to `cg` of at most `room` slots, if one is here. The
-/// caller then owns the slots, charged to `cg` (module docs).
+/// Takes the newest chain of class `c` charged to `cg` when it has at most `room` slots
+/// (an older, shorter one of the entry is not looked at: `None`). The caller then owns the
+/// slots, charged to `cg` (module docs).
 pub(crate) fn take(cg: ObjCgId, c: usize, room: u32) -> Option<Chain> {
     let mut t = TABLE.lock();
     t.clock += 1;

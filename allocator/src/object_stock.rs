@@ -710,6 +710,13 @@ impl ObjectStock {
         }
     }
 
+    /// Whether the last miss was already `cg`'s ([`transfer_on_miss`](Self::transfer_on_miss)
+    /// returns at once then).
+    #[inline(always)]
+    pub(crate) fn missed_before(&self, cg: ObjCgId) -> bool {
+        self.miss_cg.get() == cg
+    }
+
     /// The first allocation under a new tenant `cg` found another tenant's objects in the
     /// tagged bins (`charge::alloc_small_put_back`): when that tenant died and the bins hold at
     /// least `TRANSFER_MIN` objects, hands them to `cg` in place now, so that this allocation
@@ -1354,11 +1361,14 @@ impl Steps {
     }
 }
 
+/// A walk of kept slots came back to a slot (`Steps`), or found one whose owner word a
+/// second free cleared while it waited (a stale slot's double free uncharges and clears the
+/// word: module docs), which may link no loop at all.
 #[cold]
 #[inline(never)]
 fn chain_too_long() -> ! {
     crate::sys::fatal(
-        "a thread's kept free slots link in a loop (a double free of a slot that was still in a bin)",
+        "a thread's kept free slots link in a loop or hold a slot freed twice (a double free of a slot that was still in a bin)",
     )
 }
 

@@ -407,9 +407,13 @@ impl ThreadCache {
 
     /// The first allocation under a new tenant found another tenant's objects
     /// (`ObjectStock::transfer_on_miss`).
+    /// After this tenant's first miss only a compare: a thread that allocates for one tenant
+    /// while its bins hold another live tenant's slots comes here on every allocation.
     #[inline]
     pub(crate) fn transfer_on_miss(&self, cg: ObjCgId) -> bool {
-        is_live(self) && self.stock.transfer_on_miss(&self.bins, cg)
+        !self.stock.missed_before(cg)
+            && is_live(self)
+            && self.stock.transfer_on_miss(&self.bins, cg)
     }
 
     /// After an allocation under `cg` that charged (it missed the object stock): retags for
