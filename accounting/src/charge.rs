@@ -404,6 +404,11 @@ pub(crate) fn uncharge(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
 #[cold]
 #[inline(never)]
 pub(crate) fn uncharge_slow(id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) {
+    // Nothing to give back. And a forwarding entry must owe at least one ref (stock.rs):
+    // one made for 0 bytes would not keep the dead objcg's id from being recycled.
+    if n == 0 {
+        return;
+    }
     let Some(oc) = objcg::lookup(id) else { return };
     if let Pool::Objects = pool {
         let target = match forward(id, oc, n, idx) {

@@ -824,3 +824,63 @@ fn a_thread_exiting_under_a_withdrawn_steal_gives_its_slot_back() {
         "the exited thread's slot stayed charged"
     );
 }
+
+/// An uncharge of 0 bytes of a dead tenant's objcg (`hooks::uncharge` allows any `n`) must
+/// not leave a forwarding entry behind: an entry that owes no refs does not keep the dead
+/// objcg's id from being recycled, and once a new tenant gets that id, the frees of its
+/// objects on this thread go through the stale entry into the old parent's slot: the new
+/// tenant is never uncharged.
+#[test]
+fn a_zero_byte_free_of_a_dead_objcg_leaves_no_forwarding_entry() {
+    let _serial = serial();
+    let k = StatIdx::slab(1);
+    let parent = Tenant::new("zero-fwd-parent");
+    // A slot for the parent on this thread, which the dead child's frees forward to.
+    assert!(charge(parent.objcg_id(), 8, k));
+    let child = parent.child("zero-fwd-child");
+    let cid = child.objcg_id();
+    assert!(charge(cid, 64, k));
+    drop(child);
+    // SAFETY: 0 bytes of `cid` are outstanding (64 are).
+    unsafe { hooks::uncharge(cid, 0, k) };
+    // The child's object is freed on a thread that then exits: the objcg's last ref goes.
+    std::thread::spawn(move || {
+        // SAFETY: the 64 bytes charged to `cid` above, given back once.
+        unsafe { hooks::uncharge(cid, 64, k) }
+    })
+    .join()
+    .unwrap();
+    crate::tenant::free_zombies();
+    assert!(!objcg::is_live(cid), "the dead objcg is freed");
+    let stale = STOCK.with(|s| {
+        assert!(s.enter());
+        let stale = s.fwd_slot(cid).is_some();
+        s.leave();
+        stale
+    });
+    // What the stale entry does once the id is recycled: find a tenant that got it.
+    let mut made = Vec::new();
+    let reused = (0..20_000).find_map(|_| {
+        let t = Tenant::new("zero-fwd-reuse");
+        if t.objcg_id() == cid {
+            return Some(t);
+        }
+        made.push(t);
+        None
+    });
+    if let Some(x) = &reused {
+        assert!(charge(x.objcg_id(), 64, k));
+        // Move the uncharge hint to the parent's slot, then free the new tenant's object.
+        // SAFETY: the 8 bytes charged to the parent above.
+        unsafe { hooks::uncharge(parent.objcg_id(), 8, k) };
+        // SAFETY: the 64 bytes charged to the new tenant just above.
+        unsafe { hooks::uncharge(x.objcg_id(), 64, k) };
+        assert_eq!(
+            (x.current_exact(), parent.current_exact()),
+            (0, 0),
+            "a free of the recycled id's object went through the stale entry (stale entry: {stale})"
+        );
+    }
+    assert!(!stale, "a forwarding entry names the freed objcg {cid}");
+    drop(made);
+}
