@@ -22,7 +22,8 @@
 //! Without a usable membarrier (see `sys.rs`) a drainer drains only its own thread's stock.
 //!
 //! Both halves are `Stock` methods that the fast paths and this file call: the owner's
-//! `with_slot` (`enter`, the slot, `leave`; `consume`/`refill`), the drainer's
+//! `enter`, the slot, `leave` (`with_slot` for `consume`; `refill` opens its own, with its
+//! own hint `mru_free` and the forwarding entries), the drainer's
 //! `request_steal` and `take_stolen` (wait, take, unlist, clear). `loom_tests.rs`
 //! (`RUSTFLAGS="--cfg loom"`, `.ci/run`) runs those very methods under loom, whose atomics
 //! `Stock` uses then (`slabcg_sys::sync`), with membarrier as a `SeqCst` fence on both sides:

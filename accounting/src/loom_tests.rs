@@ -1,6 +1,9 @@
 //! Loom models of the byte stock's steal protocol (`drain.rs`), running the real code: a
-//! `Stock` built inside the model, the owner's critical section as the fast paths run it
-//! (`Stock::with_slot`: `enter`, the slot's `try_take`/`try_give`, `leave`; under loom
+//! `Stock` built inside the model, the owner's critical section as the charge fast path runs
+//! it (`Stock::with_slot`: `enter`, the slot's `try_take`, `leave`; the model's uncharge of
+//! the live tenant uses it too, with `try_give`, which is not the uncharge fast path's code:
+//! that is `Stock::refill`, with its own hint `mru_free`, run below by the frees of the dead
+//! tenant's objects; under loom
 //! `light_barrier` is a `SeqCst` fence) and a drainer's `request_steal`, the remote barrier
 //! (`sys::remote_barrier`, a `SeqCst` fence under loom: what membarrier guarantees),
 //! `take_stolen` (wait for `in_cs == 0`, `take_all`, the holding list, clear `steal`).
@@ -130,7 +133,8 @@ impl World {
         }
     }
 
-    /// An uncharge of `n` bytes, the mirror image.
+    /// An uncharge of `n` bytes, the mirror image (through `with_slot`, so that the slots'
+    /// token is touched inside the CS: not `Stock::refill`, the real fast path).
     fn uncharge(&self, n: u64) {
         let hit = self.stock.with_slot(ID, |s, i| {
             self.slots.with_mut(|_| ());

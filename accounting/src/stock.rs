@@ -377,7 +377,8 @@ impl Stock {
     /// objcg with an entry usually has no slot of its own here (`forward` makes the entry
     /// after a search found none), so the entry is looked up before the other slots; when a
     /// later charge did give the dead objcg a slot (a realloc growing its block), the entry
-    /// still wins, and either route accounts the bytes right. In CS.
+    /// wins unless `mru_free` names that slot, and either route accounts the bytes right.
+    /// In CS.
     #[inline(always)]
     fn refill_forwarded(&self, id: ObjCgId, pool: Pool, n: u64, idx: StatIdx) -> Option<bool> {
         if !matches!(pool, Pool::Objects) || n == 0 {
