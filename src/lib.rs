@@ -116,9 +116,13 @@
 //! size classes have); later ones take the cache's lock on every `alloc` / `free`. A
 //! thread's first 8 allocations from a cache take the lock too, so a thread that touches a
 //! cache a few times keeps no slots of it. The bulk calls take the front's slots first, then
-//! the lock once per 512 objects. A dropped cache's slabs stay mapped for the next cache built with the same
-//! name, layout and accounting, which also takes back the slots other threads' fronts kept. The first 76 accounted dedicated caches get their
-//! own `slab_cache_<name>` line in `stat()`; later ones count only in the `slab` total.
+//! the lock once per 512 objects. A dropped cache's slabs stay mapped for the next cache
+//! built with the same name, layout and accounting, which takes its old front index back
+//! when it is free; then the slots other threads' fronts kept at that index are its own
+//! again. Otherwise they go back to those slabs on each such thread's next slow path at
+//! that index (whichever cache holds it), at `trim()` on that thread, or at its exit.
+//! The first 76 accounted dedicated caches get their own `slab_cache_<name>` line in
+//! `stat()`; later ones count only in the `slab` total.
 
 #![warn(missing_docs)]
 
