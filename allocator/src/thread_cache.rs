@@ -406,9 +406,9 @@ impl ThreadCache {
     }
 
     /// The first allocation under a new tenant found another tenant's objects
-    /// (`ObjectStock::transfer_on_miss`).
-    /// After this tenant's first miss only a compare: a thread that allocates for one tenant
-    /// while its bins hold another live tenant's slots comes here on every allocation.
+    /// (`ObjectStock::transfer_on_miss`). After this tenant's first miss only a compare: a
+    /// thread that allocates for one tenant while its bins hold another live tenant's slots
+    /// comes here on every allocation.
     #[inline]
     pub(crate) fn transfer_on_miss(&self, cg: ObjCgId) -> bool {
         !self.stock.missed_before(cg)
