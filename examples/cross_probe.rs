@@ -11,6 +11,9 @@
 //!   last batch and allocating its own (a thread that serves two tenants in turn);
 //! - `dead`: a new child tenant per batch (a request) allocates 8 objects and frees the 8 the
 //!   previous, now dead, request left (larson with a tenant per request);
+//! - `interleave K`: one thread, K live tenants entered in turn, each freeing its own last
+//!   batch and allocating the next (a tokio worker polling K requests that each await I/O
+//!   between allocations); `interleave-plain K`: the same with no tenant;
 //! - `plain`: the `swap` pattern with no tenant (the floor); `live-plain`: `live`'s.
 //!
 //! Under callgrind compare the allocator's functions' inclusive counts, not the totals: the
@@ -104,6 +107,28 @@ fn main() {
     let total_ns = match mode.as_str() {
         "live" => live(n, Some((a, b))),
         "live-plain" => live(n, None),
+        "interleave" | "interleave-plain" => {
+            let k: usize = std::env::args()
+                .nth(3)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(4);
+            let tenants: Vec<Tenant> = (0..k).map(|i| svc.child(&format!("t{i}"))).collect();
+            let mut prev = vec![[std::ptr::null_mut::<u8>(); BATCH]; k];
+            let t0 = std::time::Instant::now();
+            for r in 0..n {
+                let i = r % k;
+                let _in = (mode == "interleave").then(|| tenants[i].enter());
+                replace(&mut prev[i], r);
+            }
+            let ns = t0.elapsed().as_nanos() as f64;
+            for batch in prev {
+                for p in batch.into_iter().filter(|p| !p.is_null()) {
+                    // SAFETY: allocated with `layout()` in an earlier batch.
+                    unsafe { dealloc(p, layout()) };
+                }
+            }
+            ns
+        }
         "swap" | "dead" | "plain" => {
             let mut prev = [std::ptr::null_mut::<u8>(); BATCH];
             let t0 = std::time::Instant::now();
@@ -123,7 +148,7 @@ fn main() {
             }
             ns
         }
-        other => panic!("unknown mode {other}: live, swap, dead, plain or live-plain"),
+        other => panic!("unknown mode {other}: live, swap, interleave, dead, plain, live-plain or interleave-plain"),
     };
     let ns = total_ns / (n * BATCH) as f64;
     println!("cross_probe {mode}: {n} batches of {BATCH}, {ns:.2} ns per alloc+free");
