@@ -92,3 +92,54 @@ fn a_request_after_a_big_one_still_caches() {
         "the request after a big one does not keep its freed objects"
     );
 }
+
+/// Slots in this thread's bin of uncharged accounted slots of class `c` (an uncharging free
+/// pushes there).
+fn uncharged(c: usize) -> u32 {
+    use slabcg::allocator::testing::{thread_cache, Kind};
+    thread_cache::with(|tc| tc.bin(c, Kind::Accounted).count())
+}
+
+/// A thread that switches back to a live tenant and frees one of its objects before it
+/// allocates (a worker polling a request again after an await) keeps the object charged
+/// in its object stock, retagged for that tenant, instead of uncharging it and charging the
+/// next allocation; and the usage stays exact.
+#[test]
+fn a_switch_back_whose_first_act_is_a_free_keeps_the_object() {
+    slabcg::accounting::hooks::set_idle_decay(false);
+    let c = class_of(256);
+    let svc = Tenant::new("switch-free");
+    let (a, b) = (svc.child("a"), svc.child("b"));
+    // The holder is allocated outside the scopes: only the 256-byte objects are charged.
+    let mut held_a: Vec<Vec<u8>> = Vec::with_capacity(16);
+    {
+        let _in = a.enter();
+        held_a.extend((0..8).map(|_| black_box(vec![1u8; 256])));
+    }
+    // Tenant b tags the stock, its bins left empty: one of its objects freed, then taken back.
+    let held_b = {
+        let _in = b.enter();
+        let v = black_box(vec![2u8; 256]);
+        drop(v);
+        black_box(vec![3u8; 256])
+    };
+    let before = uncharged(c);
+    {
+        let _in = a.enter();
+        drop(held_a.pop());
+        assert_eq!(
+            uncharged(c),
+            before,
+            "the free of a's object after the switch was uncharged"
+        );
+        // The next allocation takes the kept slot back.
+        held_a.push(black_box(vec![4u8; 256]));
+        assert_eq!(uncharged(c), before);
+    }
+    let size = slabcg::allocator::class_size(c) as u64;
+    assert_eq!(a.current_exact(), 8 * size);
+    assert_eq!(b.current_exact(), size);
+    drop(held_a);
+    drop(held_b);
+    assert_eq!((a.current_exact(), b.current_exact()), (0, 0));
+}

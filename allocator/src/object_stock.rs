@@ -280,6 +280,11 @@ pub struct ObjectStock {
     /// allocation that misses retags at once (`note_miss`), and a run of `ADOPT_AFTER` frees
     /// of another live tenant's objects adopts that one, giving these back.
     adopted: Cell<bool>,
+    /// The tenant [`own_on_free`](Self::own_on_free) last looked at since the last retag
+    /// (0: none), so that a thread that keeps freeing its scope's objects while the bins
+    /// hold another tenant's scans them once, not at every free. A hint only: any value is
+    /// safe. Owner only.
+    own_free_cg: Cell<u32>,
     /// The armed list of stocks that may hold charged objects, and where this one is on it
     /// (`UNARMED`, `LISTED`, `HELD`): under that list's lock.
     pub(crate) armed: AtomicU8,
@@ -315,6 +320,7 @@ impl ObjectStock {
             miss_cg: Cell::new(0),
             free_run: Cell::new(0),
             adopted: Cell::new(false),
+            own_free_cg: Cell::new(0),
             armed: AtomicU8::new(UNARMED),
             aged: AtomicBool::new(false),
             caching: AtomicBool::new(true),
@@ -527,6 +533,7 @@ impl ObjectStock {
         self.tag.store(u64::from(cg), Ordering::Relaxed);
         self.tag_misses.set(0);
         self.adopted.set(false);
+        self.own_free_cg.set(0);
     }
 
     /// Whether a drainer has been at this thread's tagged bins since the owner last
@@ -849,6 +856,52 @@ impl ObjectStock {
         self.adopted.set(true);
         drop(d);
         give_back(lines, self.fronts(), &taken, GiveTo::OwnBins(uncharged));
+        true
+    }
+
+    /// Whether the uncharging free of an object of `x`, the calling thread's current tenant,
+    /// should try [`own_on_free`](Self::own_on_free): not when it already did for `x`.
+    #[inline(always)]
+    pub(crate) fn own_untried(&self, x: ObjCgId) -> bool {
+        self.own_free_cg.get() != x
+    }
+
+    /// Called by the uncharging free of an object of `x` (not the tag) while the thread is in
+    /// `x`'s scope: the thread switched to `x` (a worker polling another request, or the
+    /// same request again), and its first free came before its first allocation. Retags for
+    /// `x` when the tagged bins are empty, as the allocation's miss would (`note_miss`), so
+    /// that this free keeps its slot and the next allocation takes it back: a thread that
+    /// switches between live tenants pays one retag a switch instead of the retag, an
+    /// uncharge and a charge. True when it did. Bins that hold something are left to the
+    /// allocation's miss, which may hand a dead tenant's to `x` (`transfer_on_miss`).
+    ///
+    /// # Safety
+    /// `x` is the owner of an object the caller is freeing, charged to it and not yet
+    /// uncharged, and the calling thread's current scope's objcg.
+    #[cold]
+    #[inline(never)]
+    pub(crate) unsafe fn own_on_free(&self, lines: &Lines, x: ObjCgId) -> bool {
+        self.own_free_cg.set(x);
+        // With a drainer's bit the allocation path settles first; the adopted bins go at the
+        // next miss (`note_miss`), not here. Without a byte-stock slot for `x` (more tenants
+        // in turn than the stock has slots) the retag would leave the bins closed
+        // (`note_retag`): the allocation's miss retags after its charge made the slot.
+        if self.tag.load(Ordering::Relaxed) & (STEAL | DRAINED) != 0
+            || self.adopted.get()
+            || !hooks::stock_holds(x)
+        {
+            return false;
+        }
+        let d = self.lock();
+        let t = self.tag.load(Ordering::Relaxed);
+        // Under the lock, as `note_miss`'s retags: no drainer's bit, so `rec` is all zero; the
+        // bins are the owner's to look at.
+        if t & (STEAL | DRAINED) != 0 || holds_tagged(self, lines) {
+            return false;
+        }
+        self.note_retag(lines, x);
+        self.set_tag(x);
+        drop(d);
         true
     }
 

@@ -335,6 +335,9 @@ impl ThreadCache {
                 && bin.count() >= bin.capacity()
                 && is_live(self)
                 && self.stock.give_back_full(&self.bins, &self.accounted, c, p)
+        } else if owner == hooks::current_objcg() && self.stock.own_untried(owner) {
+            // SAFETY: caller's contract; owner is this thread's current scope's objcg.
+            is_live(self) && unsafe { self.stock.own_on_free(&self.bins, owner) }
         } else {
             // The count first: it is all most uncharging frees do here.
             self.stock.count_free_miss(owner)
