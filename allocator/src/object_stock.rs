@@ -42,13 +42,14 @@
 //!
 //! Every other change of `tag` or of the tagged bins (retagging, giving back, a drainer's
 //! work) happens under the thread's `stock` lock. The allocation path retags
-//! ([`ObjectStock::note_miss`]); the free path gives back and retags in two cases: a full
-//! bin gives its newest half away ([`ObjectStock::give_back_full`]: still charged, to the
-//! hand-back, `handback.rs`, which the tenant's next charging allocation of the class takes
-//! it from, or uncharged, as a give-back), and a thread that
-//! frees a run of another live tenant's objects with no charging allocation between, its
-//! bins empty or holding what it adopted so, retags for that tenant
-//! ([`ObjectStock::adopt_on_free`]: a consumer thread). A retag either gives the tagged
+//! ([`ObjectStock::note_miss`]); the free path gives back and retags in three cases: a
+//! full bin gives its newest half away ([`ObjectStock::give_back_full`]: still charged, to
+//! the hand-back, `handback.rs`, which the tenant's next charging allocation of the class
+//! takes it from, or uncharged, as a give-back); a thread that frees a run of another live
+//! tenant's objects with no charging allocation between, its bins empty or holding what it
+//! adopted so, retags for that tenant ([`ObjectStock::adopt_on_free`]: a consumer thread);
+//! and a thread that frees an object of its current scope's tenant, its bins empty,
+//! retags for it ([`ObjectStock::own_on_free`]: a worker back at a request). A retag either gives the tagged
 //! objects back (uncharged, to the owner's accounted bins or their slabs) or hands them to
 //! the new tenant in place ([`transfer_bins`]: their charge moves below the two tenants'
 //! common ancestor). A class's slots keep the previous tenant's owner words until an

@@ -322,7 +322,9 @@ impl ThreadCache {
     /// (the tagged push refused it): keeps it anyway when the refusal was a full bin of the
     /// tag's objects (its newest half is given back in one uncharge first,
     /// `ObjectStock::give_back_full`), or when the thread now keeps `owner`'s objects
-    /// (`ObjectStock::adopt_on_free`). False when not kept: the caller uncharges.
+    /// (`ObjectStock::own_on_free` for its current scope's tenant,
+    /// `ObjectStock::adopt_on_free` for another's). False when not kept: the caller
+    /// uncharges.
     ///
     /// # Safety
     /// As [`tagged_push`](Self::tagged_push), `p` checked as a slot of class `c`'s
