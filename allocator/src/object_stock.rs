@@ -1031,8 +1031,8 @@ impl ObjectStock {
             }
         }
         // SAFETY: `cg` is the calling thread's current scope (note_miss's caller allocates in
-        // it), so its tenant is alive; or, from `adopt_on_free`, the owner of the object being
-        // freed, whose charged bytes hold refs on its objcg.
+        // it; `own_on_free`'s frees in it), so its tenant is alive; or, from `adopt_on_free`,
+        // the owner of the object being freed, whose charged bytes hold refs on its objcg.
         unsafe { hooks::note_object_stock(cg) };
     }
 
